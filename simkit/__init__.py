@@ -1,0 +1,34 @@
+"""simkit: Monte Carlo evidence for the InfoNCE / similarity-search theory of contrastive learning.
+
+Public API (THEORY.md defines every object):
+
+* distributions on S^{d-1}: :class:`Uniform`, :class:`VonMisesFisher`, :class:`VMFMixture`,
+  :class:`Discrete`;
+* positive-pair kernels M: :class:`VMFKernel`, :class:`RotatedVMFKernel`, :class:`BrownianKernel`,
+  :class:`GeodesicRandomWalk`;
+* exact formulas: :mod:`simkit.exact`;
+* the InfoNCE estimator: :mod:`simkit.infonce`;
+* studies, analysis and reports: :mod:`simkit.engine`, :mod:`simkit.analysis`, :mod:`simkit.report`.
+"""
+
+from __future__ import annotations
+
+from simkit.heat import BrownianKernel
+from simkit.kernels import GeodesicRandomWalk, MarkovKernel, RotatedVMFKernel, VMFKernel
+from simkit.sphere import Discrete, SphereDistribution, Uniform, VMFMixture, VonMisesFisher
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Uniform",
+    "VonMisesFisher",
+    "VMFMixture",
+    "Discrete",
+    "SphereDistribution",
+    "MarkovKernel",
+    "VMFKernel",
+    "RotatedVMFKernel",
+    "BrownianKernel",
+    "GeodesicRandomWalk",
+    "__version__",
+]
