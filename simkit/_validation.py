@@ -40,9 +40,11 @@ def _fmt(value) -> str:
 def check_scalar(name: str, value, *, low: float | None = None, high: float | None = None,
                  low_inclusive: bool = True, high_inclusive: bool = True) -> float:
     """A finite real number within the stated bounds, returned as ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.ndarray, np.generic)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.ndarray, np.generic)):
         raise ValueError(f"'{name}' must be a real number, got {value!r}")
     arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"'{name}' must be a real number, got {value!r}")
     if arr.ndim != 0:
         raise ValueError(f"'{name}' must be a scalar, got an array of shape {arr.shape}")
     try:
@@ -66,7 +68,7 @@ def check_scalar(name: str, value, *, low: float | None = None, high: float | No
 
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
     """An integer (Python or NumPy, or an integral float) within the stated bounds."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"'{name}' must be an integer, got {value!r}")
     if isinstance(value, (numbers.Integral, np.integer)):
         v = int(value)
@@ -90,7 +92,10 @@ def check_points(name: str, x: ArrayLike, dim: int | None = None, *, unit: bool 
                  min_ndim: int = 1) -> NDArray[np.float64]:
     """Points on the sphere, shape ``(..., d)``: finite, last axis ``d``, optionally unit norm."""
     try:
-        arr = np.asarray(x, dtype=float)
+        raw = np.asarray(x)
+        if raw.dtype.kind not in "iuf":
+            raise TypeError
+        arr = raw.astype(float)
     except (TypeError, ValueError):
         raise ValueError(f"'{name}' must be an array of real numbers, got {type(x).__name__}") from None
     if arr.ndim < min_ndim:
@@ -104,6 +109,9 @@ def check_points(name: str, x: ArrayLike, dim: int | None = None, *, unit: bool 
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"'{name}' must be finite (no NaN or inf)")
     if unit:
+        if arr.size and np.max(np.abs(arr)) > 2.0:
+            raise ValueError(f"'{name}' must contain unit vectors (norm 1 within {UNIT_TOL:g}), "
+                             f"found an entry of size {np.max(np.abs(arr)):.6g}")
         norms = np.sqrt(np.sum(arr * arr, axis=-1))
         if arr.size and np.max(np.abs(norms - 1.0)) > UNIT_TOL:
             worst = float(norms.flat[np.argmax(np.abs(norms - 1.0))])
@@ -121,9 +129,12 @@ def check_unit_vectors(name: str, x: ArrayLike, dim: int | None = None) -> NDArr
 def check_weights(name: str, w: ArrayLike, n: int | None = None) -> NDArray[np.float64]:
     """Mixture or atom weights: 1-D, finite, non-negative, summing to 1 (within 1e-9)."""
     try:
-        arr = np.asarray(w, dtype=float)
+        raw = np.asarray(w)
+        if raw.dtype.kind not in "iuf":
+            raise TypeError
+        arr = raw.astype(float)
     except (TypeError, ValueError):
-        raise ValueError(f"'{name}' must be an array of real numbers") from None
+        raise ValueError(f"'{name}' must be an array of real numbers, got {w!r}") from None
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"'{name}' must be a non-empty 1-D array, got shape {arr.shape}")
     if n is not None and arr.size != n:
@@ -142,6 +153,8 @@ def check_rng(rng) -> np.random.Generator:
     """Normalise ``rng`` once with :func:`numpy.random.default_rng` (SPEC 7)."""
     if isinstance(rng, np.random.Generator):
         return rng
+    if isinstance(rng, (bool, np.bool_, float, complex, str, bytes)):
+        raise ValueError(f"'rng' must be a numpy.random.Generator, a SeedSequence, an int seed or None, got {rng!r}")
     if isinstance(rng, np.random.RandomState):
         raise ValueError("'rng' must be a numpy.random.Generator, a SeedSequence, a seed or None; "
                          "legacy RandomState is not supported")

@@ -20,8 +20,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from simkit._rng import draw_key
 from simkit._sampling import sample_vmf, sample_walk
-from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit._validation import check_int, check_points, check_rng, check_scalar
+from simkit._special import log_vmf_norm_shifted, mean_resultant_length
+from simkit._validation import check_dim, check_int, check_points, check_rng, check_scalar
 
 __all__ = ["MarkovKernel", "VMFKernel", "RotatedVMFKernel", "GeodesicRandomWalk"]
 
@@ -61,6 +61,10 @@ class MarkovKernel:
         x = check_points("x", x)
         y = check_points("y", y, x.shape[-1])
         self._check_dim(x.shape[-1])
+        try:
+            np.broadcast_shapes(x.shape, y.shape)
+        except ValueError:
+            raise ValueError(f"'x' and 'y' must broadcast against each other, got shapes {x.shape} and {y.shape}") from None
         return self._logpdf(x, y)
 
     def _check_dim(self, d: int) -> None:
@@ -95,12 +99,14 @@ class VMFKernel(MarkovKernel):
         return out
 
     def _logpdf(self, x, y):
+        # log C_d + kappa x.y = (log C_d + kappa) - kappa ||y - x||^2 / 2: exact near the mode
         d = x.shape[-1]
-        return float(log_vmf_norm(d, self.kappa)) + self.kappa * np.sum(x * y, axis=-1)
+        diff = y - x
+        return float(log_vmf_norm_shifted(d, self.kappa)) - 0.5 * self.kappa * np.sum(diff * diff, axis=-1)
 
     def mean_cosine(self, d: int) -> float:
         """``E[x . x+] = A_d(kappa)``."""
-        return float(mean_resultant_length(d, self.kappa))
+        return float(mean_resultant_length(check_dim("d", d), self.kappa))
 
     def describe(self) -> str:
         return f"vMF kernel (kappa={self.kappa:g})"
@@ -144,10 +150,13 @@ class RotatedVMFKernel(MarkovKernel):
     @classmethod
     def plane_rotation(cls, dim: int, angle: float, kappa: float, axes: tuple[int, int] = (0, 1)):
         """Rotation by ``angle`` radians in the plane of coordinate axes ``axes``."""
-        from simkit._validation import check_dim
         dim = check_dim("dim", dim)
         angle = check_scalar("angle", angle)
-        i, j = axes
+        if (not isinstance(axes, (tuple, list)) or len(axes) != 2
+                or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes)
+                or not all(0 <= a < dim for a in axes) or axes[0] == axes[1]):
+            raise ValueError(f"'axes' must be two distinct integers in [0, {dim}), got {axes!r}")
+        i, j = int(axes[0]), int(axes[1])
         r = np.eye(dim)
         c, s = np.cos(angle), np.sin(angle)
         r[i, i], r[i, j], r[j, i], r[j, j] = c, -s, s, c
@@ -165,7 +174,8 @@ class RotatedVMFKernel(MarkovKernel):
         return out
 
     def _logpdf(self, x, y):
-        return float(log_vmf_norm(self.dim, self.kappa)) + self.kappa * np.sum((x @ self.rotation.T) * y, axis=-1)
+        diff = y - x @ self.rotation.T
+        return float(log_vmf_norm_shifted(self.dim, self.kappa)) - 0.5 * self.kappa * np.sum(diff * diff, axis=-1)
 
     def mean_cosine_at(self, x: ArrayLike) -> NDArray[np.float64]:
         """``E[x . x+ | x] = A_d(kappa) x . R x``."""
@@ -206,7 +216,8 @@ class GeodesicRandomWalk(MarkovKernel):
         return out
 
     def mean_cosine(self, d: int) -> float:
-        """``E[x . x+] = cos(step)^n_steps`` (any d)."""
+        """``E[x . x+] = cos(step)^n_steps`` (the same for every d >= 2)."""
+        check_dim("d", d)
         return float(np.cos(self.step) ** self.n_steps)
 
     def describe(self) -> str:

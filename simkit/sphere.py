@@ -16,7 +16,7 @@ from scipy.special import logsumexp
 
 from simkit._rng import draw_key
 from simkit._sampling import sample_uniform, sample_vmf
-from simkit._special import log_sphere_area, log_vmf_norm, mean_resultant_length
+from simkit._special import log_sphere_area, log_vmf_norm, log_vmf_norm_shifted, mean_resultant_length
 from simkit._validation import (check_dim, check_int, check_points, check_rng, check_scalar,
                                 check_unit_vectors, check_weights)
 
@@ -138,6 +138,7 @@ class VonMisesFisher(SphereDistribution):
         self.kappa = _check_kappa("kappa", kappa)
         self.dim = mu.shape[0]
         self.log_norm = float(log_vmf_norm(self.dim, self.kappa))
+        self._log_mode = float(log_vmf_norm_shifted(self.dim, self.kappa))  # log C_d + kappa
         self._freeze()
 
     def __repr__(self):
@@ -149,7 +150,9 @@ class VonMisesFisher(SphereDistribution):
         return out
 
     def _logpdf(self, x):
-        return self.log_norm + self.kappa * (x @ self.mu)
+        # log C_d + kappa mu.x = (log C_d + kappa) - kappa ||x - mu||^2 / 2: exact near the mode
+        diff = x - self.mu
+        return self._log_mode - 0.5 * self.kappa * np.sum(diff * diff, axis=-1)
 
     def mean_resultant_length(self) -> float:
         """``A_d(kappa) = E[mu . x]``."""
@@ -181,16 +184,24 @@ class VMFMixture(SphereDistribution):
             raise ValueError(f"'mus' must have shape (m, d), got {mus.shape}")
         m = mus.shape[0]
         self.weights = check_weights("weights", weights, m)
-        kap = np.asarray(kappas, dtype=float) if not isinstance(kappas, str) else None
+        try:
+            kap = None if isinstance(kappas, str) else np.asarray(kappas)
+            if kap is not None and kap.dtype.kind not in "iuf":
+                kap = None
+            elif kap is not None:
+                kap = kap.astype(float)
+        except (TypeError, ValueError):
+            kap = None
         if kap is None or kap.ndim != 1 or kap.size != m:
-            raise ValueError(f"'kappas' must be a 1-D array of length {m} (one per component), "
-                             f"got {np.shape(kappas) if kap is not None else repr(kappas)}")
+            raise ValueError(f"'kappas' must be a 1-D array of real numbers of length {m} (one per component), "
+                             f"got {kappas!r}")
         for j, k in enumerate(kap):
             _check_kappa(f"kappas[{j}]", k)
         self.mus = mus
         self.kappas = kap.copy()
         self.dim = mus.shape[1]
         self.log_norms = log_vmf_norm(self.dim, self.kappas)
+        self._log_modes = log_vmf_norm_shifted(self.dim, self.kappas)
         self._freeze()
 
     def __repr__(self):
@@ -203,8 +214,9 @@ class VMFMixture(SphereDistribution):
         return out
 
     def _logpdf(self, x):
-        terms = np.log(self.weights) + self.log_norms + x @ (self.mus * self.kappas[:, None]).T
+        sq = np.sum((x[..., None, :] - self.mus) ** 2, axis=-1)  # ||x - mu_j||^2
         with np.errstate(divide="ignore"):
+            terms = np.log(self.weights) + self._log_modes - 0.5 * self.kappas * sq
             return logsumexp(terms, axis=-1)
 
     def as_mixture(self):
@@ -230,8 +242,8 @@ class Discrete(SphereDistribution):
 
     def __init__(self, points: ArrayLike, weights: ArrayLike | None = None):
         pts = check_unit_vectors("points", points)
-        if pts.ndim != 2:
-            raise ValueError(f"'points' must have shape (m, d), got {pts.shape}")
+        if pts.ndim != 2 or pts.shape[0] == 0:
+            raise ValueError(f"'points' must have shape (m, d) with at least one point, got {pts.shape}")
         m = pts.shape[0]
         if weights is None:
             weights = np.full(m, 1.0 / m)
@@ -256,7 +268,8 @@ class Discrete(SphereDistribution):
         x = check_points("x", x, self.dim)
         flat = x.reshape(-1, self.dim)
         out = np.full(flat.shape[0], -np.inf)
-        logw = np.log(self.weights)
+        with np.errstate(divide="ignore"):
+            logw = np.log(self.weights)
         for j, p in enumerate(self.points):
             hit = np.all(flat == p, axis=1)
             out[hit] = np.logaddexp(out[hit], logw[j])

@@ -1,0 +1,239 @@
+"""Benchmark: von Mises--Fisher sampling rate, simkit vs scipy.stats.vonmises_fisher.
+
+Run from the repository root::
+
+    python benchmarks/bench_vmf.py            # full run (n = 10^6 per cell, best of 3)
+    python benchmarks/bench_vmf.py --quick    # smoke test (n = 10^5)
+
+For d in {3, 16, 128} and kappa in {1, 50} it times ``simkit.VonMisesFisher(mu, kappa).rvs(n)``
+and ``scipy.stats.vonmises_fisher(mu, kappa).rvs(n, random_state=np.random.default_rng(...))``
+in the same process, reports samples per second (best of ``--repeats``) and the ratio
+simkit / scipy, and checks the targets of the issue: >= 3x scipy at d = 3 and 16, >= 10x at
+d = 128. simkit runs on all Numba threads (the default); its single-thread rate is shown too, so
+that the share of the speed-up due to parallelism is visible. scipy is single-threaded.
+
+Numba compilation is measured separately and never enters the rates: a fresh Python process
+times its first ``rvs`` call with ``NUMBA_CACHE_DIR`` pointing at an empty temporary directory
+(cold: full compilation), then a second fresh process with the same, now populated, directory
+(warm: load from the on-disk cache). The repository's own ``__pycache__`` is not touched.
+
+Results are printed as a table and written to ``benchmarks/results/vmf.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark the working tree, not some other installed copy
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy  # noqa: E402
+from scipy import stats  # noqa: E402
+
+import simkit  # noqa: E402
+
+DIMS = (3, 16, 128)
+KAPPAS = (1.0, 50.0)
+TARGET = {3: 3.0, 16: 3.0, 128: 10.0}  # required simkit / scipy ratio, from the issue
+
+# Child process for the compile-time measurement: import, first call (compile or cache load),
+# second call (already compiled), all on a tiny sample so that sampling time is negligible.
+_PROBE = r"""
+import json, time
+t0 = time.perf_counter()
+import numpy as np
+import simkit
+t1 = time.perf_counter()
+mu = np.zeros(16); mu[0] = 1.0
+dist = simkit.VonMisesFisher(mu, 50.0)
+t2 = time.perf_counter(); dist.rvs(10, rng=0); t3 = time.perf_counter()
+dist.rvs(10, rng=0); t4 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_call_s": t4 - t3}))
+"""
+
+
+def _probe(cache_dir: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compile_times(repeats: int) -> dict:
+    """Cold (empty cache) and warm (populated cache) first-call times, best of ``repeats``."""
+    cold, warm = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="simkit-numba-cache-") as tmp:
+            cold.append(_probe(tmp))
+            warm.append(_probe(tmp))
+    best = lambda runs: min(runs, key=lambda r: r["first_call_s"])  # noqa: E731
+    return {"cold": best(cold), "warm": best(warm), "repeats": repeats,
+            "what": "first VonMisesFisher(mu, 50).rvs(10) call in a fresh process, d = 16"}
+
+
+def best_rate(fn, n: int, repeats: int) -> tuple[float, float]:
+    """Samples per second of ``fn(n, seed)``, best of ``repeats`` timed calls: (wall-clock rate,
+    CPU-time rate). The CPU-time rate counts the CPU seconds of all threads of this process, so it
+    is much less sensitive than the wall-clock rate to other processes competing for the cores."""
+    wall = cpu = np.inf
+    for r in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = fn(n, 1000 + r)
+        t1, c1 = time.perf_counter(), time.process_time()
+        wall, cpu = min(wall, t1 - t0), min(cpu, c1 - c0)
+        assert out.shape == (n, out.shape[1])
+        del out
+    return n / wall, n / max(cpu, 1e-9)
+
+
+def run(n: int, n_scipy_d128: int, repeats: int, compile_repeats: int, single_thread: bool) -> dict:
+    threads = numba.get_num_threads()
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    rows = []
+    for d in DIMS:
+        mu = np.random.default_rng(d).standard_normal(d)
+        mu /= np.linalg.norm(mu)
+        for kappa in KAPPAS:
+            ours = simkit.VonMisesFisher(mu, kappa)
+            theirs = stats.vonmises_fisher(mu, kappa)
+            ours.rvs(1000, rng=0)  # compile / load from cache outside the timings
+
+            def sim(m, seed):
+                return ours.rvs(m, rng=np.random.default_rng(seed))
+
+            def sci(m, seed):
+                return theirs.rvs(m, random_state=np.random.default_rng(seed))
+
+            n_sci = n_scipy_d128 if d >= 128 else n
+            rate_ours, cpu_ours = best_rate(sim, n, repeats)
+            rate_ours_1 = None
+            if single_thread and threads > 1:
+                try:
+                    numba.set_num_threads(1)
+                    rate_ours_1, _ = best_rate(sim, n, repeats)
+                finally:
+                    numba.set_num_threads(threads)
+            rate_theirs, cpu_theirs = best_rate(sci, n_sci, repeats)
+            ratio = rate_ours / rate_theirs
+            rows.append({
+                "d": d, "kappa": kappa, "n_simkit": n, "n_scipy": n_sci,
+                "simkit_samples_per_s": rate_ours, "simkit_1thread_samples_per_s": rate_ours_1,
+                "scipy_samples_per_s": rate_theirs, "ratio": ratio, "target_ratio": TARGET[d],
+                "pass": bool(ratio >= TARGET[d]),
+                "simkit_samples_per_cpu_s": cpu_ours, "scipy_samples_per_cpu_s": cpu_theirs,
+                "cpu_ratio": cpu_ours / cpu_theirs,
+            })
+            print(_row(rows[-1]), flush=True)
+    return {
+        "benchmark": "vMF sampling rate, simkit vs scipy.stats.vonmises_fisher",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "machine": {
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "numba_threads": threads,
+            "numba_threading_layer": _threading_layer(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                     "numba": numba.__version__, "simkit": simkit.__version__},
+        "settings": {"repeats": repeats,
+                     "rates": "samples per wall-clock second, best of repeats; compile time excluded",
+                     "cpu_ratio": "ratio of samples per CPU-second (all threads), a load-insensitive "
+                                  "measure of work per sample; not the target metric"},
+        "rows": rows,
+        "compile": compile_times(compile_repeats),
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _threading_layer() -> str | None:
+    try:
+        return numba.threading_layer()
+    except ValueError:  # no parallel region has run yet
+        return None
+
+
+_HEADER = (f"{'d':>4} {'kappa':>6} {'n simkit':>9} {'simkit /s':>11} {'simkit 1thr /s':>15} "
+           f"{'n scipy':>9} {'scipy /s':>11} {'ratio':>7} {'target':>7}  result  {'cpu ratio':>9}")
+
+
+def _fmt_rate(v):
+    return f"{v:11.3e}" if v is not None else f"{'-':>11}"
+
+
+def _row(r: dict) -> str:
+    one = f"{r['simkit_1thread_samples_per_s']:15.3e}" if r["simkit_1thread_samples_per_s"] else f"{'-':>15}"
+    return (f"{r['d']:>4} {r['kappa']:>6g} {r['n_simkit']:>9d} {_fmt_rate(r['simkit_samples_per_s'])} {one} "
+            f"{r['n_scipy']:>9d} {_fmt_rate(r['scipy_samples_per_s'])} {r['ratio']:>6.1f}x "
+            f"{r['target_ratio']:>6.0f}x  {'PASS' if r['pass'] else 'MISS'}  {r['cpu_ratio']:>8.1f}x")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=1_000_000, help="samples per timed call (default 1e6)")
+    p.add_argument("--n-scipy-d128", type=int, default=200_000,
+                   help="scipy samples per call at d = 128, where scipy is slow (default 2e5)")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per cell; the best is kept")
+    p.add_argument("--compile-repeats", type=int, default=1, help="cold/warm compile measurements")
+    p.add_argument("--no-single-thread", action="store_true", help="skip the 1-thread simkit column")
+    p.add_argument("--quick", action="store_true", help="n = 1e5 (2e4 for scipy at d = 128), 2 repeats")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vmf.json")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.n, a.n_scipy_d128, a.repeats = 100_000, 20_000, 2
+
+    print("vMF sampling: simkit.VonMisesFisher(mu, kappa).rvs vs scipy.stats.vonmises_fisher(mu, kappa).rvs")
+    print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
+          f"os.cpu_count() = {os.cpu_count()} | numba.get_num_threads() = {numba.get_num_threads()}")
+    if hasattr(os, "getloadavg"):
+        print(f"load average (1, 5, 15 min) before: {tuple(round(v, 2) for v in os.getloadavg())}")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, "
+          f"numba {numba.__version__}, simkit {simkit.__version__}")
+    print(f"rates: samples per second, best of {a.repeats}; Numba compile time excluded (see below)\n")
+    print(_HEADER)
+    print("-" * len(_HEADER))
+    res = run(a.n, a.n_scipy_d128, a.repeats, a.compile_repeats, not a.no_single_thread)
+    n_pass = sum(r["pass"] for r in res["rows"])
+    print("-" * len(_HEADER))
+    print(f"{n_pass}/{len(res['rows'])} rows meet the target (>= 3x at d = 3, 16; >= 10x at d = 128)")
+    print("ratio = simkit / scipy samples per wall-clock second (the target metric); cpu ratio = the same "
+          "per CPU-second of all threads (insensitive to other load; not the target metric)")
+    if res["machine"]["loadavg_after"] is not None:
+        print(f"load average after: {tuple(round(v, 2) for v in res['machine']['loadavg_after'])}")
+
+    c = res["compile"]
+    print("\nNumba compile time (separate fresh processes; not included in the rates above):")
+    print(f"  cold cache (empty NUMBA_CACHE_DIR): first rvs call {c['cold']['first_call_s']:7.2f} s, "
+          f"second call {c['cold']['second_call_s'] * 1e3:6.2f} ms, import simkit {c['cold']['import_s']:5.2f} s")
+    print(f"  warm cache (same directory again):  first rvs call {c['warm']['first_call_s']:7.2f} s, "
+          f"second call {c['warm']['second_call_s'] * 1e3:6.2f} ms, import simkit {c['warm']['import_s']:5.2f} s")
+
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"\nwritten: {a.out.relative_to(ROOT) if a.out.is_relative_to(ROOT) else a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""Analysis of replicate blocks: Monte Carlo standard errors, rate regressions, jackknife.
+
+Every study produces independent replicate *blocks*; within a block, estimates at different k
+share random numbers (common random numbers), so the points of a curve over k are correlated.
+Point estimates here are weighted least squares (statsmodels) on the block means; their standard
+errors come from the delete-one-block jackknife, which accounts for that correlation (HOUSE.md:
+"a jackknife for nonlinear measures (ratios, slopes)"; Morris, White & Crowther 2019, Table 6).
+Intervals use Student t with (blocks - 1) degrees of freedom.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import statsmodels.api as sm
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats
+
+__all__ = [
+    "mean_mcse",
+    "jackknife",
+    "RateFit",
+    "fit_rate",
+    "CurveFit",
+    "fit_inverse_powers",
+    "z_score",
+    "choose_k_min",
+]
+
+
+def mean_mcse(blocks: ArrayLike, axis: int = 0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Mean over independent blocks and its Monte Carlo standard error ``sd / sqrt(n)``.
+
+    NaN blocks (failed or missing) are ignored; fewer than two valid blocks give NaN MCSE.
+    """
+    a = np.asarray(blocks, dtype=float)
+    n = np.sum(np.isfinite(a), axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, as documented
+        mean = np.nanmean(a, axis=axis)
+        var = np.nansum((a - np.expand_dims(mean, axis)) ** 2, axis=axis) / (n - 1)
+        mcse = np.sqrt(var / n)
+    mcse = np.where(n >= 2, mcse, np.nan)
+    return mean, mcse
+
+
+def jackknife(statistic, blocks: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Delete-one-block jackknife of ``statistic(mean over blocks)``.
+
+    Parameters
+    ----------
+    statistic : callable
+        Maps a mean curve (shape ``blocks.shape[1:]``) to a 1-D array of estimates.
+    blocks : ndarray, shape (n_blocks, ...)
+        Independent replicate blocks.
+
+    Returns
+    -------
+    estimate, se, replicates
+        ``statistic`` at the full mean, the jackknife standard error
+        ``sqrt((n-1)/n sum (theta_i - theta_bar)^2)``, and the n leave-one-out values.
+    """
+    b = np.asarray(blocks, dtype=float)
+    n = b.shape[0]
+    if n < 3:
+        raise ValueError(f"'blocks' must hold at least 3 blocks for a jackknife, got {n}")
+    total = b.sum(axis=0)
+    full = np.atleast_1d(np.asarray(statistic(total / n), dtype=float))
+    reps = np.array([np.atleast_1d(statistic((total - b[i]) / (n - 1))) for i in range(n)], dtype=float)
+    se = np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
+    return full, se, reps
+
+
+def choose_k_min(k: ArrayLike, scale: float, factor: float = 16.0) -> int:
+    """Smallest grid point ``k >= factor * scale``.
+
+    ``scale`` is the size of the delta-method expansion parameter's numerator,
+    ``max(E[Z2/Z^2], E[m1/Z])`` for C1: the expansion of gap_k is in powers of scale/k, so at
+    ``k >= 16 scale`` the O(1/k^2) remainder of a model with the 1/k term is below ~0.4%
+    (checked against the exact gap curve in tests/test_rate_analysis.py).
+    """
+    k = np.asarray(k)
+    ok = k >= factor * scale
+    return int(k[ok][0]) if np.any(ok) else int(k[-1])
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """Result of a log-log rate regression (see :func:`fit_rate`)."""
+
+    slope: float
+    slope_se: float
+    ci_low: float
+    ci_high: float
+    level: float
+    p_half: float  # two-sided p-value of H0: slope = -1/2
+    p_one: float  # two-sided p-value of H0: slope = -1
+    intercept: float
+    curvature: float  # coefficient of 1/k (NaN when not modelled)
+    slope_se_wls: float  # naive WLS standard error (ignores the CRN correlation across k)
+    k_min: int
+    n_points: int
+    n_blocks: int
+    df: int
+    fitted: NDArray[np.float64]  # fitted log gap over the whole grid
+    std_resid: NDArray[np.float64]  # (log gap - fitted) / se(log gap) over the whole grid
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """Student-t interval at another level, from the jackknife standard error."""
+        q = stats.t.ppf(0.5 + level / 2, self.df)
+        return self.slope - q * self.slope_se, self.slope + q * self.slope_se
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("fitted")
+        d.pop("std_resid")
+        return d
+
+
+def _design(k: NDArray, with_inverse: bool) -> NDArray:
+    cols = [np.ones_like(k), np.log(k)]
+    if with_inverse:
+        cols.append(1.0 / k)
+    return np.column_stack(cols)
+
+
+def fit_rate(k: ArrayLike, blocks: ArrayLike, k_min: int, *, with_inverse: bool = True,
+             level: float = 0.95) -> RateFit:
+    """Weighted least squares of log gap_k on log k (and 1/k) over k >= k_min; jackknife errors.
+
+    Parameters
+    ----------
+    k : array_like, shape (G,)
+        Grid of k.
+    blocks : array_like, shape (n_blocks, G)
+        Per-block estimates of gap_k (independent blocks, CRN across k within a block).
+    k_min : int
+        Smallest k in the fit.
+    with_inverse : bool
+        Include the 1/k regressor, modelling the O(1/k^2) term of gap_k (THEORY.md C1), so that
+        the slope is the asymptotic rate rather than a local one.
+    level : float
+        Confidence level of the reported interval.
+
+    Notes
+    -----
+    Weights are ``(gap_k / mcse_k)^2`` (inverse variance of log gap by the delta method), fixed
+    from the full sample. The jackknife re-fits the regression with each block left out.
+    A gap that is not positive in the fit range cannot be fitted on the log scale: the result is
+    all-NaN then (a study reports it as a failure, never silently).
+    """
+    k = np.asarray(k, dtype=float)
+    b = np.asarray(blocks, dtype=float)
+    if b.ndim != 2 or b.shape[1] != k.size:
+        raise ValueError(f"'blocks' must have shape (n_blocks, {k.size}), got {b.shape}")
+    b = b[np.all(np.isfinite(b), axis=1)]
+    n = b.shape[0]
+    mean, mcse = mean_mcse(b)
+    sel = k >= k_min
+    nan = float("nan")
+    n_par = 3 if with_inverse else 2
+    empty = RateFit(nan, nan, nan, nan, level, nan, nan, nan, nan, nan, int(k_min), int(sel.sum()), n, max(n - 1, 0),
+                    np.full(k.size, nan), np.full(k.size, nan))
+    if n < 3 or sel.sum() < n_par + 1 or np.any(mean[sel] <= 0) or np.any(~np.isfinite(mcse[sel])):
+        return empty
+    ks = k[sel]
+    x = _design(ks, with_inverse)
+    se_log = mcse[sel] / mean[sel]
+    w = 1.0 / se_log**2
+
+    def coefs(curve):
+        c = curve[sel]
+        if np.any(c <= 0):
+            return np.full(n_par, np.nan)
+        return sm.WLS(np.log(c), x, weights=w).fit().params
+
+    model = sm.WLS(np.log(mean[sel]), x, weights=w).fit()
+    full, se, _ = jackknife(coefs, b)
+    slope, slope_se = float(full[1]), float(se[1])
+    df = n - 1
+    q = stats.t.ppf(0.5 + level / 2, df)
+    p_half = float(2 * stats.t.sf(abs((slope + 0.5) / slope_se), df))
+    p_one = float(2 * stats.t.sf(abs((slope + 1.0) / slope_se), df))
+    xall = _design(k, with_inverse)
+    fitted = xall @ model.params
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std_resid = (np.log(mean) - fitted) / (mcse / mean)
+    return RateFit(slope=slope, slope_se=slope_se, ci_low=slope - q * slope_se, ci_high=slope + q * slope_se,
+                   level=level, p_half=p_half, p_one=p_one, intercept=float(full[0]),
+                   curvature=float(full[2]) if with_inverse else nan, slope_se_wls=float(model.bse[1]),
+                   k_min=int(k_min), n_points=int(sel.sum()), n_blocks=n, df=df, fitted=fitted,
+                   std_resid=std_resid)
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """gap_k = sum_j c_j / k^j fitted by WLS (see :func:`fit_inverse_powers`)."""
+
+    coef: NDArray[np.float64]
+    se: NDArray[np.float64]
+    k_min: int
+    n_blocks: int
+    fitted: NDArray[np.float64]
+    std_resid: NDArray[np.float64]
+
+
+def fit_inverse_powers(k: ArrayLike, blocks: ArrayLike, k_min: int, n_terms: int = 2) -> CurveFit:
+    """WLS of gap_k on (1/k, ..., 1/k^n_terms) without intercept over k >= k_min; jackknife errors.
+
+    ``coef[0]`` estimates c1 of claim C1.
+    """
+    k = np.asarray(k, dtype=float)
+    b = np.asarray(blocks, dtype=float)
+    b = b[np.all(np.isfinite(b), axis=1)]
+    n = b.shape[0]
+    mean, mcse = mean_mcse(b)
+    sel = k >= k_min
+    nan = np.full(n_terms, np.nan)
+    if n < 3 or sel.sum() < n_terms + 1 or np.any(~np.isfinite(mcse[sel])) or np.any(mcse[sel] <= 0):
+        return CurveFit(nan, nan, int(k_min), n, np.full(k.size, np.nan), np.full(k.size, np.nan))
+    powers = np.arange(1, n_terms + 1)
+    x = k[sel, None] ** -powers
+    w = 1.0 / mcse[sel] ** 2
+
+    def coefs(curve):
+        return sm.WLS(curve[sel], x, weights=w).fit().params
+
+    full, se, _ = jackknife(coefs, b)
+    fitted = (k[:, None] ** -powers) @ full
+    return CurveFit(coef=full, se=se, k_min=int(k_min), n_blocks=n, fitted=fitted, std_resid=(mean - fitted) / mcse)
+
+
+def z_score(estimate: float, se: float, reference: float, reference_se: float = 0.0) -> float:
+    """``(estimate - reference) / sqrt(se^2 + reference_se^2)``."""
+    return float((estimate - reference) / np.sqrt(se**2 + reference_se**2))

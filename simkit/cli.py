@@ -1,0 +1,147 @@
+"""The ``simkit`` command line.
+
+    simkit run STUDY [--quick] [--seed N] [--out PATH.nc] [--report PATH.pdf] [--set NAME=VALUE ...]
+                     [--scheduler ADDRESS] [--no-report] [--no-progress]
+    simkit report DATASET [--out PATH.pdf]
+    simkit list
+
+Bad input (unknown study or parameter, out-of-range value, unreadable dataset) prints one line
+naming the argument and exits with status 2, leaving no output file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        self.exit(2, f"simkit: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="simkit", description="Monte Carlo evidence for the InfoNCE theory (THEORY.md)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="run (or resume) a study; writes data/STUDY.nc and reports/STUDY.pdf")
+    r.add_argument("study")
+    r.add_argument("--quick", action="store_true", help="the small design used in CI")
+    r.add_argument("--seed", type=str, default=None, help="study seed (non-negative integer)")
+    r.add_argument("--out", type=str, default=None, help="dataset path (default data/STUDY.nc)")
+    r.add_argument("--report", type=str, default=None, help="report path (default reports/STUDY.pdf)")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a design parameter (repeatable)")
+    r.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
+    r.add_argument("--no-report", action="store_true", help="write the dataset only")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep = sub.add_parser("report", help="render the PDF report of a dataset")
+    rep.add_argument("dataset")
+    rep.add_argument("--out", type=str, default=None, help="report path (default reports/<dataset stem>.pdf)")
+    sub.add_parser("list", help="list the studies and the claims they test")
+    return p
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"'--set' expects NAME=VALUE, got {item!r}")
+        name, value = item.split("=", 1)
+        name = name.strip()
+        if not name:
+            raise ValueError(f"'--set' expects NAME=VALUE, got {item!r}")
+        if name in out:
+            raise ValueError(f"'--set' gives '{name}' twice")
+        out[name] = value
+    return out
+
+
+def _parse_seed(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        seed = int(text)
+    except ValueError:
+        raise ValueError(f"'--seed' must be a non-negative integer, got {text!r}") from None
+    if seed < 0 or seed >= 2**63:
+        raise ValueError(f"'--seed' must be in [0, 2**63), got {text!r}")
+    return seed
+
+
+def _check_path(option: str, text: str | None, suffix: str) -> Path | None:
+    if text is None:
+        return None
+    p = Path(text)
+    if p.suffix.lower() != suffix:
+        raise ValueError(f"'{option}' must end in {suffix}, got {text!r}")
+    if p.exists() and p.is_dir():
+        raise ValueError(f"'{option}' is a directory: {text!r}")
+    return p
+
+
+def _run(args) -> int:
+    from simkit.engine import get_study, resolve_config, run_study
+    try:  # every argument is validated before anything runs or is written
+        study = get_study(args.study)
+        cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
+        out = _check_path("--out", args.out, ".nc") or Path("data") / f"{study.name}.nc"
+        report = _check_path("--report", args.report, ".pdf") or Path("reports") / f"{out.stem}.pdf"
+    except ValueError as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    result = run_study(study, cfg, out, scheduler=args.scheduler, progress=not args.no_progress)
+    if not result.completed:
+        return 130
+    print(f"simkit: wrote {result.path} ({result.n_done}/{result.n_tasks} tasks, {result.wall_time_s:.1f} s)")
+    if result.errors:
+        print(f"simkit: {len(result.errors)} task(s) failed; see the dataset's cell_error and attrs['errors']",
+              file=sys.stderr)
+    if not args.no_report:
+        study.report(result.dataset, report)
+        print(f"simkit: wrote {report}")
+    text = study.summary_text(result.dataset)
+    if text:
+        print(text)
+    return 0 if not result.errors else 1
+
+
+def _report(args) -> int:
+    from simkit.engine import get_study, read_dataset
+    try:
+        ds = read_dataset(args.dataset)
+        try:
+            study = get_study(ds.attrs["study"])
+        except ValueError:
+            raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
+        out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
+    except ValueError as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    study.report(ds, out)
+    print(f"simkit: wrote {out}")
+    return 0
+
+
+def _list(args) -> int:
+    from simkit.engine import STUDIES, get_study
+    for name in sorted(STUDIES):
+        s = get_study(name)
+        print(f"{name:<16}{s.claim:<10}{s.title}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``simkit`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "report":
+        return _report(args)
+    return _list(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
