@@ -163,7 +163,8 @@ def fit_rate(k: ArrayLike, blocks: ArrayLike, k_min: int, *, with_inverse: bool 
     n_par = 3 if with_inverse else 2
     empty = RateFit(nan, nan, nan, nan, level, nan, nan, nan, nan, nan, int(k_min), int(sel.sum()), n, max(n - 1, 0),
                     np.full(k.size, nan), np.full(k.size, nan))
-    if n < 3 or sel.sum() < n_par + 1 or np.any(mean[sel] <= 0) or np.any(~np.isfinite(mcse[sel])):
+    if (n < 3 or sel.sum() < n_par + 1 or np.any(mean[sel] <= 0) or np.any(~np.isfinite(mcse[sel]))
+            or np.any(mcse[sel] <= 1e-12 * np.abs(mean[sel]))):  # a constant column: no error estimate
         return empty
     ks = k[sel]
     x = _design(ks, with_inverse)
@@ -218,7 +219,8 @@ def fit_inverse_powers(k: ArrayLike, blocks: ArrayLike, k_min: int, n_terms: int
     mean, mcse = mean_mcse(b)
     sel = k >= k_min
     nan = np.full(n_terms, np.nan)
-    if n < 3 or sel.sum() < n_terms + 1 or np.any(~np.isfinite(mcse[sel])) or np.any(mcse[sel] <= 0):
+    if (n < 3 or sel.sum() < n_terms + 1 or np.any(~np.isfinite(mcse[sel]))
+            or np.any(mcse[sel] <= 1e-12 * np.abs(mean[sel]))):  # a constant column: no error estimate
         return CurveFit(nan, nan, int(k_min), n, np.full(k.size, np.nan), np.full(k.size, np.nan))
     powers = np.arange(1, n_terms + 1)
     x = k[sel, None] ** -powers

@@ -614,6 +614,10 @@ def _assemble(study: Study, cfg: dict, cells: list[dict], preps: dict, blocks: d
     if cdim not in cells[0]:
         cell_coords[cdim] = np.arange(n_cells)
     ds = xr.Dataset(data_vars, coords={**cell_coords, "block": np.arange(n_blocks), **coords})
+    ds["block"].attrs = {"long_name": "replicate block", "units": "1",
+                          "description": "independent replicate block (its own negatives and anchors)"}
+    if not ds[cdim].attrs:
+        ds[cdim].attrs = {"long_name": f"design {cdim}", "units": "1", "description": "one cell of the design grid"}
     ds["cell_error"].attrs = {"long_name": "error raised by a task of this cell (empty if none)", "units": "1",
                               "description": "stage, block and exception; the seed and spawn key are in attrs['errors']"}
     ds["cell_key"].attrs = {"long_name": "cell part of the seed spawn key", "units": "1",

@@ -164,16 +164,24 @@ class RateK(Study):
             blocks = raw["raw_gap_cv"].values[i]
             blocks = blocks[np.all(np.isfinite(blocks), axis=1)]
             scale = max(float(raw["prep_rho"].values[i]), float(raw["prep_mbar"].values[i]))
-            if blocks.shape[0] < 3 or not np.isfinite(scale):
-                reasons[i] = "too few finished blocks" if blocks.shape[0] < 3 else "preparation failed"
+            if not np.isfinite(scale):
+                reasons[i] = "preparation failed (see cell_error)"
+                verdict[i] = "error"
+                continue
+            if blocks.shape[0] < 3:
+                reasons[i] = f"too few finished blocks ({blocks.shape[0]})"
+                verdict[i] = "error" if str(raw["cell_error"].values[i]) else "fail"
                 continue
             k_min = choose_k_min(k, scale, cfg["k_min_factor"])
             fields["k_min"][i] = k_min
+            if np.sum(k >= k_min) < 4:
+                reasons[i] = (f"k_max = {int(k[-1])} is too small: {int(np.sum(k >= k_min))} grid point(s) >= "
+                              f"k_min = {k_min}, 4 needed; raise k_max")
+                continue
             fit = fit_rate(k, blocks, k_min, with_inverse=True, level=0.95)
             plain_fit = fit_rate(k, blocks, k_min, with_inverse=False, level=0.95)
             curve = fit_inverse_powers(k, blocks, k_min, n_terms=2)
             lo, hi = fit.interval(1 - ALPHA) if np.isfinite(fit.slope) else (np.nan, np.nan)
-            fields.update({})
             for name, value in (("slope", fit.slope), ("slope_se", fit.slope_se), ("slope_ci_low", fit.ci_low),
                                 ("slope_ci_high", fit.ci_high), ("slope_p_half", fit.p_half),
                                 ("slope_p_one", fit.p_one), ("slope_verdict_low", lo), ("slope_verdict_high", hi),
@@ -198,6 +206,10 @@ class RateK(Study):
             if not (abs(z) <= zcrit):
                 problems.append(f"c1 z-score {z:+.2f} beyond +-{zcrit:.2f}")
             verdict[i] = "pass" if not problems else "fail"
+            if str(raw["cell_error"].values[i]):
+                verdict[i] = "error"
+                problems.insert(0, f"{raw.sizes['block'] - blocks.shape[0]} block(s) failed (see cell_error); "
+                                   "summaries use the finished blocks; run again to retry")
             reasons[i] = "; ".join(problems)
         S, K = ("setting",), ("setting", "k")
         a = _attrs
@@ -263,13 +275,14 @@ class RateK(Study):
         for name, (ln, units, desc) in descr.items():
             new[name] = (S, fields[name], a(ln, units, desc))
         new["verdict"] = (S, verdict.astype(str), a("verdict for C1", "1",
-                          f"pass when the level-{1 - ALPHA:g} slope interval contains -1, slope = -1/2 is "
+                          f"pass, fail or error (a task failed); pass when the level-{1 - ALPHA:g} slope interval contains -1, slope = -1/2 is "
                           f"rejected at {ALPHA:g}, and |c1_z| <= {stats.norm.isf(ALPHA / 2):.2f}"))
         new["verdict_reason"] = (S, reasons.astype(str), a("why a setting failed", "1", "empty when it passed"))
         for name, (dims, values, attrs) in new.items():
             ds[name] = (dims, values)
             ds[name].attrs = attrs
         ds["k"].attrs = a("number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max")
+        ds["setting"].attrs = a("design setting", "1", "name of the setting in studies/rate_k.py SETTINGS")
         ds["dim"].attrs = a("ambient dimension d", "1", "points on S^{d-1} in R^d")
         ds["pi"].attrs = a("data distribution family", "1", "uniform, vmf (mean e_1) or mixture "
                            f"(weights {MIXTURE_WEIGHTS}, means from seed {MIXTURE_SEED})")
