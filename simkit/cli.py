@@ -4,6 +4,7 @@
                      [--scheduler ADDRESS] [--no-report] [--no-progress]
     simkit report DATASET [--out PATH.pdf]
     simkit list
+    simkit validate [--full] [--seed N] [--out PATH.nc] [--report PATH.pdf] [--scheduler ADDRESS]
 
 Bad input (unknown study or parameter, out-of-range value, unreadable dataset) prints one line
 naming the argument and exits with status 2, leaving no output file behind.
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+import numpy as np
 
 __all__ = ["main"]
 
@@ -41,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("dataset")
     rep.add_argument("--out", type=str, default=None, help="report path (default reports/<dataset stem>.pdf)")
     sub.add_parser("list", help="list the studies and the claims they test")
+    v = sub.add_parser("validate", help="run every study's quick design and write the table of claims C1-C7")
+    v.add_argument("--full", action="store_true", help="the default (full) designs instead of the quick ones")
+    v.add_argument("--seed", type=str, default=None, help="seed for every study (default: each study's own)")
+    v.add_argument("--out", type=str, default=None, help="dataset path (default data/validation.nc)")
+    v.add_argument("--report", type=str, default=None, help="report path (default reports/validation.pdf)")
+    v.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -125,6 +135,33 @@ def _report(args) -> int:
     return 0
 
 
+def _validate(args) -> int:
+    from simkit.validate import run_validation
+    try:
+        seed = _parse_seed(args.seed)
+        out = _check_path("--out", args.out, ".nc") or Path("data") / "validation.nc"
+        report = _check_path("--report", args.report, ".pdf") or Path("reports") / "validation.pdf"
+    except ValueError as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=args.scheduler,
+                            progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
+        return 130
+    print(f"simkit: wrote {out} and {report}")
+    print(f"{'claim':<6}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}statistic")
+    for i, c in enumerate(ds["claim"].values):
+        e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
+        f = float(ds["false_fail_rate"].values[i])
+        est = f"{e:.5g} ± {m:.2g}" if np.isfinite(e) else "-"
+        print(f"{c:<6}{ds['verdict'].values[i]:<17}{est:<26}{(f'{f:.1e}' if np.isfinite(f) else '-'):<12}"
+              f"{ds['statistic'].values[i]}")
+    verdicts = set(str(v) for v in ds["verdict"].values)
+    return 1 if ("fail" in verdicts or "error" in verdicts) else 0
+
+
 def _list(args) -> int:
     from simkit.engine import STUDIES, get_study
     for name in sorted(STUDIES):
@@ -140,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "validate":
+        return _validate(args)
     return _list(args)
 
 

@@ -236,6 +236,15 @@ class Study:
     def summary_text(self, ds: xr.Dataset) -> str:
         return ""
 
+    def report_sections(self, doc, ds: xr.Dataset) -> None:
+        """Add this study's pages (all but provenance) to a :class:`simkit.report.ReportDocument`."""
+        raise NotImplementedError
+
+    def claim_rows(self, ds: xr.Dataset) -> list[dict]:
+        """Checks for ``simkit validate``: dicts with keys claim, statistic, estimate, estimate_mcse,
+        false_fail_rate, verdict (pass, fail or error) and detail."""
+        return []
+
 
 def get_study(name: str) -> Study:
     """The registered study called ``name`` (ValueError listing the known ones otherwise)."""

@@ -724,6 +724,20 @@ _REQUIRED = ("setting", "k", "gap", "gap_mcse", "gap_plain_mcse", "k_gap", "k_ga
              "resid_c1", "verdict")
 
 
+def rate_k_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
+    """The pages of the C1 study (all but provenance), for its own report or the validation report."""
+    missing = [v for v in _REQUIRED if v not in ds.variables]
+    if missing:
+        raise ValueError(f"'ds' must be a rate_k dataset; it lacks {', '.join(map(repr, missing))} "
+                         f"(open the output of 'simkit run rate_k')")
+    n = ds.sizes["setting"]
+    groups = [list(range(j, min(n, j + SETTINGS_PER_PAGE))) for j in range(0, n, SETTINGS_PER_PAGE)]
+    _title_page(doc, ds)
+    for page in (_gap_page, _kgap_page, _resid_page, _variance_page):
+        for idx in groups:
+            page(doc, ds, idx)
+
+
 def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
     """Write the PDF report of the C1 study (``studies/rate_k.py``) from its dataset alone.
 
@@ -763,14 +777,9 @@ def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
     if missing:
         raise ValueError(f"'ds' must be a rate_k dataset; it lacks {', '.join(map(repr, missing))} "
                          f"(open the output of 'simkit run rate_k')")
-    n = ds.sizes["setting"]
-    groups = [list(range(j, min(n, j + SETTINGS_PER_PAGE))) for j in range(0, n, SETTINGS_PER_PAGE)]
 
     def build(doc: ReportDocument) -> None:
-        _title_page(doc, ds)
-        for page in (_gap_page, _kgap_page, _resid_page, _variance_page):
-            for idx in groups:
-                page(doc, ds, idx)
+        rate_k_sections(doc, ds)
         provenance_pages(doc, ds, claim_text="the finite-k InfoNCE bias decays as c1/k")
 
     footer = (f"simkit · {ds.attrs.get('study', 'rate_k')} · claim {ds.attrs.get('claim', 'C1')} · dataset created "

@@ -300,6 +300,37 @@ class RateK(Study):
         from simkit.report import rate_k_report
         rate_k_report(ds, path)
 
+    def report_sections(self, doc, ds):
+        from simkit.report import rate_k_sections
+        rate_k_sections(doc, ds)
+
+    def claim_rows(self, ds) -> list[dict]:
+        """One C1 check: every setting's verdict (slope interval, -1/2 rejected, c1 z-score).
+
+        The estimate is the slope of the setting farthest from -1 in standard errors.
+        """
+        slope, se = ds["slope"].values, ds["slope_se"].values
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dev = np.where(np.isfinite(slope), np.abs(slope + 1.0) / se, np.inf)
+        worst = int(np.argmax(dev))
+        verdicts = [str(v) for v in ds["verdict"].values]
+        n = len(verdicts)
+        overall = "error" if "error" in verdicts else "fail" if "fail" in verdicts else "pass"
+        detail = "; ".join(
+            f"{s}: slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, c1 z {ds['c1_z'].values[i]:+.2f}"
+            f" -> {verdicts[i]}" + (f" ({ds['verdict_reason'].values[i]})" if str(ds['verdict_reason'].values[i]) else "")
+            for i, s in enumerate(ds["setting"].values))
+        return [{
+            "claim": "C1",
+            "statistic": f"slope of log gap_k on log k (with 1/k term), {n} settings; -1 in the level-"
+                         f"{1 - ALPHA:g} interval, -1/2 rejected, |c1 z| <= {stats.norm.isf(ALPHA / 2):.2f}",
+            "estimate": float(slope[worst]),
+            "estimate_mcse": float(se[worst]),
+            "false_fail_rate": float(1.0 - (1.0 - 2 * ALPHA) ** n),
+            "verdict": overall,
+            "detail": detail,
+        }]
+
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<14}{'slope':>9}{'95% CI':>20}{'p(-1/2)':>10}{'c1 est':>16}{'c1 exact':>18}{'z':>7}  verdict"]
         for i, s in enumerate(ds["setting"].values):

@@ -1,0 +1,194 @@
+"""``simkit validate``: every study's quick (or full) design, and one table of claims C1--C7.
+
+Each registered study contributes *checks* through ``Study.claim_rows(ds)``: the claim it tests,
+the statistic, its estimate and Monte Carlo standard error, the check's false-failure rate and a
+verdict. The validation dataset has one row per claim (dimension ``claim``, C1..C7) combining its
+checks -- "pass" only if every check passes, "fail" if any fails, "error" if a task failed, and
+"not yet studied" where no study exists -- and every check in full (dimension ``check``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from simkit.engine import (STUDIES, _canonical, _git_commit, _versions, get_study, resolve_config, run_study,
+                           write_dataset)
+
+__all__ = ["CLAIMS", "NOT_STUDIED", "run_validation", "combine_checks", "validation_report"]
+
+#: the claims of THEORY.md section 3, in words
+CLAIMS = {
+    "C1": "finite-k bias R_k - log k - CE = O(1/k), with constant c1",
+    "C2": "R_k - E CE(M_k, Q_k) = O(1/k): InfoNCE learns empirical similarity search",
+    "C3": "generalisation gap O(n^-1/2); complexity term stabilises as k grows",
+    "C4": "loss differences controlled by averages over negatives, not the max",
+    "C5": "higher tau keeps Q close to pi (KL <= 2/tau); small tau inflates the bias constant and the gap",
+    "C6": "no explicit dependence on the embedding dimension d",
+    "C7": "C1-C3 hold for non-reversible, asymmetric positive kernels",
+}
+NOT_STUDIED = "not yet studied"
+
+
+def combine_checks(checks: list[dict]) -> xr.Dataset:
+    """The per-claim table (dimension ``claim``) and every check (dimension ``check``)."""
+    claims = list(CLAIMS)
+    verdict, statistic, est, mcse, ffr, studies, detail = [], [], [], [], [], [], []
+    for c in claims:
+        rows = [r for r in checks if r["claim"] == c]
+        if not rows:
+            verdict.append(NOT_STUDIED)
+            statistic.append("")
+            est.append(np.nan)
+            mcse.append(np.nan)
+            ffr.append(np.nan)
+            studies.append("")
+            detail.append("no study of this claim exists yet")
+            continue
+        vs = [r["verdict"] for r in rows]
+        verdict.append("error" if "error" in vs else "fail" if "fail" in vs else "pass")
+        statistic.append("; ".join(r["statistic"] for r in rows))
+        est.append(float(rows[0]["estimate"]))
+        mcse.append(float(rows[0]["estimate_mcse"]))
+        ffr.append(float(1.0 - np.prod([1.0 - float(r["false_fail_rate"]) for r in rows])))
+        studies.append(", ".join(sorted({r["study"] for r in rows})))
+        detail.append("; ".join(r.get("detail", "") for r in rows if r.get("detail")))
+
+    def a(long_name, units, description):
+        return {"long_name": long_name, "units": units, "description": description}
+
+    ds = xr.Dataset(
+        {
+            "verdict": (("claim",), np.array(verdict, dtype=str)),
+            "statistic": (("claim",), np.array(statistic, dtype=str)),
+            "estimate": (("claim",), np.array(est, dtype=float)),
+            "estimate_mcse": (("claim",), np.array(mcse, dtype=float)),
+            "false_fail_rate": (("claim",), np.array(ffr, dtype=float)),
+            "studies": (("claim",), np.array(studies, dtype=str)),
+            "detail": (("claim",), np.array(detail, dtype=str)),
+            "claim_text": (("claim",), np.array([CLAIMS[c] for c in claims], dtype=str)),
+            "check_claim": (("check",), np.array([r["claim"] for r in checks], dtype=str)),
+            "check_study": (("check",), np.array([r["study"] for r in checks], dtype=str)),
+            "check_statistic": (("check",), np.array([r["statistic"] for r in checks], dtype=str)),
+            "check_estimate": (("check",), np.array([float(r["estimate"]) for r in checks], dtype=float)),
+            "check_estimate_mcse": (("check",), np.array([float(r["estimate_mcse"]) for r in checks], dtype=float)),
+            "check_false_fail_rate": (("check",), np.array([float(r["false_fail_rate"]) for r in checks], dtype=float)),
+            "check_verdict": (("check",), np.array([r["verdict"] for r in checks], dtype=str)),
+            "check_detail": (("check",), np.array([r.get("detail", "") for r in checks], dtype=str)),
+        },
+        coords={"claim": np.array(claims, dtype=str), "check": np.arange(len(checks))},
+    )
+    attrs = {
+        "verdict": a("verdict", "1", f"pass, fail, error (a task failed) or '{NOT_STUDIED}'"),
+        "statistic": a("statistic tested", "1", "the checks' statistics, joined"),
+        "estimate": a("estimate of the first check's statistic", "1", "see check_estimate for every check"),
+        "estimate_mcse": a("Monte Carlo standard error of estimate", "1", "jackknife or sd/sqrt(n) over blocks"),
+        "false_fail_rate": a("false-failure rate", "1", "probability that the claim's checks fail when it holds: "
+                             "1 - prod(1 - rate of each check)"),
+        "studies": a("studies", "1", "studies contributing checks"),
+        "detail": a("detail", "1", "what each check found"),
+        "claim_text": a("claim", "1", "THEORY.md section 3"),
+        "check_claim": a("claim of the check", "1", "C1..C7"),
+        "check_study": a("study of the check", "1", "registered study name"),
+        "check_statistic": a("statistic of the check", "1", ""),
+        "check_estimate": a("estimate", "1", "units depend on the statistic"),
+        "check_estimate_mcse": a("MCSE of the estimate", "1", ""),
+        "check_false_fail_rate": a("false-failure rate of the check", "1", ""),
+        "check_verdict": a("verdict of the check", "1", "pass, fail or error"),
+        "check_detail": a("detail of the check", "1", ""),
+        "claim": a("claim", "1", "THEORY.md section 3"),
+        "check": a("check index", "1", "one row per study check"),
+    }
+    for name, at in attrs.items():
+        ds[name].attrs = at
+    return ds
+
+
+def run_validation(*, full: bool = False, seed: int | None = None, out: str | os.PathLike = "data/validation.nc",
+                   report: str | os.PathLike | None = "reports/validation.pdf", scheduler: str | None = None,
+                   progress: bool = True, studies: list[str] | None = None) -> xr.Dataset:
+    """Run every registered study (quick designs unless ``full``) and write the validation dataset/report.
+
+    Each study's dataset goes to ``<out stem>/<study>.nc`` beside ``out`` (resumable like any run).
+    """
+    out = Path(out)
+    names = list(STUDIES) if studies is None else studies
+    configs = {}
+    for name in names:  # validate every configuration before running anything
+        study = get_study(name)
+        configs[name] = (study, resolve_config(study, quick=not full, seed=seed))
+    work = out.parent / out.stem
+    checks: list[dict] = []
+    datasets: dict[str, xr.Dataset] = {}
+    t0 = _dt.datetime.now(_dt.timezone.utc)
+    for name, (study, cfg) in configs.items():
+        res = run_study(study, cfg, work / f"{name}.nc", scheduler=scheduler, progress=progress)
+        if not res.completed:
+            raise KeyboardInterrupt
+        datasets[name] = res.dataset
+        for row in study.claim_rows(res.dataset):
+            checks.append({"study": name, **row})
+    ds = combine_checks(checks)
+    ds.attrs.update({
+        "title": "simkit validation: claims C1-C7",
+        "study": "validation",
+        "claim": "C1-C7",
+        "design": "full" if full else "quick",
+        "studies_run": ", ".join(names),
+        "study_datasets": _canonical({n: str(work / f"{n}.nc") for n in names}),
+        "simkit_version": _versions()["simkit"],
+        "git_commit": _git_commit(),
+        "seed": -1 if seed is None else int(seed),
+        "package_versions": _canonical(_versions()),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": round((_dt.datetime.now(_dt.timezone.utc) - t0).total_seconds(), 3),
+        "config": _canonical({n: c for n, (_, c) in configs.items()}),
+    })
+    write_dataset(ds, out)
+    if report is not None:
+        validation_report(ds, datasets, report)
+    return ds
+
+
+def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str | os.PathLike) -> int:
+    """First page: the claim table; then one section per study (its own report pages)."""
+    from simkit.report import ReportDocument, format_pm, provenance_pages, write_report
+
+    def build(doc: ReportDocument) -> None:
+        doc.heading("simkit validation: claims C1–C7 of Whiteley (2026)")
+        doc.text(f"Design: {ds.attrs.get('design', '?')}; studies run: {ds.attrs.get('studies_run', '')}; "
+                 f"created {ds.attrs.get('created', '?')}; git {ds.attrs.get('git_commit', '?')}.")
+        doc.text("Each claim's verdict combines its studies' checks: pass only if every check passes. The "
+                 "false-failure rate is the probability that the checks fail although the claim holds. "
+                 f"'{NOT_STUDIED}' marks claims without a study; it is never a pass.")
+        rows = []
+        for i, c in enumerate(ds["claim"].values):
+            e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
+            f = float(ds["false_fail_rate"].values[i])
+            rows.append([str(c), str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
+                         format_pm(e, m) if np.isfinite(e) else "—", f"{f:.1e}" if np.isfinite(f) else "—",
+                         str(ds["verdict"].values[i])])
+        doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate", "verdict"],
+                  rows, [0.5, 2.6, 3.2, 1.5, 0.9, 1.0])
+        details = [[str(c), str(d)] for c, d in zip(ds["claim"].values, ds["detail"].values) if str(d)]
+        if details:
+            doc.heading("Details")
+            doc.table(["claim", "what the checks found"], details, [0.5, 9.2])
+        for name, sds in datasets.items():
+            doc.new_page()
+            study = get_study(name)
+            study.report_sections(doc, sds)
+        doc.new_page()
+        provenance_pages(doc, ds, claim_text="claims C1-C7")
+
+    return write_report(path, build, footer=f"simkit · validation · {ds.attrs.get('created', '?')}",
+                        metadata={"Title": "simkit validation", "Subject": "claims C1-C7"})
+
+
+def _claims_json(ds: xr.Dataset) -> str:  # pragma: no cover - debugging aid
+    return json.dumps({str(c): str(v) for c, v in zip(ds["claim"].values, ds["verdict"].values)})
