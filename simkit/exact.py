@@ -109,15 +109,16 @@ def _check_compatible(pi, kernel) -> None:
 def _log_partition(pi: SphereDistribution, x: NDArray, tau: float, scale: float = 1.0) -> NDArray:
     a = scale / tau
     if isinstance(pi, Discrete):
-        return logsumexp(np.log(pi.weights) + a * (x @ pi.points.T), axis=-1)
+        with np.errstate(divide="ignore"):  # zero-weight atoms contribute nothing
+            return logsumexp(np.log(pi.weights) + a * (x @ pi.points.T), axis=-1)
     w, mus, kappas = pi.as_mixture()
     d = pi.dim
     # ||kappa_j mu_j + a x||^2 = kappa_j^2 + a^2 + 2 a kappa_j mu_j.x, formed without cancellation
     dots = x @ mus.T  # (..., m)
     r2 = kappas**2 + a * a + 2.0 * a * kappas * dots
     r = np.sqrt(np.maximum(r2, 0.0))
-    terms = np.log(w) + log_vmf_norm(d, kappas) - log_vmf_norm(d, r)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore"):  # zero-weight components contribute nothing
+        terms = np.log(w) + log_vmf_norm(d, kappas) - log_vmf_norm(d, r)
         return logsumexp(terms, axis=-1)
 
 
@@ -171,7 +172,7 @@ def log_m1(kernel: MarkovKernel, x: ArrayLike, tau: float) -> NDArray[np.float64
     """
     kernel = _check_kernel(kernel)
     tau = _check_tau(tau)
-    x = check_points("x", x)
+    x = check_points("x", x, getattr(kernel, "dim", None))
     x = x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
     out = _log_m1(kernel, x, tau)
     if out is None:
@@ -190,7 +191,7 @@ def mean_score(kernel: MarkovKernel, x: ArrayLike, tau: float) -> NDArray[np.flo
     """``E[s(x, x+) | x] = E[x.x+ | x] / tau`` (exact for every kernel in simkit)."""
     kernel = _check_kernel(kernel)
     tau = _check_tau(tau)
-    x = check_points("x", x)
+    x = check_points("x", x, getattr(kernel, "dim", None))
     return _mean_cosine(kernel, x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))) / tau
 
 
@@ -217,11 +218,13 @@ def log_m(pi: SphereDistribution, kernel: MarkovKernel, x: ArrayLike, y: ArrayLi
 # ----------------------------------------------------------------------------------------------
 # expectations over x
 
-def _vmf_cos_expect(d: int, kappa: float, g, *, epsrel: float = 1e-13) -> float:
-    """``E g(mu.x)`` for x ~ vMF(mu, kappa) on S^{d-1}, by adaptive quadrature in theta = arccos(mu.x).
+def _vmf_angle_expect(d: int, kappa: float, h) -> float:
+    """``E h(theta)`` for theta = arccos(mu.x), x ~ vMF(mu, kappa) on S^{d-1}; h vectorised.
 
-    The density of theta is ``C_d(kappa) |S^{d-2}| sin^{d-2}(theta) exp(kappa cos theta)``, normalised
-    here in log space; the interval is split at the mode and at +-12 scale widths around it.
+    The density of theta is ``C_d(kappa) |S^{d-2}| sin^{d-2}(theta) exp(kappa cos theta)``. Composite
+    Gauss--Legendre (24 nodes a panel) on panels of half the peak's width within 40 widths of the
+    mode, coarser panels outside; normalised by the rule's own mass. Accurate to ~1e-13 for
+    0 <= kappa <= 1e6 and d <= 4096 (tests/test_exact.py), with no adaptive loop.
     """
     log_c = float(log_vmf_norm(d, kappa) + log_sphere_area(d - 1))
     # mode of sin^{d-2} e^{kappa cos}: kappa c^2 + (d-2) c - kappa = 0
@@ -233,28 +236,17 @@ def _vmf_cos_expect(d: int, kappa: float, g, *, epsrel: float = 1e-13) -> float:
         width = min(np.pi, 1.0 / np.sqrt(max(curv, 1e-300)))
     else:
         mode, width = np.pi / 2, np.pi
-
-    def dens(theta):
-        st = np.sin(theta)
-        with np.errstate(divide="ignore"):
-            lg = log_c + (d - 2) * np.log(st) + kappa * np.cos(theta) if d > 2 else log_c + kappa * np.cos(theta)
-        return np.exp(lg)
-
-    def f(theta):
-        return dens(theta) * g(np.cos(theta))
-
-    lo, hi = max(0.0, mode - 12 * width), min(np.pi, mode + 12 * width)
-    pts = sorted({0.0, lo, mode, hi, np.pi})
-    total = 0.0
-    mass = 0.0
-    for a, b in zip(pts[:-1], pts[1:]):
-        if b <= a:
-            continue
-        total += integrate.quad(f, a, b, epsabs=0.0, epsrel=epsrel, limit=400)[0]
-        mass += integrate.quad(dens, a, b, epsabs=0.0, epsrel=epsrel, limit=400)[0]
-    # the density integrates to 1 analytically; dividing by the computed mass removes the
-    # (tiny) normalisation error of the quadrature itself
-    return total / mass
+    lo, hi = max(0.0, mode - 40.0 * width), min(np.pi, mode + 40.0 * width)
+    core = np.linspace(lo, hi, max(2, int(np.ceil((hi - lo) / (0.5 * width))) + 1))
+    edges = np.unique(np.concatenate([np.linspace(0.0, lo, 9), core, np.linspace(hi, np.pi, 9)]))
+    x, w = _leggauss(24)
+    a_, b_ = edges[:-1, None], edges[1:, None]
+    theta = (0.5 * (b_ - a_) * x + 0.5 * (b_ + a_)).ravel()
+    wt = (0.5 * (b_ - a_) * w).ravel()
+    with np.errstate(divide="ignore"):
+        lg = log_c + kappa * np.cos(theta) + ((d - 2) * np.log(np.sin(theta)) if d > 2 else 0.0)
+    dens = wt * np.exp(lg)
+    return float(np.sum(dens * h(theta)) / np.sum(dens))
 
 
 def _single_vmf(pi: SphereDistribution) -> bool:
@@ -280,14 +272,13 @@ def _expect_x(pi: SphereDistribution, h, *, isotropic: bool, n_mc: int, rng) -> 
         perp = e - (e @ mu) * mu
         perp /= np.linalg.norm(perp)
 
-        def g(t):
-            t = np.atleast_1d(np.asarray(t, dtype=float))
-            pts = t[:, None] * mu + np.sqrt(np.maximum(1.0 - t * t, 0.0))[:, None] * perp
-            return h(pts)
+        def h_theta(theta):
+            # points at angle theta from mu, built from (cos, sin) to keep precision near the pole
+            return h(np.cos(theta)[:, None] * mu + np.sin(theta)[:, None] * perp)
 
         if kappa == 0.0:
-            return float(g(np.array([0.3]))[0])  # uniform pi: h is constant
-        return _vmf_cos_expect(d, kappa, lambda t: g(t)[0] if np.ndim(t) == 0 else g(t))
+            return float(h_theta(np.array([1.2]))[0])  # uniform pi: h is constant
+        return _vmf_angle_expect(d, kappa, h_theta)
     # stratified Monte Carlo over the mixture components, proportional allocation
     rng = check_rng(rng)
     w, mus, kappas = pi.as_mixture()
@@ -480,7 +471,8 @@ def gap_exact(kernel: MarkovKernel, dim: int, tau: float, k: ArrayLike, *, n_nod
     d = check_int("dim", dim, low=2)
     tau = _check_tau(tau)
     ks = np.atleast_1d(np.asarray(k))
-    if ks.ndim != 1 or not np.all(np.isfinite(ks)) or np.any(ks < 1) or np.any(ks != np.round(ks)):
+    if (ks.ndim != 1 or ks.size == 0 or ks.dtype.kind not in "iuf" or not np.all(np.isfinite(ks))
+            or np.any(ks < 1) or np.any(ks != np.round(ks))):
         raise ValueError(f"'k' must be integers >= 1, got {k!r}")
     if not kernel.isotropic or isinstance(kernel, GeodesicRandomWalk):
         raise ValueError("'kernel' must be VMFKernel or BrownianKernel for gap_exact")
