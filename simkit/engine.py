@@ -61,6 +61,7 @@ VOLATILE_ATTRS = ("created", "wall_time_s", "engine", "n_workers", "resumed_task
 #: registered studies: name -> module under ``studies`` (a package beside ``simkit``)
 STUDIES = {
     "rate_k": "studies.rate_k",
+    "search_ce": "studies.search_ce",
 }
 
 

@@ -1,0 +1,213 @@
+"""Jitted core of the similarity-search estimator of claim C2: streaming sums over a database.
+
+For queries ``x`` (B, d), a database ``y`` (K, d), and per-point log densities, one pass over the
+database fills, for every grid point ``k`` (common random numbers across k),
+
+    sums[i, g, 0] = sum_{j<k} exp(s_ij - c_i)                      (softmax normaliser, S_k / e^{c_i})
+    sums[i, g, 1] = sum_{j<k} mt_ij                                 (W_k / e^{h_i})
+    sums[i, g, 2] = sum_{j<k} mt_ij (s_ij - mu_i)                   ((V_k - mu_i W_k) / e^{h_i})
+    sums[i, g, 3] = sum_{j<k} mt_ij^2 (s_ij - mu_i)                 (sum m^2 (s - mu) / e^{2 h_i})
+
+with the score ``s_ij = x_i . y_j / tau`` and the scaled density ratio
+``mt_ij = exp(lm_ij)``, ``lm_ij = kappa u_i . y_j + b_j - h_i``, where ``log m(x_i, y_j) =
+a_i + kappa u_i . y_j + b_j`` (``b_j = -log pi(y_j)``; ``u_i = x_i`` for the vMF kernel and
+``u_i = R x_i`` for the rotated one, a second "dot product" skipped when ``same_u``), and the
+caller's shift ``h_i - a_i`` bounds ``lm`` above by 0. A kernel whose log density is another
+function of a cosine (the Brownian heat kernel) needs only a variant of :func:`_log_m_row`.
+
+It also tracks, for the first ``n_rank`` queries, the running top-``n_top`` sets of the database
+under Q_k (ranked by s) and under M_k (ranked by lm) and writes, at every grid point,
+``top1[i, g]`` = 1 if the two argmaxes coincide (0 otherwise) and, where ``k >= n_top``,
+``overlap[i, g]`` = |top-n_top(Q_k) cap top-n_top(M_k)| / n_top. Ties keep the earlier point.
+
+Tiling, the vectorised exponential and the 8-lane sums are those of :mod:`simkit._infonce_jit`
+(its helpers are imported, not copied): results are bit-identical whatever the thread count.
+Callers keep ``s - c`` and ``lm`` within [-700, 0 + 700].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from simkit._infonce_jit import SMALL_D, TILE_A, TILE_N, _add_segment, _exp_parts, _lane_total, _scale_bits
+
+__all__ = ["N_SUMS", "search_sums", "tile_values"]
+
+#: number of running sums per query and grid point (see the module docstring)
+N_SUMS = 4
+
+
+def tile_values(b: np.ndarray) -> np.ndarray:
+    """Per-point values (K,) into zero-padded tiles (n_tiles, TILE_N) matching ``tile_negatives``."""
+    k = b.shape[0]
+    n_tiles = (k + TILE_N - 1) // TILE_N
+    out = np.zeros((n_tiles, TILE_N))
+    out.reshape(-1)[:k] = b
+    return out
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _dot_row_small_d(xr, yt, nj, d, out):
+    """out[j] = xr . y_j for the tile ``yt`` (d, TILE_N), d <= SMALL_D: vectorised over j."""
+    for j in range(nj):
+        out[j] = xr[0] * yt[0, j]
+    for c in range(1, d):
+        xc = xr[c]
+        for j in range(nj):
+            out[j] += xc * yt[c, j]
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _log_m_row(dotu, bt, nj, kappa, shift, lm):
+    """lm[j] = kappa u . y_j + b_j - shift: the vMF-kernel profile of log m (linear in the cosine)."""
+    for j in range(nj):
+        lm[j] = kappa * dotu[j] + bt[j] - shift
+
+
+@njit(inline="always")
+def _insert(vals, idx, cnt, n_top, v, j):
+    """Insert (v, j) into the descending list vals[:cnt] of capacity n_top; return the new count."""
+    if cnt == n_top:
+        if not v > vals[n_top - 1]:
+            return cnt
+        pos = n_top - 1
+    else:
+        pos = cnt
+        cnt += 1
+    while pos > 0 and v > vals[pos - 1]:
+        vals[pos] = vals[pos - 1]
+        idx[pos] = idx[pos - 1]
+        pos -= 1
+    vals[pos] = v
+    idx[pos] = j
+    return cnt
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, shift_s, shift_m, mu, k_grid,
+                n_top, n_rank, sums, top1, overlap):
+    """Fill ``sums`` (B, G, N_SUMS), ``top1`` and ``overlap`` (B, G); see the module docstring.
+
+    x, u (B, d) C-contiguous (u ignored when ``same_u``); y_tiles (n_tiles, d, TILE_N) from
+    ``tile_negatives``; b_tiles (n_tiles, TILE_N) from :func:`tile_values`; n_db = K; shift_s,
+    shift_m, mu (B,); k_grid (G,) int64 strictly increasing, k_grid[-1] <= K; n_top >= 1;
+    queries i < n_rank get ``top1``/``overlap`` (other rows are left untouched, as are overlap
+    entries with k < n_top).
+    """
+    b_total, d = x.shape
+    n_tiles = y_tiles.shape[0]
+    n_grid = k_grid.shape[0]
+    k_last = k_grid[n_grid - 1]
+    n_atiles = (b_total + TILE_A - 1) // TILE_A
+    for at in prange(n_atiles):
+        a0 = at * TILE_A
+        na = min(b_total, a0 + TILE_A) - a0
+        xa = np.zeros((TILE_A, d))
+        ua = np.zeros((TILE_A, d))
+        for r in range(na):
+            for c in range(d):
+                xa[r, c] = x[a0 + r, c]
+                ua[r, c] = x[a0 + r, c] if same_u else u[a0 + r, c]
+        sc = np.empty((TILE_A, TILE_N))
+        su = np.empty((TILE_A, TILE_N))
+        dbuf = np.empty(TILE_N)
+        dubuf = np.empty(TILE_N)
+        lm = np.empty(TILE_N)
+        ps = np.empty(TILE_N)
+        ts = np.empty(TILE_N)
+        pm = np.empty(TILE_N)
+        tm = np.empty(TILE_N)
+        mt = np.empty(TILE_N)
+        dv = np.empty(TILE_N)
+        mv = np.empty(TILE_N)
+        ts_i = ts.view(np.int64)
+        tm_i = tm.view(np.int64)
+        lanes = np.zeros((TILE_A, N_SUMS, 8))
+        top_s = np.full((TILE_A, n_top), -np.inf)
+        top_m = np.full((TILE_A, n_top), -np.inf)
+        idx_s = np.full((TILE_A, n_top), -1, dtype=np.int64)
+        idx_m = np.full((TILE_A, n_top), -1, dtype=np.int64)
+        cnt_s = np.zeros(TILE_A, dtype=np.int64)
+        cnt_m = np.zeros(TILE_A, dtype=np.int64)
+        seg_lo = np.empty(n_grid + 1, dtype=np.int64)
+        seg_hi = np.empty(n_grid + 1, dtype=np.int64)
+        seg_g = np.empty(n_grid + 1, dtype=np.int64)
+        g = 0
+        for t in range(n_tiles):
+            j0 = t * TILE_N
+            if j0 >= k_last:
+                break
+            j1 = min(min(n_db, j0 + TILE_N), k_last)
+            nj = j1 - j0
+            yt = y_tiles[t]
+            bt = b_tiles[t]
+            # segments of this tile between grid points (shared by every row)
+            n_seg = 0
+            pos = j0
+            while pos < j1:
+                nb = min(j1, k_grid[g])
+                seg_lo[n_seg] = pos
+                seg_hi[n_seg] = nb
+                if nb == k_grid[g]:
+                    seg_g[n_seg] = g
+                    g += 1
+                else:
+                    seg_g[n_seg] = -1
+                n_seg += 1
+                pos = nb
+            if d > SMALL_D:
+                np.dot(xa, yt, sc)
+                if not same_u:
+                    np.dot(ua, yt, su)
+            for r in range(na):
+                i = a0 + r
+                if d > SMALL_D:
+                    dot = sc[r]
+                    dotu = dot if same_u else su[r]
+                else:
+                    _dot_row_small_d(xa[r], yt, nj, d, dbuf)
+                    dot = dbuf
+                    if same_u:
+                        dotu = dbuf
+                    else:
+                        _dot_row_small_d(ua[r], yt, nj, d, dubuf)
+                        dotu = dubuf
+                sh, mui = shift_s[i], mu[i]
+                for j in range(nj):
+                    ps[j], ts[j] = _exp_parts(dot[j] * inv_tau - sh)
+                _scale_bits(ts_i, nj)
+                _log_m_row(dotu, bt, nj, kappa, shift_m[i], lm)
+                for j in range(nj):
+                    pm[j], tm[j] = _exp_parts(lm[j])
+                _scale_bits(tm_i, nj)
+                for j in range(nj):
+                    mt[j] = pm[j] * tm[j]
+                    dv[j] = dot[j] * inv_tau - mui
+                    mv[j] = mt[j] * dv[j]
+                ranked = i < n_rank
+                for q in range(n_seg):
+                    lo, hi = seg_lo[q], seg_hi[q]
+                    _add_segment(lanes[r, 0], ps, ts, lo, hi, j0)
+                    _add_segment(lanes[r, 1], pm, tm, lo, hi, j0)
+                    _add_segment(lanes[r, 2], mt, dv, lo, hi, j0)
+                    _add_segment(lanes[r, 3], mt, mv, lo, hi, j0)
+                    if ranked:
+                        cs, cm = cnt_s[r], cnt_m[r]
+                        for j in range(lo, hi):
+                            cs = _insert(top_s[r], idx_s[r], cs, n_top, dot[j - j0], j)
+                            cm = _insert(top_m[r], idx_m[r], cm, n_top, lm[j - j0], j)
+                        cnt_s[r], cnt_m[r] = cs, cm
+                    gq = seg_g[q]
+                    if gq >= 0:
+                        for c in range(N_SUMS):
+                            sums[i, gq, c] = _lane_total(lanes[r, c])
+                        if ranked:
+                            top1[i, gq] = 1.0 if idx_s[r, 0] == idx_m[r, 0] else 0.0
+                            if k_grid[gq] >= n_top:
+                                common = 0
+                                for p1 in range(n_top):
+                                    for p2 in range(n_top):
+                                        if idx_s[r, p1] == idx_m[r, p2]:
+                                            common += 1
+                                overlap[i, gq] = common / n_top
