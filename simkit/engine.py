@@ -62,6 +62,7 @@ VOLATILE_ATTRS = ("created", "wall_time_s", "engine", "n_workers", "resumed_task
 STUDIES = {
     "rate_k": "studies.rate_k",
     "search_ce": "studies.search_ce",
+    "temperature": "studies.temperature",
 }
 
 

@@ -247,7 +247,12 @@ class GapEstimator:
         s = _prefix(x, y, tau, log_z, grid)  # S_k / Z for every anchor and k
         e0 = np.exp(s0 - log_z)  # e^{s0} / Z
         a = s / kf - 1.0  # A_k
-        d_k = np.log1p(a + e0[:, None] / kf)  # D_k = log((e^{s0} + S_k) / (k Z))
+        u = s / kf + e0[:, None] / kf  # (e^{s0} + S_k) / (k Z) > 0
+        # D_k = log u: log1p near u = 1 (where A_k carries the digits), plain log elsewhere (A_k would
+        # round to -1 when u is tiny, at small k and small tau)
+        near = np.abs(u - 1.0) < 0.5
+        d_k = np.log(np.where(near, 1.0, u))
+        d_k[near] = np.log1p(a[near] + (e0[:, None] / kf + 0.0 * a)[near])
         v = np.expm1(log_z2 - 2.0 * log_z)  # Z2/Z^2 - 1 = Var(e^s | x) / Z^2
         c = a * a - v[:, None] / kf  # C_k, E[C_k | x] = 0
         log_m1 = exact._log_m1(kernel, x, tau)
