@@ -14,11 +14,40 @@ records it in the dataset and goes on.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["DaskExecutor"]
+
+#: seconds to wait for the scheduler's port to accept a connection
+CONNECT_TIMEOUT = 20
+
+
+def _check_address(address: str) -> None:
+    """ValueError unless ``address`` parses and its TCP port accepts a connection.
+
+    Checked before a ``Client`` exists: a ``Client`` whose connection failed is left half started,
+    and closing two of them at interpreter exit blocks for 40 s each.
+    """
+    from distributed.comm import get_address_host_port, parse_address
+    try:
+        scheme, _ = parse_address(address)
+        if scheme in ("inproc", "ucx"):  # no TCP port to probe: left to the Client
+            return
+        if scheme not in ("tcp", "tls", "ws", "wss"):
+            raise ValueError(f"unknown address scheme {scheme!r}")
+        host, port = get_address_host_port(address)
+        if not host or not 0 < port < 65536:
+            raise ValueError("host:port with a port in 1..65535 expected")
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"'scheduler' {address!r} is not a Dask scheduler address ({exc})") from None
+    try:
+        socket.create_connection((host.strip("[]"), port), timeout=CONNECT_TIMEOUT).close()
+    except (OSError, ValueError) as exc:  # refused, unknown host, timed out, unencodable host
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ValueError(f"'scheduler' {address!r} is not reachable ({reason})") from None
 
 
 class DaskExecutor:
@@ -42,10 +71,13 @@ class DaskExecutor:
         else:
             if not isinstance(scheduler, str) or not scheduler.strip():
                 raise ValueError(f"'scheduler' must be a Dask scheduler address, got {scheduler!r}")
+            _check_address(scheduler)
             try:
-                self.client, self._own = Client(scheduler, timeout="20s"), True
+                self.client, self._own = Client(scheduler, timeout=f"{CONNECT_TIMEOUT}s"), True
             except (OSError, TimeoutError) as exc:
                 raise ValueError(f"'scheduler' {scheduler!r} is not reachable ({type(exc).__name__})") from None
+            except (ValueError, TypeError) as exc:  # malformed: no port, unknown scheme, ...
+                raise ValueError(f"'scheduler' {scheduler!r} is not a Dask scheduler address ({exc})") from None
         self.n_workers = len(self.client.scheduler_info().get("workers", {}))
         self._futures: list = []
 

@@ -13,6 +13,7 @@ naming the argument and exits with status 2, leaving no output file behind.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ __all__ = ["main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's own convention)
+        # argparse quotes some arguments raw ("unrecognized arguments: ..."): keep it one line
+        message = " ".join(message.replace("\r", "\\r").replace("\n", "\\n").splitlines())
         self.exit(2, f"simkit: error: {message}\n")
 
 
@@ -64,7 +67,7 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
         if not name:
             raise ValueError(f"'--set' expects NAME=VALUE, got {item!r}")
         if name in out:
-            raise ValueError(f"'--set' gives '{name}' twice")
+            raise ValueError(f"'--set' gives {name!r} twice")
         out[name] = value
     return out
 
@@ -81,15 +84,44 @@ def _parse_seed(text: str | None) -> int | None:
     return seed
 
 
+#: longest output file name: the checkpoint directory adds 22 bytes, a file system allows 255
+_MAX_NAME_BYTES = 200
+
+
 def _check_path(option: str, text: str | None, suffix: str) -> Path | None:
     if text is None:
         return None
+    try:
+        os.fsencode(text)
+    except UnicodeError:
+        raise ValueError(f"'{option}' is not a valid file name, got {text!r}") from None
+    if "\0" in text:
+        raise ValueError(f"'{option}' must not contain a NUL character, got {text!r}")
     p = Path(text)
     if p.suffix.lower() != suffix:
         raise ValueError(f"'{option}' must end in {suffix}, got {text!r}")
-    if p.exists() and p.is_dir():
-        raise ValueError(f"'{option}' is a directory: {text!r}")
+    if len(os.fsencode(p.name)) > _MAX_NAME_BYTES:
+        raise ValueError(f"'{option}' file name is longer than {_MAX_NAME_BYTES} bytes, got {text!r}")
+    try:
+        if p.is_dir():
+            raise ValueError(f"'{option}' is a directory: {text!r}")
+        parent = next((a for a in p.parents if a.exists()), None)  # nearest existing ancestor
+    except OSError as exc:  # e.g. a path component too long for the file system
+        raise ValueError(f"'{option}' is not a usable path ({exc.strerror}): {text!r}") from None
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"'{option}' is inside {str(parent)!r}, which is not a directory")
     return p
+
+
+def _connect(address: str | None):
+    """A client of the Dask scheduler at ``address`` (None: in-process); ValueError if unusable."""
+    if address is None:
+        return None
+    from simkit._dask import DaskExecutor
+    try:
+        return DaskExecutor(address).client
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("'scheduler'", "'--scheduler'", 1)) from None
 
 
 def _run(args) -> int:
@@ -99,10 +131,15 @@ def _run(args) -> int:
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
         out = _check_path("--out", args.out, ".nc") or Path("data") / f"{study.name}.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / f"{out.stem}.pdf"
+        client = _connect(args.scheduler)  # last: it is the only check that contacts anything
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    result = run_study(study, cfg, out, scheduler=args.scheduler, progress=not args.no_progress)
+    try:
+        result = run_study(study, cfg, out, scheduler=client, progress=not args.no_progress)
+    finally:
+        if client is not None:
+            client.close()
     if not result.completed:
         return 130
     print(f"simkit: wrote {result.path} ({result.n_done}/{result.n_tasks} tasks, {result.wall_time_s:.1f} s)")
@@ -141,15 +178,19 @@ def _validate(args) -> int:
         seed = _parse_seed(args.seed)
         out = _check_path("--out", args.out, ".nc") or Path("data") / "validation.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / "validation.pdf"
+        client = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
-        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=args.scheduler,
+        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=client,
                             progress=not args.no_progress)
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
+    finally:
+        if client is not None:
+            client.close()
     print(f"simkit: wrote {out} and {report}")
     print(f"{'claim':<6}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}statistic")
     for i, c in enumerate(ds["claim"].values):

@@ -91,7 +91,9 @@ class Param:
     multi: bool = False  # a comma-separated list of choices
 
     def parse(self, text: str) -> Any:
-        """Parse a ``--set`` value string and validate it."""
+        """Parse a ``--set`` value string and validate it (a non-string goes to :meth:`validate`)."""
+        if not isinstance(text, str):
+            return self.validate(text)
         raw = text.strip()
         if self.kind is bool:
             low = raw.lower()
@@ -99,7 +101,7 @@ class Param:
                 return True
             if low in ("0", "false", "no", "off"):
                 return False
-            raise ValueError(f"'{self.name}' must be true or false, got {text!r}")
+            raise ValueError(f"'{self.name}' must be true or false, got {_show(text)}")
         if self.kind is int:
             try:
                 value = int(raw)
@@ -107,16 +109,16 @@ class Param:
                 try:
                     f = float(raw)
                 except ValueError:
-                    raise ValueError(f"'{self.name}' must be an integer, got {text!r}") from None
+                    raise ValueError(f"'{self.name}' must be an integer, got {_show(text)}") from None
                 if not math.isfinite(f) or not f.is_integer():
-                    raise ValueError(f"'{self.name}' must be an integer, got {text!r}") from None
+                    raise ValueError(f"'{self.name}' must be an integer, got {_show(text)}") from None
                 value = int(f)
             return self.validate(value)
         if self.kind is float:
             try:
                 value = float(raw)
             except ValueError:
-                raise ValueError(f"'{self.name}' must be a number, got {text!r}") from None
+                raise ValueError(f"'{self.name}' must be a number, got {_show(text)}") from None
             return self.validate(value)
         return self.validate(raw)
 
@@ -126,39 +128,60 @@ class Param:
             return None
         if self.kind is bool:
             if not isinstance(value, (bool, np.bool_)):
-                raise ValueError(f"'{self.name}' must be true or false, got {value!r}")
+                raise ValueError(f"'{self.name}' must be true or false, got {_show(value)}")
             return bool(value)
         if self.kind in (int, float):
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise ValueError(f"'{self.name}' must be a {'number' if self.kind is float else 'integer'}, got {value!r}")
-            if not math.isfinite(float(value)):
-                raise ValueError(f"'{self.name}' must be finite, got {value!r}")
-            if self.kind is int:
-                if not float(value).is_integer():
-                    raise ValueError(f"'{self.name}' must be an integer, got {value!r}")
-                value = int(value)
+                raise ValueError(f"'{self.name}' must be {'a number' if self.kind is float else 'an integer'}, "
+                                 f"got {_show(value)}")
+            if isinstance(value, (int, np.integer)):
+                value = int(value)  # exact at any size: float() overflows beyond ~1.8e308
+                if self.kind is float:
+                    try:
+                        value = float(value)
+                    except OverflowError:
+                        raise ValueError(f"'{self.name}' must be finite, got {_show(value)}") from None
             else:
-                value = float(value)
+                if not math.isfinite(float(value)):
+                    raise ValueError(f"'{self.name}' must be finite, got {value!r}")
+                if self.kind is int:
+                    if not float(value).is_integer():
+                        raise ValueError(f"'{self.name}' must be an integer, got {value!r}")
+                    value = int(value)
+                else:
+                    value = float(value)
             if self.low is not None:
                 if self.low_open and value <= self.low:
-                    raise ValueError(f"'{self.name}' must be > {self.low:g}, got {value!r}")
+                    raise ValueError(f"'{self.name}' must be > {self.low:g}, got {_show(value)}")
                 if not self.low_open and value < self.low:
-                    raise ValueError(f"'{self.name}' must be >= {self.low:g}, got {value!r}")
+                    raise ValueError(f"'{self.name}' must be >= {self.low:g}, got {_show(value)}")
             if self.high is not None and value > self.high:
-                raise ValueError(f"'{self.name}' must be <= {self.high:g}, got {value!r}")
+                raise ValueError(f"'{self.name}' must be <= {self.high:g}, got {_show(value)}")
             if self.power_of_two and (value < 1 or value & (value - 1)):
-                raise ValueError(f"'{self.name}' must be a power of two, got {value!r}")
+                raise ValueError(f"'{self.name}' must be a power of two, got {_show(value)}")
             return value
         if not isinstance(value, str):
-            raise ValueError(f"'{self.name}' must be text, got {value!r}")
+            raise ValueError(f"'{self.name}' must be text, got {_show(value)}")
         if self.choices is not None:
             items = [v.strip() for v in value.split(",")] if self.multi else [value]
             bad = [v for v in items if v not in self.choices]
             if bad or not items or items == [""]:
                 raise ValueError(f"'{self.name}' must be one or more of {', '.join(self.choices)} "
-                                 f"(comma-separated), got {value!r}")
+                                 f"(comma-separated), got {_show(value)}")
+            dup = next((v for i, v in enumerate(items) if v in items[:i]), None)
+            if dup is not None:  # a repeated cell would share its seeds and checkpoints with the first
+                raise ValueError(f"'{self.name}' lists {dup!r} twice, got {_show(value)}")
             return ",".join(items)
         return value
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, shortened: always one line, at most ~``limit`` chars."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr() of an int of more than 4300 digits raises (sys.set_int_max_str_digits)
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-12:]} ({len(text)} chars)"
 
 
 def resolve_config(study: Study, overrides: dict[str, Any] | None = None, *, quick: bool = False,
@@ -172,13 +195,13 @@ def resolve_config(study: Study, overrides: dict[str, Any] | None = None, *, qui
     for name, value in (overrides or {}).items():
         if name not in study.params:
             known = ", ".join(sorted(study.params))
-            raise ValueError(f"unknown parameter '{name}' for study {study.name}; known: {known}")
+            raise ValueError(f"unknown parameter {_show(name)} for study {study.name}; known: {known}")
         p = study.params[name]
         cfg[name] = p.parse(value) if isinstance(value, str) else p.validate(value)
     if seed is None:
         seed = study.default_seed
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0 or seed >= 2**63:
-        raise ValueError(f"'seed' must be an integer in [0, 2**63), got {seed!r}")
+        raise ValueError(f"'seed' must be an integer in [0, 2**63), got {_show(seed)}")
     cfg["seed"] = int(seed)
     cfg["quick"] = bool(quick)
     study.check_config(cfg)
@@ -464,8 +487,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         From :func:`resolve_config` (defaults if omitted).
     out : path, optional
         Output netCDF path (default ``data/<name>.nc``).
-    scheduler : str, optional
-        Address of a Dask distributed scheduler; None runs in-process.
+    scheduler : str or distributed.Client, optional
+        Address of a Dask distributed scheduler (or a client of one, left open); None runs
+        in-process. An unusable address raises ValueError before anything is written.
     progress : bool
         Show a progress bar on stderr.
     keep_checkpoint : bool
@@ -479,8 +503,13 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         cfg = resolve_config(study)
     out = Path(out) if out is not None else Path("data") / f"{study.name}.nc"
     t0 = time.perf_counter()
+    executor = _make_executor(scheduler)  # a bad scheduler fails here, before anything is written
     ckpt = Checkpoint(out, study, cfg)
-    ckpt.open()
+    try:
+        ckpt.open()
+    except BaseException:
+        executor.close()
+        raise
     cells = study.cells(cfg)
     n_blocks = study.n_blocks(cfg)
     preps: dict[int, dict] = {}
@@ -498,7 +527,6 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
                 blocks[(ci, b)] = r
                 resumed += 1
     n_tasks = len(cells) * (1 + n_blocks)
-    executor = _make_executor(scheduler)
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -1,4 +1,5 @@
-"""The ``simkit`` command line (simkit.cli): in-process through ``main`` and once as a real process.
+"""The ``simkit`` command line (simkit.cli): in-process through ``main`` and as a real process
+(bad input, the console script, Ctrl-C).
 
 Bad input must exit with status 2, print exactly one line on stderr naming the argument (no
 traceback) and leave no file behind. No statistical assertions here.
@@ -9,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +193,60 @@ def test_console_script_report_missing(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     assert str(tmp_path / "missing.nc") in _one_line(res.stderr)
+
+
+# design of the Ctrl-C test: 2 x (1 + 40) tasks, a few seconds in all, so that SIGINT lands mid-run
+INTERRUPTED = {"settings": "uniform-d3,vmf-d3", "k_max": "4096", "n_blocks": "40", "block_anchors": "256",
+               "pilot_blocks": "1"}
+
+
+def test_ctrl_c_exits_130_keeps_finished_tasks_and_resumes(tmp_path, monkeypatch, capsys):
+    """SIGINT (Ctrl-C) to ``simkit run`` once checkpoints exist: exit status 130, one line on
+    stderr, no dataset, every finished task kept; the same command again resumes to the dataset of
+    an uninterrupted run."""
+    from simkit.engine import resolve_config, results_identical, run_study
+    from studies.rate_k import STUDY
+
+    out = tmp_path / "rate_k.nc"
+    argv = ["run", "rate_k", *_sets(INTERRUPTED), "--seed", "7", "--out", str(out), "--no-report", "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "simkit.cli", *argv], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, n = time.monotonic() + 240, 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            dirs = list(tmp_path.glob(".rate_k.nc.*.partial"))
+            n = len([p for p in dirs[0].glob("*.npz") if not p.name.startswith(".")]) if dirs else 0
+            if n >= 4:
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None and n >= 4, "the run ended, or wrote no checkpoint, before the interrupt"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr[-3000:]
+    line = _one_line(stderr)
+    assert stdout == ""
+    m = re.fullmatch(r"simkit: interrupted; (\d+)/82 tasks are kept in (\S+); run the same command again to resume",
+                     line)
+    assert m, line
+    assert not out.exists()
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    assert Path(m.group(2)).resolve() == partial.resolve()
+    kept = sorted(p.name for p in partial.iterdir() if p.suffix == ".npz")
+    assert not [k for k in kept if k.startswith(".")]  # no temporary file left
+    # a SIGINT landing between a checkpoint's rename and its bookkeeping keeps one file more than
+    # the message counts; never fewer
+    assert 4 <= int(m.group(1)) <= len(kept) <= int(m.group(1)) + 1 < 82
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0  # the same command, in-process this time
+    resumed = read_dataset(out)
+    assert resumed.attrs["resumed_tasks"] == len(kept)
+    clean = run_study(STUDY, resolve_config(STUDY, INTERRUPTED, seed=7), tmp_path / "clean" / "rate_k.nc",
+                      progress=False)
+    assert results_identical(clean.dataset, resumed)
+    assert sorted(os.listdir(tmp_path)) == ["clean", "rate_k.nc"]
+    capsys.readouterr()

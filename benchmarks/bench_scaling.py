@@ -1,0 +1,370 @@
+"""Scaling of the study engine: in-process against a Dask LocalCluster of 1 and of 2 worker processes.
+
+Runs, side by side and round-robin (so that load from other jobs on the machine hits every mode
+alike), each design
+    * ``quick``: the quick rate_k study, ``resolve_config(STUDY, quick=True)`` (3 settings x (1 + 32) tasks);
+    * ``blocks``: a design whose work is mostly parallel blocks (uniform-d3 and vmf-d8, K = 65536,
+      32 blocks each), to show what the machine gives when the critical path is short;
+in three modes: in-process (one process, Numba threads = cores), and ``run_study(...,
+scheduler=...)`` on a LocalCluster with 1 and with 2 worker processes (``threads_per_worker=1``;
+``NUMBA_NUM_THREADS=1`` in the workers through the nanny's ``env``, checked in every worker, so
+two workers do not oversubscribe two cores).
+
+Before any timing every worker process (and this process) runs each cell's ``prepare`` and one
+block with another seed: Numba's on-disk cache is loaded (or compiled) once per process.
+
+Reported: wall time of ``run_study`` (connect, submit, tasks, checkpoints, summarise, netCDF), the
+speed-ups 2 workers vs 1 and in-process vs 1 worker, the task time (sum of task durations: the
+Dask task stream on the cluster, a timer around each task in-process), the overhead fraction
+``1 - task time / (wall x workers)``, the phases (preparations, blocks, driver tail), the ideal
+wall time of the engine's two-stage schedule from the measured task durations, and the task size
+that would keep the overhead under 5%; medians over ``--repeats`` rounds, and the best (smallest)
+wall times. The machine is shared, so each round also measures the parallel capacity that two
+worker processes get at that moment: a fixed load (16 blocks of the ``blocks`` design) on one
+worker alone, then on both at once; 2.0 means two full cores. The datasets of all modes are
+checked identical.
+
+``--full-tasks`` instead times, in-process, each cell's preparation (the second call: the first
+loads Numba's cache) and 4 blocks of the full (default) rate_k design, the task sizes that
+docs/scaling.md uses to plan a 64-worker run.
+
+Run: ``python benchmarks/bench_scaling.py [--repeats R]`` and ``python benchmarks/bench_scaling.py
+--full-tasks``; results in benchmarks/results/scaling.json (each updates its own part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Heavy imports (simkit, and through it Numba) happen inside the functions below: worker
+# processes are spawned, and a spawned process re-imports this file as ``__mp_main__``; importing
+# Numba there would fix its thread count before the nanny's NUMBA_NUM_THREADS=1 is applied.
+
+BLOCKS_DESIGN = {"settings": "uniform-d3,vmf-d8", "k_max": 65536, "n_blocks": 32, "block_anchors": 256,
+                 "pilot_blocks": 2}
+WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "MKL_NUM_THREADS": "1"}
+
+
+def _designs():
+    from simkit.engine import resolve_config
+    from studies.rate_k import STUDY
+    return {"quick": resolve_config(STUDY, quick=True), "blocks": resolve_config(STUDY, BLOCKS_DESIGN)}
+
+
+def _warm(cfgs: list[dict]) -> tuple[int, float, int]:
+    """Each cell's preparation and one block, with another seed (loads Numba's cache).
+
+    Returns (process id, seconds, Numba threads)."""
+    import numba
+
+    from simkit.engine import execute_task
+    from studies.rate_k import STUDY
+    t0 = time.perf_counter()
+    for cfg in cfgs:
+        cfg = {**cfg, "seed": cfg["seed"] + 1}
+        for cell in STUDY.cells(cfg):
+            prep = execute_task("rate_k", cfg, cell, 0, 0, None)
+            execute_task("rate_k", cfg, cell, 1, 0, prep)
+    return os.getpid(), time.perf_counter() - t0, numba.get_num_threads()
+
+
+def _spin(cfg: dict, n: int) -> float:
+    """Seconds for ``n`` blocks of ``cfg``'s first cell (a fixed CPU-bound load)."""
+    from simkit.engine import execute_task
+    from studies.rate_k import STUDY
+    cell = STUDY.cells(cfg)[0]
+    prep = execute_task("rate_k", cfg, cell, 0, 0, None)
+    t0 = time.perf_counter()
+    for b in range(n):
+        execute_task("rate_k", cfg, cell, 1, b, prep)
+    return time.perf_counter() - t0
+
+
+def _capacity(client, cfg: dict, n: int = 16) -> dict:
+    """What two worker processes get from the machine right now: the same fixed load run on one
+    worker alone, then on both at once; capacity = 2 x alone / together (2 = two full cores)."""
+    w = sorted(client.scheduler_info()["workers"])
+    alone = client.submit(_spin, cfg, n, workers=[w[0]], allow_other_workers=False, pure=False).result()
+    both = client.gather([client.submit(_spin, cfg, n, workers=[x], allow_other_workers=False, pure=False)
+                          for x in w])
+    return {"alone_s": alone, "together_s": both, "capacity": 2 * alone / statistics.mean(both)}
+
+
+def _stage_of(key_tag: str, tags_in_order: list[str]) -> str:
+    return "prepare" if key_tag == tags_in_order[0] else "block"
+
+
+def _timed_in_process(cfg, out: Path) -> dict:
+    from simkit import engine
+    from studies.rate_k import STUDY
+    spans = []
+    real = engine.execute_task
+
+    def timed(study_name, cfg_, cell, stage, block, prep):
+        t = time.perf_counter()
+        try:
+            return real(study_name, cfg_, cell, stage, block, prep)
+        finally:
+            spans.append(("prepare" if stage == 0 else "block", t, time.perf_counter()))
+
+    engine.execute_task = timed  # run_study looks the task function up at call time
+    try:
+        t0 = time.perf_counter()
+        res = engine.run_study(STUDY, cfg, out, progress=False)
+        wall = time.perf_counter() - t0
+    finally:
+        engine.execute_task = real
+    return _summary(res, wall, t0, spans, n_workers=1)
+
+
+def _timed_dask(cfg, out: Path, cluster, client) -> dict:
+    from distributed import get_task_stream
+
+    from simkit.engine import run_study
+    from studies.rate_k import STUDY
+    with get_task_stream(client) as stream:
+        t0_wall = time.time()
+        t0 = time.perf_counter()
+        res = run_study(STUDY, cfg, out, scheduler=cluster.scheduler_address, progress=False)
+        wall = time.perf_counter() - t0
+    records = [r for r in stream.data if str(r["key"]).startswith("simkit-")]
+    tags = sorted({str(r["key"]).split("-")[1] for r in records},
+                  key=lambda tag: min(s["start"] for r in records if str(r["key"]).split("-")[1] == tag
+                                      for s in r["startstops"]))
+    spans = []
+    for r in records:
+        for s in r["startstops"]:
+            if s["action"] == "compute":
+                # task-stream times are wall-clock seconds: shift them onto perf_counter's origin
+                spans.append((_stage_of(str(r["key"]).split("-")[1], tags), t0 + s["start"] - t0_wall,
+                              t0 + s["stop"] - t0_wall))
+    return _summary(res, wall, t0, spans, n_workers=len(client.scheduler_info()["workers"]))
+
+
+def _same_results(a, b) -> bool:
+    """results_identical, ignoring git_commit: the shared checkout may get commits during a run."""
+    from simkit.engine import results_identical
+    a, b = a.copy(), b.copy()
+    for d in (a, b):
+        d.attrs.pop("git_commit", None)
+    return results_identical(a, b)
+
+
+def _makespan(durations: list[float], n_workers: int) -> float:
+    """Greedy list schedule (tasks in the given order, each to the first free worker)."""
+    free = [0.0] * n_workers
+    for d in durations:
+        i = free.index(min(free))
+        free[i] += d
+    return max(free)
+
+
+def _summary(res, wall, t0, spans, n_workers) -> dict:
+    assert res.completed and not res.errors, res.errors
+    prep = [s for s in spans if s[0] == "prepare"]
+    block = [s for s in spans if s[0] == "block"]
+    busy = sum(b - a for _, a, b in spans)
+    last_stop = max(b for _, _, b in spans)
+    block_phase = max(b for _, _, b in block) - min(a for _, a, _ in block)
+    ideal = (_makespan(sorted((b - a for _, a, b in prep), reverse=True), n_workers)
+             + _makespan([b - a for _, a, b in block], n_workers))
+    return {
+        "wall_s": wall,
+        "n_workers": n_workers,
+        "prepare_durations_s": [b - a for _, a, b in prep],
+        "block_durations_s": [b - a for _, a, b in block],
+        "n_tasks": len(spans),
+        "task_time_s": busy,
+        "overhead_fraction": 1.0 - busy / (wall * n_workers),
+        "prepare_task_s": sorted(b - a for _, a, b in prep),
+        "block_task_s_median": statistics.median(b - a for _, a, b in block),
+        "block_task_s_total": sum(b - a for _, a, b in block),
+        "head_s": min(a for _, a, _ in spans) - t0,  # connect, read checkpoints, submit
+        "prepare_phase_s": max(b for _, _, b in prep) - min(a for _, a, _ in prep),
+        "block_phase_s": block_phase,
+        "block_phase_overhead_fraction": 1.0 - sum(b - a for _, a, b in block) / (block_phase * n_workers),
+        "tail_s": t0 + wall - last_stop,  # summarise, write the netCDF, remove checkpoints
+        "ideal_wall_s": ideal,
+        "dataset": res.dataset,
+    }
+
+
+def full_tasks() -> dict:
+    """In-process seconds of the full rate_k design's tasks: each cell's preparation and 4 blocks."""
+    import numba
+
+    from simkit.engine import execute_task, resolve_config
+    from studies.rate_k import STUDY
+    cfg = resolve_config(STUDY)
+    out = {"config": cfg, "numba_threads": numba.get_num_threads(), "load_average_before": os.getloadavg(),
+           "cells": {}}
+    for cell in STUDY.cells(cfg):
+        times = []
+        for _ in range(2):
+            t = time.perf_counter()
+            prep = execute_task("rate_k", cfg, cell, 0, 0, None)
+            times.append(time.perf_counter() - t)
+        blocks = []
+        for b in range(4):
+            t = time.perf_counter()
+            execute_task("rate_k", cfg, cell, 1, b, prep)
+            blocks.append(time.perf_counter() - t)
+        out["cells"][cell["setting"]] = {"prepare_s": times[1], "prepare_first_call_s": times[0], "block_s": blocks}
+        print(f"{cell['setting']:<12} prepare {times[1]:6.2f} s (first call {times[0]:.2f} s)  blocks "
+              + " ".join(f"{b:.3f}" for b in blocks) + " s", flush=True)
+    out["load_average_after"] = os.getloadavg()
+    return out
+
+
+def _write(part: str, value) -> None:
+    path = Path(__file__).parent / "results" / "scaling.json"
+    path.parent.mkdir(exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[part] = value
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    print(f"wrote {path} ({part})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per design and mode (default 3)")
+    ap.add_argument("--full-tasks", action="store_true", help="only time the full design's tasks in-process")
+    args = ap.parse_args(argv)
+    if args.full_tasks:
+        _write("full_design_tasks", full_tasks())
+        return 0
+
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    import simkit
+
+    designs = _designs()
+    load_before = os.getloadavg()
+    print(f"{platform.platform()}; {os.cpu_count()} CPUs; load average {load_before[0]:.2f}", flush=True)
+    t = time.perf_counter()
+    _, _, threads_here = _warm(list(designs.values()))
+    print(f"in-process warm-up {time.perf_counter() - t:.1f} s (Numba threads {threads_here})", flush=True)
+    clusters = {}
+    for n in (1, 2):
+        t = time.perf_counter()
+        cluster = LocalCluster(n_workers=n, processes=True, threads_per_worker=1, host="127.0.0.1",
+                               dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                               env=WORKER_ENV)
+        client = Client(cluster)
+        started = time.perf_counter() - t
+        workers = list(client.scheduler_info()["workers"])
+        warm = client.gather([client.submit(_warm, list(designs.values()), workers=[w], allow_other_workers=False,
+                                            pure=False, key=f"warm-up-{w}") for w in workers])
+        assert {th for _, _, th in warm} == {1}, f"workers run {warm} Numba threads, not 1"
+        print(f"{n} worker(s): started in {started:.1f} s, warm-up {max(s for _, s, _ in warm):.1f} s "
+              f"(Numba threads per worker: {[th for _, _, th in warm]})", flush=True)
+        clusters[n] = (cluster, client)
+
+    runs = {d: {m: [] for m in ("in-process", "1 worker", "2 workers")} for d in designs}
+    capacity = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            capacity.append(_capacity(clusters[2][1], designs["blocks"]))
+            print(f"[{r + 1}/{args.repeats}] parallel capacity of 2 worker processes: {capacity[-1]['capacity']:.2f} "
+                  f"cores", flush=True)
+            for dname, cfg in designs.items():
+                for mode in ("in-process", "1 worker", "2 workers"):
+                    out = Path(tmp) / f"{dname}-{mode.replace(' ', '')}-{r}.nc"
+                    if mode == "in-process":
+                        s = _timed_in_process(cfg, out)
+                    else:
+                        cluster, client = clusters[int(mode[0])]
+                        s = _timed_dask(cfg, out, cluster, client)
+                    runs[dname][mode].append(s)
+                    print(f"[{r + 1}/{args.repeats}] {dname:<6} {mode:<10} wall {s['wall_s']:6.2f} s  "
+                          f"tasks {s['task_time_s']:6.2f} s  overhead {100 * s['overhead_fraction']:5.1f}%",
+                          flush=True)
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # no INFO lines while closing
+    for cluster, client in clusters.values():
+        client.close()
+        cluster.close()
+
+    results = {}
+    for dname, modes in runs.items():
+        ref = modes["in-process"][0]["dataset"]
+        identical = all(_same_results(ref, s["dataset"]) for ss in modes.values() for s in ss)
+        med = {m: {k: (statistics.median(s[k] for s in ss) if isinstance(ss[0][k], float) else ss[0][k])
+                   for k in ss[0] if k not in ("dataset", "prepare_durations_s", "block_durations_s")}
+               for m, ss in modes.items()}
+        for m, ss in modes.items():
+            med[m]["wall_s_runs"] = [s["wall_s"] for s in ss]
+            med[m]["wall_s_min"] = min(s["wall_s"] for s in ss)
+        w1, w2, ip = med["1 worker"], med["2 workers"], med["in-process"]
+        # the ceiling of the engine's schedule (every preparation, a barrier, every block) on 2
+        # workers, from the task durations measured on 1 worker (no contention between workers)
+        one = modes["1 worker"][0]
+        ceiling = (sum(one["prepare_durations_s"]) + sum(one["block_durations_s"])) / (
+            _makespan(sorted(one["prepare_durations_s"], reverse=True), 2) + _makespan(one["block_durations_s"], 2))
+        # per-task cost of the engine + Dask in the block phase, and the task size for < 5%
+        n_blocks = w1["n_tasks"] - len(w1["prepare_task_s"])
+        per_task = max(w1["block_phase_s"] - w1["block_task_s_total"], 0.0) / n_blocks
+        fixed = w1["head_s"] + w1["tail_s"]
+        results[dname] = {
+            "config": {k: v for k, v in designs[dname].items()},
+            "identical_datasets": identical,
+            "modes": med,
+            "speedup_2_vs_1_worker": w1["wall_s"] / w2["wall_s"],
+            "speedup_in_process_vs_1_worker": w1["wall_s"] / ip["wall_s"],
+            "speedup_2_vs_1_worker_best_runs": w1["wall_s_min"] / w2["wall_s_min"],
+            "speedup_in_process_vs_1_worker_best_runs": w1["wall_s_min"] / ip["wall_s_min"],
+            "ceiling_speedup_2_vs_1_worker": ceiling,
+            "block_phase_speedup_2_vs_1_worker": w1["block_phase_s"] / w2["block_phase_s"],
+            "serial_fraction_1_worker": max(w1["prepare_task_s"]) / w1["task_time_s"],
+            "overhead_per_block_task_s": per_task,
+            "fixed_driver_s": fixed,
+            "block_task_s_for_5pct_overhead": 19.0 * per_task,
+        }
+    load_after = os.getloadavg()
+    out = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": load_before, "load_average_after": load_after},
+        "simkit_version": simkit.__version__,
+        "repeats": args.repeats,
+        "worker_env": WORKER_ENV,
+        "parallel_capacity_2_workers": {"runs": capacity,
+                                        "median": statistics.median(c["capacity"] for c in capacity)},
+        "results": results,
+    }
+    print()
+    for dname, r in results.items():
+        m = r["modes"]
+        print(f"{dname}: {r['config']['settings']}, k_max {r['config']['k_max']}, {r['config']['n_blocks']} blocks;"
+              f" datasets identical across modes: {r['identical_datasets']}")
+        print(f"  {'mode':<11}{'wall s':>8}{'best s':>8}{'tasks s':>9}{'overhead':>10}{'prep phase':>12}{'block phase':>13}"
+              f"{'tail s':>8}{'ideal s':>9}")
+        for mode, s in m.items():
+            print(f"  {mode:<11}{s['wall_s']:>8.2f}{s['wall_s_min']:>8.2f}{s['task_time_s']:>9.2f}{100 * s['overhead_fraction']:>9.1f}%"
+                  f"{s['prepare_phase_s']:>12.2f}{s['block_phase_s']:>13.2f}{s['tail_s']:>8.2f}{s['ideal_wall_s']:>9.2f}")
+        print(f"  speed-up 2 vs 1 worker {r['speedup_2_vs_1_worker']:.2f}x (best runs "
+              f"{r['speedup_2_vs_1_worker_best_runs']:.2f}x; ceiling of the engine's schedule "
+              f"{r['ceiling_speedup_2_vs_1_worker']:.2f}x; block phase {r['block_phase_speedup_2_vs_1_worker']:.2f}x); "
+              f"in-process vs 1 worker {r['speedup_in_process_vs_1_worker']:.2f}x")
+        print(f"  longest preparation = {100 * r['serial_fraction_1_worker']:.0f}% of the task time; overhead per "
+              f"block task {1000 * r['overhead_per_block_task_s']:.1f} ms (median block "
+              f"{1000 * m['1 worker']['block_task_s_median']:.0f} ms): blocks of >= "
+              f"{r['block_task_s_for_5pct_overhead']:.2f} s keep it under 5%; fixed driver cost {r['fixed_driver_s']:.2f} s")
+    print(f"parallel capacity of 2 worker processes (fixed load alone vs both at once): median "
+          f"{out['parallel_capacity_2_workers']['median']:.2f} cores; load average before {load_before[0]:.2f}, "
+          f"after {load_after[0]:.2f}")
+    _write("scaling", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
