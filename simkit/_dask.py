@@ -82,13 +82,24 @@ class DaskExecutor:
         self._futures: list = []
 
     def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[Any, Any, BaseException | None]]:
+        """Submit ``(key, args, dep)`` tasks; a dependent task gets its dependency's future as its last
+        argument, so Dask starts it as soon as that one is done (no barrier across cells)."""
         from distributed import as_completed
+
+        from simkit.engine import DependencyFailed
         tag = uuid.uuid4().hex[:8]
         futures = {}
-        for i, (key, args) in enumerate(tasks):
+        by_key = {}
+        deps = {}
+        for i, (key, args, dep) in enumerate(tasks):
+            if dep is not None:
+                args = (*args[:-1], by_key[dep])
+                deps[key] = by_key[dep]
             fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{i}", pure=False)
             futures[fut] = key
+            by_key[key] = fut
         self._futures = list(futures)
+        dep_futures = set(deps.values())
         for fut in as_completed(futures):
             key = futures[fut]
             try:
@@ -96,11 +107,13 @@ class DaskExecutor:
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # the task raised, or its worker failed too often
-                yield key, None, exc
+                dep = deps.get(key)
+                yield key, None, (DependencyFailed(str(exc)) if dep is not None and dep.status == "error" else exc)
             else:
                 yield key, result, None
             finally:
-                fut.release()
+                if fut not in dep_futures:
+                    fut.release()  # results are checkpointed by the engine; keep only what others need
 
     def close(self) -> None:
         for fut in self._futures:

@@ -50,6 +50,7 @@ __all__ = [
     "write_dataset",
     "read_dataset",
     "VOLATILE_ATTRS",
+    "DependencyFailed",
     "results_identical",
     "STUDIES",
     "get_study",
@@ -446,21 +447,41 @@ class RunResult:
     wall_time_s: float
 
 
+class DependencyFailed(Exception):
+    """A task was not run because the task it depends on (its cell's preparation) failed."""
+
+
 class _Executor:
-    """In-process executor: runs tasks one after another (each task uses all cores via Numba)."""
+    """In-process executor: runs tasks one after another (each task uses all cores via Numba).
+
+    ``run(tasks, fn)`` takes ``(key, args, dep)`` triples: when ``dep`` is the key of an earlier
+    task, that task's result replaces the last argument. It yields ``(key, result, exception)``.
+    """
 
     name = "in-process"
     n_workers = 1
 
-    def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[tuple, Any, BaseException | None]]:
-        for key, args in tasks:
+    def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[Any, Any, BaseException | None]]:
+        results: dict = {}
+        failed: set = set()
+        needed = {t[2] for t in tasks if t[2] is not None}
+        for key, args, dep in tasks:
+            if dep is not None:
+                if dep in failed or dep not in results:
+                    failed.add(key)
+                    yield key, None, DependencyFailed(str(dep))
+                    continue
+                args = (*args[:-1], results[dep])
             try:
                 result = fn(*args)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # recorded, the run goes on
+                failed.add(key)
                 yield key, None, exc
             else:
+                if key in needed:
+                    results[key] = result
                 yield key, result, None
 
     def close(self):
@@ -544,29 +565,30 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
                        "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
     try:
-        # stage 0: per-cell preparation
-        todo = [(("prepare", ci, 0), (study.name, cfg, cells[ci], 0, 0, None))
-                for ci in range(len(cells)) if ci not in preps]
+        # one task list: each cell's preparation, then its blocks, which depend on it (an executor
+        # may start a cell's blocks as soon as that cell is prepared: no barrier across cells)
+        todo = []
+        for ci, cell in enumerate(cells):
+            pkey = ("prepare", ci, 0)
+            if ci not in preps:
+                todo.append((pkey, (study.name, cfg, cell, 0, 0, None), None))
+            for b in range(n_blocks):
+                if (ci, b) not in blocks:
+                    ready = ci in preps
+                    todo.append((("block", ci, b), (study.name, cfg, cell, 1, b, preps[ci] if ready else None),
+                                 None if ready else pkey))
         for (kind, ci, b), result, exc in executor.run(todo, execute_task):
+            if isinstance(exc, DependencyFailed):
+                continue  # the cell's preparation failed and is recorded; its blocks cannot run
             if exc is not None:
                 record(kind, ci, b, exc)
             else:
-                ckpt.save(_task_name(cells[ci], 0, 0), result)
-                preps[ci] = result
-                new_done += 1
-            if bar is not None:
-                bar.update(1)
-            if stop_after is not None and new_done >= stop_after:
-                raise KeyboardInterrupt
-        # stage 1: replicate blocks (cells whose preparation failed are skipped)
-        todo = [(("block", ci, b), (study.name, cfg, cells[ci], 1, b, preps[ci]))
-                for ci in range(len(cells)) if ci in preps for b in range(n_blocks) if (ci, b) not in blocks]
-        for (kind, ci, b), result, exc in executor.run(todo, execute_task):
-            if exc is not None:
-                record(kind, ci, b, exc)
-            else:
-                ckpt.save(_task_name(cells[ci], 1, b), result)
-                blocks[(ci, b)] = result
+                if kind == "prepare":
+                    ckpt.save(_task_name(cells[ci], 0, 0), result)
+                    preps[ci] = result
+                else:
+                    ckpt.save(_task_name(cells[ci], 1, b), result)
+                    blocks[(ci, b)] = result
                 new_done += 1
             if bar is not None:
                 bar.update(1)

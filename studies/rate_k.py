@@ -88,6 +88,8 @@ class RateK(Study):
                                low=8, high=1 << 20),
         "pilot_blocks": Param("pilot_blocks", int, 4, "pilot blocks for the control-variate coefficients",
                               low=1, high=64, quick=2),
+        "n_mc": Param("n_mc", int, 1 << 18, "Monte Carlo size over x for constants without a 1-D reduction "
+                      "(mixture pi, rotated kernels); their MCSE is reported", low=1024, high=1 << 24, quick=1 << 16),
         "k_min_factor": Param("k_min_factor", float, 16.0,
                               "fit k >= k_min_factor * max(E[Z2/Z^2], E[m1/Z])", low=0.0),
         "dim": Param("dim", int, None, "override the dimension d of every setting", low=2, high=4096),
@@ -125,9 +127,9 @@ class RateK(Study):
         est = self._estimator(cell, cfg)
         pi, kernel, tau = est.pi, est.kernel, est.tau
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
-        c1 = exact.bias_constant(pi, kernel, tau, n_mc=1 << 18)
-        ce = exact.cross_entropy(pi, kernel, tau, n_mc=1 << 18)
-        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=1 << 18)
+        c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"])
+        ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"])
+        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"])
         if isinstance(pi, Uniform):
             gex = exact.gap_exact(kernel, pi.dim, tau, est.grid)
         else:
