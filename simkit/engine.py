@@ -64,6 +64,8 @@ STUDIES = {
     "rate_k": "studies.rate_k",
     "search_ce": "studies.search_ce",
     "temperature": "studies.temperature",
+    "continuity": "studies.continuity",
+    "rademacher": "studies.rademacher",
 }
 
 
@@ -321,6 +323,9 @@ def _atomic_write_bytes(path: Path, writer: Callable[[str], None], suffix: str) 
     os.close(fd)
     try:
         writer(tmp)
+        umask = os.umask(0o022)  # mkstemp creates 0600; give the file the usual permissions
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

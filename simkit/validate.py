@@ -180,10 +180,10 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
             doc.heading("Details")
             doc.table(["claim", "what the checks found"], details, [0.5, 9.2])
         for name, sds in datasets.items():
-            doc.new_page()
+            doc.finish_page()  # the study's own pages start on a fresh page
             study = get_study(name)
             study.report_sections(doc, sds)
-        doc.new_page()
+        doc.finish_page()
         provenance_pages(doc, ds, claim_text="claims C1-C7")
 
     return write_report(path, build, footer=f"simkit · validation · {ds.attrs.get('created', '?')}",

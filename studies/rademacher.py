@@ -1,0 +1,576 @@
+"""Claim C3 (complexity term of Theorem 1): the empirical Rademacher complexity of the InfoNCE loss class
+stabilises as k grows; a loss summed over the negatives does not.
+
+ADEMP (Morris, White & Crowther 2019)
+-------------------------------------
+Aim        C3 (THEORY.md section 3): the complexity term of the generalisation bound is O(n^{-1/2})
+           and *stabilises* as k -> infinity (it does not grow with k, unlike earlier bounds).
+Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M), K i.i.d. negatives per tuple,
+           independent across tuples; every (n, k) uses the first n tuples and their first k
+           negatives (common random numbers across n and k). The loss class is
+           {l_k(theta; .) : theta in Theta} for the linear embeddings phi_W(x) = Wx/|Wx| with
+           W = I + A, |A_ij| <= radius (a compact box of R^{3x3}: sigma_min(W) >= 1 - 3 radius > 0,
+           so the class is Lipschitz in theta, as Theorem 1 requires). The negative control is the
+           pairwise logistic loss *summed* over the negatives, sum_j log(1 + e^{s_j - s_0}).
+Estimand   hat R_n = E_sigma sup_theta (1/n) sum_i sigma_i l_k(theta; z_i) (empirical Rademacher
+           complexity), averaged over samples, as a function of k (n = n_main) and of n (k in k_for_n).
+Methods    The supremum by L-BFGS-B over the box (EmpiricalRisk(weights=-sigma): sup = -min) from
+           `restarts` starts -- theta_0 = I, then uniform points of the box -- keeping the best. This
+           is a LOWER bound on the supremum: the optimiser may miss the global maximum. Centred
+           estimator: sup_theta (1/n) sum_i sigma_i [l(theta; z_i) - l(theta_0; z_i)], whose
+           expectation is the same (E_sigma sum_i sigma_i l(theta_0; z_i) = 0 for the fixed theta_0)
+           and which removes the O(log k / sqrt n) noise of the loss level. Log-log slopes by WLS with
+           delete-one-block jackknife SE (simkit.analysis.fit_rate).
+Performance  hat R_n(k) and best-of-r for r = 1..restarts with MCSE (over blocks: independent samples,
+           each with `draws` sigma draws); slope b of log hat R_n on log k over k >= k_fit_min with a
+           one-sided t test of H0: b <= 0 at level ALPHA and the slopes it detects (power); the same
+           test on the negative control (must reject); slope of log hat R_n on log n with a one-sided
+           test of H0: slope <= -1/2 (rejection = decay slower than n^{-1/2}).
+
+Why not the max-type surrogate max_j s_j as the control: on S^2 with phi_W surjective, max_j s(x, x-_j)
+tends to 1/tau for every theta as k grows, so its Rademacher complexity *falls* with k; it cannot
+show that the test detects growth. The sum over negatives grows like k times the complexity of a
+single pair.
+
+Run it: ``simkit run rademacher`` or ``python studies/rademacher.py`` (same options).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+
+import numpy as np
+import xarray as xr
+from numpy.typing import NDArray
+from scipy import optimize, stats
+from scipy.special import expit
+from threadpoolctl import threadpool_limits
+
+from simkit import Uniform, VMFKernel
+from simkit.analysis import fit_rate, mean_mcse
+from simkit.embedding import LinearEmbedding
+from simkit.engine import Param, Study
+from simkit.infonce import k_grid
+from simkit.training import EmpiricalRisk, TrainingSample
+
+__all__ = ["LOSSES", "ALPHA", "PairwiseSumRisk", "box_bounds", "rademacher_sup", "STUDY"]
+
+#: level of every test of this study
+ALPHA = 1e-3
+#: a restart "improves" the best value when it raises it by more than this (nat)
+IMPROVE_TOL = 1e-7
+#: the loss classes: name -> role
+LOSSES = {"infonce": "claim C3: InfoNCE l_k (log-sum-exp average over the negatives)",
+          "pairsum": "negative control: sum over the negatives of log(1 + e^{s_j - s_0})"}
+#: L-BFGS-B settings of every run (projected-gradient tolerance, relative reduction, iterations)
+OPTIMISER = {"gtol": 1e-7, "ftol": 1e-10, "maxiter": 300}
+
+
+# ----------------------------------------------------------------------------------------------
+# the negative-control loss class
+
+class PairwiseSumRisk:
+    """``(1/n) sum_i w_i L_i`` with ``L_i = sum_{j<=k} log(1 + e^{s_ij - s_i0})`` (negative control).
+
+    The same interface as :class:`simkit.training.EmpiricalRisk` where this study needs it
+    (``losses``, ``value``, ``objective``); NumPy, gradient through :meth:`Embedding.vjp`.
+    ``dL/ds_j = sigmoid(s_j - s_0)``, ``dL/ds_0 = -sum_j sigmoid(s_j - s_0)``.
+    """
+
+    def __init__(self, sample: TrainingSample, tau: float, *, weights=None):
+        if not isinstance(sample, TrainingSample) or sample.shared:
+            raise ValueError("'sample' must be a TrainingSample with one set of negatives per tuple")
+        if not (isinstance(tau, (int, float, np.floating)) and math.isfinite(tau) and tau > 0):
+            raise ValueError(f"'tau' must be a finite number > 0, got {tau!r}")
+        self.sample, self.tau = sample, float(tau)
+        w = np.ones(sample.n) if weights is None else np.asarray(weights, dtype=float)
+        if w.shape != (sample.n,) or not np.all(np.isfinite(w)):
+            raise ValueError(f"'weights' must be a finite array of shape ({sample.n},), got shape {w.shape}")
+        self.weights = w
+
+    @staticmethod
+    def _embed(phi, pts):
+        """phi at validated points with what the backward pass needs (Embedding's own forward pieces;
+        the sample was validated once at construction, so the per-call input checks are skipped)."""
+        h, cache = phi._hidden(pts)
+        out = phi._normalise(h)  # keeps the domain guard (raises where h = 0)
+        norm = np.sqrt(np.einsum("nd,nd->n", h, h))[:, None]
+        return out, (pts, cache, out, norm)
+
+    @staticmethod
+    def _pullback(phi, saved, g):
+        """``sum_i (d phi(x_i)/d theta)^T g_i`` (as :meth:`Embedding.vjp`, from the saved forward pass)."""
+        pts, cache, out, norm = saved
+        g_h = (g - np.einsum("nd,nd->n", out, g)[:, None] * out) / norm
+        return phi._backward(pts, cache, g_h)
+
+    def _parts(self, phi):
+        s = self.sample
+        n, k, p = s.n, s.k, s.p
+        u, su = self._embed(phi, s.x)
+        v, sv = self._embed(phi, s.x_pos)
+        w, sw = self._embed(phi, s.negatives.reshape(-1, p))
+        w = w.reshape(n, k, -1)
+        r = (np.einsum("nd,nkd->nk", u, w) - np.einsum("nd,nd->n", u, v)[:, None]) / self.tau
+        return u, v, w, r, (su, sv, sw)
+
+    def losses(self, phi) -> NDArray[np.float64]:
+        """Per-tuple losses ``L_i`` (unweighted), shape (n,)."""
+        return np.sum(np.logaddexp(0.0, self._parts(phi)[3]), axis=1)
+
+    def value(self, phi) -> float:
+        return float(np.mean(self.weights * self.losses(phi)))
+
+    def value_and_grad(self, phi) -> tuple[float, NDArray[np.float64]]:
+        n = self.sample.n
+        u, v, w, r, (su, sv, sw) = self._parts(phi)
+        a = self.weights / n
+        g = expit(r) * a[:, None]  # w_i/n dL_i/ds_ij
+        g0 = -g.sum(axis=1)  # w_i/n dL_i/ds_i0
+        g_u = (g0[:, None] * v + np.einsum("nk,nkd->nd", g, w)) / self.tau
+        g_v = g0[:, None] * u / self.tau
+        g_w = (g[:, :, None] * u[:, None, :]).reshape(-1, u.shape[1]) / self.tau
+        grad = self._pullback(phi, su, g_u) + self._pullback(phi, sv, g_v) + self._pullback(phi, sw, g_w)
+        return float(np.mean(self.weights * np.sum(np.logaddexp(0.0, r), axis=1))), grad
+
+    def objective(self, template):
+        def fun(theta):
+            return self.value_and_grad(template.with_params(theta))
+        return fun
+
+
+# ----------------------------------------------------------------------------------------------
+# the supremum of the Rademacher process
+
+def box_bounds(p: int, radius: float) -> tuple[NDArray, NDArray]:
+    """Lower and upper bounds of the flat parameters of ``W = I + A``, ``|A_ij| <= radius``."""
+    eye = np.eye(p).ravel()
+    return eye - radius, eye + radius
+
+
+def rademacher_sup(risk, template, starts: list[NDArray], lo: NDArray, hi: NDArray
+                   ) -> tuple[NDArray[np.float64], float, int, int]:
+    """Best-of-r excess ``sup_theta (1/n) sum_i sigma_i [l_i(theta) - l_i(theta_0)]`` for r = 1..R.
+
+    Parameters
+    ----------
+    risk : EmpiricalRisk or PairwiseSumRisk
+        With weights ``-sigma``, so that its minimum is minus the supremum.
+    template : Embedding
+        theta_0 (the centring point and the family).
+    starts : list of ndarray
+        Starting parameter vectors, the first normally ``template.params``.
+    lo, hi : ndarray
+        The box.
+
+    Returns
+    -------
+    best, ref, n_evaluations, n_not_converged
+        ``best[r-1]`` = largest excess over the first r starts (non-decreasing; >= 0 when the first
+        start is theta_0, as L-BFGS-B never ends above its start); ``ref`` =
+        ``(1/n) sum_i sigma_i l_i(theta_0)`` (mean zero over sigma: the uncentred supremum is
+        ``best + ref``). Every value is a lower bound on the true supremum.
+    """
+    fun = risk.objective(template)
+    f0 = float(fun(template.params)[0])
+    bounds = list(zip(lo, hi))
+    vals, nfev, bad = [], 0, 0
+    for th in starts:
+        res = optimize.minimize(fun, np.clip(th, lo, hi), jac=True, method="L-BFGS-B", bounds=bounds,
+                                options=dict(OPTIMISER))
+        vals.append(f0 - float(res.fun))
+        nfev += int(res.nfev)
+        bad += int(not res.success)
+    return np.maximum.accumulate(np.array(vals)), -f0, nfev, bad
+
+
+# ----------------------------------------------------------------------------------------------
+# the study
+
+def _attrs(long_name: str, units: str, description: str) -> dict:
+    return {"long_name": long_name, "units": units, "description": description}
+
+
+def _nanmean(a: NDArray, axis: int) -> NDArray:
+    """Mean ignoring NaN; all-NaN slices (the control's absent n-curve, failed blocks) give NaN silently."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+def _int_list(name: str, text: str, *, power_of_two: bool = False) -> list[int]:
+    try:
+        vals = [int(t) for t in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):
+        raise ValueError(f"'{name}' must be distinct integers >= 1, got {text!r}")
+    if power_of_two and any(v & (v - 1) for v in vals):
+        raise ValueError(f"'{name}' must hold powers of two, got {text!r}")
+    return sorted(vals)
+
+
+class Rademacher(Study):
+    name = "rademacher"
+    claim = "C3"
+    title = "Claim C3: the Rademacher complexity of the InfoNCE loss class stabilises in k"
+    cell_dim = "loss"
+    ademp = {
+        "aim": "C3 (Theorem 1, complexity term): the empirical Rademacher complexity of the InfoNCE loss class is "
+               "O(n^-1/2) and stabilises (does not grow) as k grows",
+        "data": "uniform pi on S^2, vMF positives, K i.i.d. negatives per tuple (first k used: common random numbers); "
+                "class: phi_W = Wx/|Wx|, W = I + A with |A_ij| <= radius; negative control: pairwise logistic loss "
+                "summed over the negatives",
+        "estimand": "hat R_n = E_sigma sup_theta (1/n) sum_i sigma_i l(theta; z_i), averaged over samples, against k "
+                    "and n",
+        "methods": "sup by box-constrained L-BFGS-B with restarts (a LOWER bound on the sup); centred at theta_0 = I "
+                   "(same expectation, less noise); WLS log-log slopes with delete-one-block jackknife SE",
+        "performance": "hat R_n and best-of-r with MCSE; one-sided t test of k-slope <= 0 (claim) and the same test on "
+                       "the control (must reject); detectable slopes; n-slope against -1/2 (one-sided)",
+    }
+    params = {
+        "losses": Param("losses", str, "infonce,pairsum", "loss classes (infonce; pairsum = negative control)",
+                        choices=tuple(LOSSES), multi=True),
+        "tau": Param("tau", float, 0.5, "temperature", low=0.05, high=100.0),
+        "kappa_m": Param("kappa_m", float, 10.0, "concentration of the positive kernel vMF(x, kappa_M)",
+                         low=0.0, high=1e4),
+        "radius": Param("radius", float, 0.3, "half-width of the parameter box |A_ij| <= radius (W = I + A)",
+                        low=0.0, low_open=True, high=0.33),
+        "n_main": Param("n_main", int, 32, "tuples n of the k-curve", low=4, high=4096),
+        "k_max": Param("k_max", int, 1024, "largest k (power of two); k-curve on 1, 2, 4, ..., k_max",
+                       low=16, high=1 << 14, power_of_two=True, quick=256),
+        "k_fit_min": Param("k_fit_min", int, 16, "smallest k of the k-slope fit (power of two)", low=1,
+                           high=1 << 14, power_of_two=True),
+        "n_grid": Param("n_grid", str, "16,32,64,128", "comma-separated n of the n-curve (InfoNCE only)",
+                        quick="16,32,64"),
+        "k_for_n": Param("k_for_n", str, "4,128", "comma-separated k (powers of two <= k_max) of the n-curve",
+                         quick="4,64"),
+        "restarts": Param("restarts", int, 4, "optimiser starts per supremum (theta_0, then uniform in the box)",
+                          low=2, high=64, quick=3),
+        "draws": Param("draws", int, 1, "Rademacher sign vectors sigma per sample (block)", low=1, high=1000),
+        "n_blocks": Param("n_blocks", int, 24, "independent samples (replicate blocks)", low=4, high=100000,
+                          quick=12),
+    }
+
+    def check_config(self, cfg):
+        if cfg["k_fit_min"] * 8 > cfg["k_max"]:
+            raise ValueError(f"'k_fit_min' must be <= k_max / 8 = {cfg['k_max'] // 8} (at least 4 grid points in "
+                             f"the fit), got {cfg['k_fit_min']}")
+        ns = _int_list("n_grid", cfg["n_grid"])
+        if len(ns) < 3 or ns[0] < 4:
+            raise ValueError(f"'n_grid' must hold at least 3 values >= 4, got {cfg['n_grid']!r}")
+        kn = _int_list("k_for_n", cfg["k_for_n"], power_of_two=True)
+        if kn[-1] > cfg["k_max"]:
+            raise ValueError(f"'k_for_n' must be <= k_max = {cfg['k_max']}, got {cfg['k_for_n']!r}")
+
+    def cells(self, cfg):
+        return [{"loss": name, "tau": float(cfg["tau"]), "kappa_m": float(cfg["kappa_m"]),
+                 "radius": float(cfg["radius"])} for name in cfg["losses"].split(",")]
+
+    def block_dims(self, cfg):
+        coords = {"draw": np.arange(cfg["draws"]), "k": k_grid(cfg["k_max"]),
+                  "restart": np.arange(1, cfg["restarts"] + 1), "n": np.array(_int_list("n_grid", cfg["n_grid"])),
+                  "kn": np.array(_int_list("k_for_n", cfg["k_for_n"]))}
+        dims = {"excess": ("draw", "k", "restart"), "ref": ("draw", "k"),
+                "excess_n": ("draw", "n", "kn", "restart"), "ref_n": ("draw", "n", "kn"),
+                "nfev": ("k",), "not_converged": ("k",)}
+        return dims, coords
+
+    def generate(self, cell, cfg, prep, rng):
+        """One sample (n_max tuples, k_max negatives each) and ``draws`` sign vectors with their starts.
+
+        Draw order: anchors, positives, negatives; then per draw the signs and the random starts.
+        """
+        ks = k_grid(cfg["k_max"])
+        ns = _int_list("n_grid", cfg["n_grid"])
+        kn = _int_list("k_for_n", cfg["k_for_n"])
+        n_main, R, D = cfg["n_main"], cfg["restarts"], cfg["draws"]
+        do_n = cell["loss"] == "infonce"
+        n_max = max(ns + [n_main]) if do_n else n_main
+        pi, kernel = Uniform(3), VMFKernel(cell["kappa_m"])
+        x = pi.rvs(n_max, rng=rng)
+        xp = kernel.sample(x, rng=rng)
+        y = pi.rvs((n_max, cfg["k_max"]), rng=rng)
+        theta0 = LinearEmbedding.identity(3)
+        lo, hi = box_bounds(3, cell["radius"])
+        Risk = EmpiricalRisk if cell["loss"] == "infonce" else PairwiseSumRisk
+        out = {"excess": np.full((D, ks.size, R), np.nan), "ref": np.full((D, ks.size), np.nan),
+               "excess_n": np.full((D, len(ns), len(kn), R), np.nan), "ref_n": np.full((D, len(ns), len(kn)), np.nan),
+               "nfev": np.zeros(ks.size), "not_converged": np.zeros(ks.size)}
+        with threadpool_limits(limits=1, user_api="blas"):
+            for dr in range(D):
+                sigma = rng.choice(np.array([-1.0, 1.0]), size=n_max)
+                starts = [theta0.params] + [rng.uniform(lo, hi) for _ in range(R - 1)]
+                cache = {}
+
+                def solve(n, k):
+                    if (n, k) not in cache:
+                        sample = TrainingSample(x[:n], xp[:n], y[:n, :k])
+                        cache[(n, k)] = rademacher_sup(Risk(sample, cell["tau"], weights=-sigma[:n]), theta0,
+                                                       starts, lo, hi)
+                    return cache[(n, k)]
+
+                for j, k in enumerate(ks):
+                    best, ref, nfev, bad = solve(n_main, int(k))
+                    out["excess"][dr, j], out["ref"][dr, j] = best, ref
+                    out["nfev"][j] += nfev
+                    out["not_converged"][j] += bad
+                if do_n:
+                    for a, n in enumerate(ns):
+                        for b, k in enumerate(kn):
+                            best, ref, _, _ = solve(n, k)
+                            out["excess_n"][dr, a, b], out["ref_n"][dr, a, b] = best, ref
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
+        ds = raw.copy()
+        k = raw["k"].values.astype(float)
+        ns = raw["n"].values.astype(float)
+        L, G, R = raw.sizes["loss"], k.size, raw.sizes["restart"]
+        KN = raw.sizes["kn"]
+        a = _attrs
+        exc = raw["raw_excess"].values  # (loss, block, draw, k, restart)
+        blk = _nanmean(exc, axis=2)  # per block: mean over its sigma draws
+        best = blk[..., -1]  # (loss, block, k)
+        new = {}
+        m, se = mean_mcse(blk, axis=1)
+        new["complexity_by_restart"] = (("loss", "k", "restart"), m, a(
+            "hat R_n, best of the first r starts", "nat", "mean over samples and sigma draws of the centred supremum "
+            "found by the best of the first r L-BFGS-B starts (a lower bound on the supremum)"))
+        new["complexity_by_restart_mcse"] = (("loss", "k", "restart"), se, a(
+            "MCSE of complexity_by_restart", "nat", "sd over blocks / sqrt(n_blocks)"))
+        new["complexity"] = (("loss", "k"), m[..., -1], a(
+            "empirical Rademacher complexity hat R_n (lower bound)", "nat",
+            "E_sigma sup_theta (1/n) sum_i sigma_i [l_i(theta) - l_i(theta_0)] with the sup by the best of all starts; "
+            "a lower bound on the supremum (optimisation may miss the global maximum)"))
+        new["complexity_mcse"] = (("loss", "k"), se[..., -1], a("MCSE of complexity", "nat",
+                                                                 "sd over blocks / sqrt(n_blocks)"))
+        raw_unc = _nanmean(exc[..., -1] + raw["raw_ref"].values, axis=2)
+        m2, se2 = mean_mcse(raw_unc, axis=1)
+        new["complexity_uncentred"] = (("loss", "k"), m2, a(
+            "hat R_n without centring", "nat", "E_sigma sup_theta (1/n) sum_i sigma_i l_i(theta): same expectation, "
+            "plus the mean-zero term (1/n) sum_i sigma_i l_i(theta_0)"))
+        new["complexity_uncentred_mcse"] = (("loss", "k"), se2, a("MCSE of complexity_uncentred", "nat",
+                                                                  "sd over blocks / sqrt(n_blocks)"))
+        gain_last = _nanmean(exc[..., -1] - exc[..., -2], axis=2)
+        gain_all = _nanmean(exc[..., -1] - exc[..., 0], axis=2)
+        for name, arr, ln, desc in (
+                ("restart_gain_last", gain_last, "gain of the last start",
+                 "best of all starts minus best of all but the last (paired over draws)"),
+                ("restart_gain_total", gain_all, "gain of starts 2..R over the first",
+                 "best of all starts minus the run from theta_0 alone")):
+            mm, ss = mean_mcse(arr, axis=1)
+            new[name] = (("loss", "k"), mm, a(ln, "nat", desc))
+            new[f"{name}_mcse"] = (("loss", "k"), ss, a(f"MCSE of {name}", "nat", "sd over blocks / sqrt(n_blocks)"))
+        short = _nanmean(exc[..., -1:] - exc, axis=2)  # (loss, block, k, restart): best of all - best of r
+        ms, ss = mean_mcse(short, axis=1)
+        new["restart_shortfall"] = (("loss", "k", "restart"), ms, a(
+            "shortfall of the best of the first r starts", "nat",
+            "best of all starts minus best of the first r (paired over draws); 0 at r = restarts"))
+        new["restart_shortfall_mcse"] = (("loss", "k", "restart"), ss, a(
+            "MCSE of restart_shortfall", "nat", "sd over blocks / sqrt(n_blocks)"))
+        valid = np.isfinite(exc[..., -1])
+        raised = np.concatenate([np.zeros_like(exc[..., :1]), exc[..., 1:] - exc[..., :-1] > IMPROVE_TOL], axis=-1)
+        n_valid = valid.sum(axis=(1, 2))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = raised.sum(axis=(1, 2)) / n_valid[..., None]
+        share[..., 0] = np.nan
+        new["share_improved"] = (("loss", "k", "restart"), share, a(
+            "share of suprema raised by start r", "1",
+            f"fraction of (sample, sigma) pairs where start r raised the best of the first r - 1 by more than "
+            f"{IMPROVE_TOL:g} nat (NaN for r = 1)"))
+        new["share_improved_last"] = (("loss", "k"), share[..., -1], a(
+            "share of suprema raised by the last start", "1", "share_improved at r = restarts"))
+        new["nfev_per_run"] = (("loss", "k"), np.nansum(raw["raw_nfev"].values, axis=1) / np.maximum(
+            valid.sum(axis=(1, 2)) * R, 1), a("objective evaluations per L-BFGS-B run", "1", "mean over runs"))
+        new["not_converged"] = (("loss", "k"), np.nansum(raw["raw_not_converged"].values, axis=1), a(
+            "L-BFGS-B runs without convergence", "1",
+            f"runs stopped by maxiter = {OPTIMISER['maxiter']} or a line-search failure (their value still enters, as "
+            "a lower bound)"))
+
+        # k-slope of log hat R_n on log k (k >= k_fit_min), per loss and per number of starts
+        kmin = cfg["k_fit_min"]
+        f = {n: np.full(L, np.nan) for n in ("slope", "slope_se", "slope_upper", "slope_p", "slope_detect50",
+                                              "slope_detect80")}
+        by_r, by_r_se = np.full((L, R), np.nan), np.full((L, R), np.nan)
+        df = raw.sizes["block"] - 1
+        for i in range(L):
+            fit = fit_rate(k, best[i], kmin, with_inverse=False)
+            f["slope"][i], f["slope_se"][i] = fit.slope, fit.slope_se
+            if np.isfinite(fit.slope) and fit.slope_se > 0:
+                q = stats.t.isf(ALPHA, fit.df)
+                f["slope_upper"][i] = fit.slope + q * fit.slope_se
+                f["slope_p"][i] = stats.t.sf(fit.slope / fit.slope_se, fit.df)
+                f["slope_detect50"][i] = q * fit.slope_se
+                f["slope_detect80"][i] = (q + stats.norm.isf(0.2)) * fit.slope_se
+                df = fit.df
+            for r in range(R):
+                fr = fit_rate(k, blk[i, :, :, r], kmin, with_inverse=False)
+                by_r[i, r], by_r_se[i, r] = fr.slope, fr.slope_se
+        new["slope"] = (("loss",), f["slope"], a("exponent b of hat R_n ~ k^b", "1",
+                                                f"WLS slope of log hat R_n on log k over k >= {kmin}, jackknife SE"))
+        new["slope_se"] = (("loss",), f["slope_se"], a("jackknife SE of slope", "1", "delete-one-block jackknife"))
+        new["slope_upper"] = (("loss",), f["slope_upper"], a(
+            f"one-sided upper {1 - ALPHA:g} confidence bound of slope", "1", "slope + t_(1-alpha, n_blocks-1) SE"))
+        new["slope_p"] = (("loss",), f["slope_p"], a("p-value of H0: slope <= 0", "1",
+                                                    "one-sided Student t, n_blocks - 1 df; small = growth in k"))
+        new["slope_detect50"] = (("loss",), f["slope_detect50"], a(
+            "growth exponent detected with probability 1/2", "1", f"t_(1-{ALPHA:g}) x SE"))
+        new["slope_detect80"] = (("loss",), f["slope_detect80"], a(
+            "growth exponent detected with probability 0.8", "1", "(t_(1-alpha) + z_0.8) x SE"))
+        new["slope_by_restart"] = (("loss", "restart"), by_r, a(
+            "k-slope using the best of the first r starts", "1", "as slope, with fewer starts"))
+        new["slope_by_restart_se"] = (("loss", "restart"), by_r_se, a("jackknife SE of slope_by_restart", "1",
+                                                                     "delete-one-block jackknife"))
+
+        # the n-curve (InfoNCE): complexity against n at each k of k_for_n; slope against -1/2
+        exn = _nanmean(raw["raw_excess_n"].values[..., -1], axis=2)  # (loss, block, n, kn)
+        with np.errstate(invalid="ignore"):
+            mn, sen = mean_mcse(exn, axis=1)
+        new["complexity_n"] = (("loss", "n", "kn"), mn, a(
+            "hat R_n against n (lower bound)", "nat", "as complexity, for the n-curve (InfoNCE only; NaN otherwise)"))
+        new["complexity_n_mcse"] = (("loss", "n", "kn"), sen, a("MCSE of complexity_n", "nat",
+                                                                "sd over blocks / sqrt(n_blocks)"))
+        ns_, nse, nsp = (np.full((L, KN), np.nan) for _ in range(3))
+        for i in range(L):
+            for j in range(KN):
+                blocks = exn[i, :, :, j]
+                if not np.isfinite(blocks).any():
+                    continue
+                fit = fit_rate(ns, blocks, int(ns[0]), with_inverse=False)
+                ns_[i, j], nse[i, j] = fit.slope, fit.slope_se
+                if np.isfinite(fit.slope) and fit.slope_se > 0:
+                    nsp[i, j] = stats.t.sf((fit.slope + 0.5) / fit.slope_se, fit.df)
+        new["n_slope"] = (("loss", "kn"), ns_, a("exponent of hat R_n ~ n^b", "1",
+                                                 "WLS slope of log hat R_n on log n over n_grid, jackknife SE"))
+        new["n_slope_se"] = (("loss", "kn"), nse, a("jackknife SE of n_slope", "1", "delete-one-block jackknife"))
+        new["n_slope_p"] = (("loss", "kn"), nsp, a("p-value of H0: n_slope <= -1/2", "1",
+                                                  "one-sided Student t; small = decay slower than n^-1/2"))
+
+        # verdict: InfoNCE not flagged, every n-slope not slower than -1/2, the control flagged
+        losses = [str(v) for v in raw["loss"].values]
+        problems = []
+        errs = [str(e) for e in raw["cell_error"].values]
+        if any(errs):
+            problems.append("a task failed (see cell_error)")
+        for i, name in enumerate(losses):
+            p = f["slope_p"][i]
+            if not np.isfinite(p):
+                problems.append(f"{name}: k-slope fit failed")
+            elif name == "infonce" and p < ALPHA:
+                problems.append(f"infonce: growth in k detected (slope {f['slope'][i]:.4f}, p = {p:.2g})")
+            elif name == "pairsum" and not p < ALPHA:
+                problems.append(f"negative control not flagged (slope {f['slope'][i]:.4f}, p = {p:.2g}): the test "
+                                "lacks power")
+            if name == "infonce":
+                for j in range(KN):
+                    if not np.isfinite(nsp[i, j]):
+                        problems.append(f"infonce: n-slope fit at k = {int(raw['kn'].values[j])} failed")
+                    elif nsp[i, j] < ALPHA:
+                        problems.append(f"infonce: decay in n slower than n^-1/2 at k = {int(raw['kn'].values[j])} "
+                                        f"(slope {ns_[i, j]:.3f}, p = {nsp[i, j]:.2g})")
+        if "infonce" not in losses:
+            problems.append("the InfoNCE loss class was not run")
+        verdict = "error" if any(errs) else ("pass" if not problems else "fail")
+        new["verdict"] = ((), np.array(verdict), a(
+            "verdict for C3 (complexity term)", "1",
+            f"pass when the one-sided test of k-slope <= 0 does not reject for InfoNCE at {ALPHA:g}, rejects for the "
+            f"negative control, and no n-slope is significantly above -1/2 at {ALPHA:g}; error when a task failed"))
+        new["verdict_reason"] = ((), np.array("; ".join(problems)), a("why the study failed", "1",
+                                                                      "empty when it passed"))
+        for name, (dims, values, at) in new.items():
+            ds[name] = (dims, values)
+            ds[name].attrs = at
+        for c, (ln, desc) in {
+                "loss": ("loss class", "; ".join(f"{k_}: {v}" for k_, v in LOSSES.items())),
+                "k": ("number of negatives k", "the first k of each tuple's k_max negatives"),
+                "restart": ("number of optimiser starts r", "best of starts 1..r; start 1 is theta_0 = I"),
+                "draw": ("Rademacher draw", "sign vector sigma (per sample)"),
+                "n": ("number of tuples n", "the first n tuples of the sample (n-curve)"),
+                "kn": ("number of negatives k of the n-curve", "parameter k_for_n"),
+                "tau": ("temperature tau", "s(x, y) = phi(x).phi(y)/tau"),
+                "kappa_m": ("kernel concentration kappa_M", "x+ ~ vMF(x, kappa_M)"),
+                "radius": ("parameter box half-width", "W = I + A, |A_ij| <= radius")}.items():
+            ds[c].attrs = a(ln, "1", desc)
+        units = {"excess": "nat", "ref": "nat", "excess_n": "nat", "ref_n": "nat", "nfev": "1", "not_converged": "1"}
+        descs = {"excess": "per draw, k and r: best-of-r centred supremum",
+                 "ref": "(1/n) sum_i sigma_i l_i(theta_0): the uncentred supremum is excess + ref",
+                 "excess_n": "as excess, for the n-curve", "ref_n": "as ref, for the n-curve",
+                 "nfev": "objective evaluations of the block", "not_converged": "runs without convergence"}
+        for v, u in units.items():
+            ds[f"raw_{v}"].attrs = a(f"per-block {v}", u, descs[v])
+        ds.attrs["alpha"] = ALPHA
+        ds.attrs["optimiser"] = f"scipy L-BFGS-B in the box, {OPTIMISER}"
+        ds.attrs["slope_df"] = int(df)
+        return ds
+
+    def report(self, ds, path):
+        from simkit.report_rademacher import rademacher_report
+        rademacher_report(ds, path)
+
+    def report_sections(self, doc, ds):
+        from simkit.report_rademacher import rademacher_sections
+        rademacher_sections(doc, ds)
+
+    def claim_rows(self, ds) -> list[dict]:
+        """One C3 check: the InfoNCE k-exponent (one-sided test), the control flagged, n-exponents."""
+        losses = [str(v) for v in ds["loss"].values]
+        i = losses.index("infonce") if "infonce" in losses else 0
+        parts = []
+        for j, name in enumerate(losses):
+            parts.append(f"{name}: k-exponent {ds['slope'].values[j]:.4f} ± {ds['slope_se'].values[j]:.4f} "
+                         f"(p of H0 <= 0: {ds['slope_p'].values[j]:.2g}), hat R_n at k = {int(ds['k'].values[-1])}: "
+                         f"{ds['complexity'].values[j, -1]:.4f} ± {ds['complexity_mcse'].values[j, -1]:.4f}")
+        for j, kk in enumerate(ds["kn"].values):
+            parts.append(f"n-exponent at k = {int(kk)}: {ds['n_slope'].values[i, j]:.3f} ± "
+                         f"{ds['n_slope_se'].values[i, j]:.3f}")
+        reason = str(ds["verdict_reason"].values)
+        detail = "; ".join(parts) + (f" -> {ds['verdict'].values} ({reason})" if reason else "")
+        n_tests = 1 + ds.sizes["kn"]
+        return [{
+            "claim": "C3",
+            "statistic": f"exponent b of hat R_n ~ k^b (InfoNCE, k >= {int(json_cfg(ds).get('k_fit_min', 16))}), "
+                         f"one-sided test of b <= 0 at {ALPHA:g}; negative control (sum over negatives) must be "
+                         f"flagged; n-exponent not above -1/2 (one-sided, {ALPHA:g}); hat R_n is a lower bound",
+            "estimate": float(ds["slope"].values[i]),
+            "estimate_mcse": float(ds["slope_se"].values[i]),
+            "false_fail_rate": float(1.0 - (1.0 - ALPHA) ** n_tests),
+            "verdict": str(ds["verdict"].values),
+            "detail": detail,
+        }]
+
+    def summary_text(self, ds) -> str:
+        lines = [f"{'loss':<9}{'hat R_n(k=1)':>20}{'hat R_n(k_max)':>20}{'k-exponent':>20}{'p(<=0)':>9}"
+                 f"{'detect@80%':>11}{'last-start gain':>22}"]
+        for j, name in enumerate(ds["loss"].values):
+            c, s = ds["complexity"].values[j], ds["complexity_mcse"].values[j]
+            lines.append(f"{name:<9}{c[0]:>11.4f} ± {s[0]:<6.4f}{c[-1]:>11.4f} ± {s[-1]:<6.4f}"
+                         f"{ds['slope'].values[j]:>+11.4f} ± {ds['slope_se'].values[j]:<6.4f}"
+                         f"{ds['slope_p'].values[j]:>9.2g}{ds['slope_detect80'].values[j]:>11.4f}"
+                         f"{np.nanmax(ds['restart_gain_last'].values[j]):>14.2e} (max)")
+        for j, kk in enumerate(ds["kn"].values):
+            i = list(ds["loss"].values).index("infonce") if "infonce" in ds["loss"].values else 0
+            lines.append(f"n-exponent at k = {int(kk)}: {ds['n_slope'].values[i, j]:+.3f} ± "
+                         f"{ds['n_slope_se'].values[i, j]:.3f} (p of H0 <= -1/2: {ds['n_slope_p'].values[i, j]:.2g})")
+        lines.append(f"verdict: {ds['verdict'].values} {ds['verdict_reason'].values}")
+        return "\n".join(lines)
+
+
+def json_cfg(ds: xr.Dataset) -> dict:
+    """The configuration recorded in a dataset (empty dict if absent)."""
+    import json
+    try:
+        cfg = json.loads(ds.attrs.get("config", "{}"))
+    except (TypeError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+STUDY = Rademacher()
+
+if __name__ == "__main__":
+    from simkit.cli import main
+    sys.exit(main(["run", "rademacher", *sys.argv[1:]]))
