@@ -12,8 +12,11 @@ with the score ``s_ij = x_i . y_j / tau`` and the scaled density ratio
 ``mt_ij = exp(lm_ij)``, ``lm_ij = kappa u_i . y_j + b_j - h_i``, where ``log m(x_i, y_j) =
 a_i + kappa u_i . y_j + b_j`` (``b_j = -log pi(y_j)``; ``u_i = x_i`` for the vMF kernel and
 ``u_i = R x_i`` for the rotated one, a second "dot product" skipped when ``same_u``), and the
-caller's shift ``h_i - a_i`` bounds ``lm`` above by 0. A kernel whose log density is another
-function of a cosine (the Brownian heat kernel) needs only a variant of :func:`_log_m_row`.
+caller's shift ``h_i - a_i`` bounds ``lm`` above by 0. For the Brownian kernel (``heat_hi``
+non-empty) the profile is ``lm_ij = log h_t(x_i . y_j) + b_j - h_i`` instead
+(:func:`_log_heat_row`): the Gegenbauer series of :mod:`simkit.heat` summed per pair, in float64
+where its rounding bound is at most ``heat_cut`` (the caller's 1e-12 of the value), in
+double-double arithmetic in the far tail.
 
 It also tracks, for the first ``n_rank`` queries, the running top-``n_top`` sets of the database
 under Q_k (ranked by s) and under M_k (ranked by lm) and writes, at every grid point,
@@ -28,11 +31,13 @@ Callers keep ``s - c`` and ``lm`` within [-700, 0 + 700].
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from simkit._infonce_jit import SMALL_D, TILE_A, TILE_N, _add_segment, _exp_parts, _lane_total, _scale_bits
 
-__all__ = ["N_SUMS", "search_sums", "tile_values"]
+__all__ = ["N_SUMS", "search_sums", "tile_values", "log_heat_values"]
 
 #: number of running sums per query and grid point (see the module docstring)
 N_SUMS = 4
@@ -65,6 +70,154 @@ def _log_m_row(dotu, bt, nj, kappa, shift, lm):
         lm[j] = kappa * dotu[j] + bt[j] - shift
 
 
+# ----------------------------------------------------------------------------------------------
+# the Brownian (heat-kernel) profile: h_t(w) = sum_l a_l P_l(w), summed per pair
+#
+# No fastmath here: the error-free transformations of double-double arithmetic (two-sum, and
+# two-product through an explicit fma) and the rounding bound of the float64 series assume every
+# operation is rounded once, as written.
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (LLVM's fma intrinsic: the hardware instruction where there is one,
+    a correctly rounded library call otherwise)."""
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        f64 = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(f64, [f64, f64, f64]))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@njit(cache=True)
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@njit(cache=True)
+def _fast_two_sum(a, b):
+    s = a + b
+    return s, b - (s - a)
+
+
+@njit(cache=True)
+def _two_prod(a, b):
+    p = a * b
+    return p, _fma(a, b, -p)  # the exact rounding error of a * b
+
+
+@njit(cache=True)
+def _dd_add(ah, al, bh, bl):
+    """Double-double sum, the accurate (IEEE-style) variant: relative error ~2^-104 even under
+    cancellation."""
+    s, e = _two_sum(ah, bh)
+    t, f = _two_sum(al, bl)
+    e += t
+    s, e = _fast_two_sum(s, e)
+    e += f
+    return _fast_two_sum(s, e)
+
+
+@njit(cache=True)
+def _dd_mul(ah, al, bh, bl):
+    p, e = _two_prod(ah, bh)
+    e += ah * bl + al * bh
+    return _fast_two_sum(p, e)
+
+
+@njit(cache=True)
+def _dd_mul_d(ah, al, b):
+    p, e = _two_prod(ah, b)
+    e += al * b
+    return _fast_two_sum(p, e)
+
+
+@njit(cache=True)
+def _dd_div_d(ah, al, b):
+    q1 = ah / b
+    p, e = _two_prod(q1, b)
+    s, f = _two_sum(ah, -p)
+    f -= e
+    f += al
+    return _fast_two_sum(q1, (s + f) / b)
+
+
+@njit(cache=True)
+def _heat_dd(w, a_hi, a_lo, lam):
+    """``h_t(w) = sum_l a_l P_l(w)`` in double-double arithmetic: coefficients a_hi + a_lo, the
+    recurrence ``P_{l+1} = (2 (l + lam) w P_l - l P_{l-1}) / (l + 2 lam)`` of the normalised
+    Gegenbauer polynomials (that of :func:`simkit.heat._series`) with w exact. Returns (hi, lo)."""
+    hh, hl = a_hi[0], a_lo[0]
+    qh, ql = 1.0, 0.0  # P_{l-1}
+    ph, pl = w, 0.0    # P_l
+    for l in range(1, a_hi.shape[0]):
+        th, tl = _dd_mul(a_hi[l], a_lo[l], ph, pl)
+        hh, hl = _dd_add(hh, hl, th, tl)
+        th, tl = _dd_mul_d(ph, pl, w)
+        th, tl = _dd_mul_d(th, tl, 2.0 * (l + lam))
+        uh, ul = _dd_mul_d(qh, ql, float(l))
+        th, tl = _dd_add(th, tl, -uh, -ul)
+        qh, ql = ph, pl
+        ph, pl = _dd_div_d(th, tl, l + 2.0 * lam)
+    return hh, hl
+
+
+@njit(cache=True)
+def _log_heat_row(dotu, bt, nj, a_hi, a_lo, n_float, lam, cut, shift, lm, wc, h, hc, p, pm1):
+    """lm[j] = log h_t(w_j) + b_j - shift, w_j = dotu[j] clipped to [-1, 1].
+
+    The float64 series is that of :func:`simkit.heat._series` (its first ``n_float`` coefficients,
+    the same operations in the same order, Neumaier-compensated), vectorised over j; where its
+    value is below ``cut`` (its rounding bound would exceed the caller's relative tolerance) the
+    pair is re-summed in double-double over all the coefficients (:func:`_heat_dd`).
+    ``wc, h, hc, p, pm1`` are scratch rows (>= nj).
+    """
+    n_terms = n_float
+    for j in range(nj):
+        w = min(max(dotu[j], -1.0), 1.0)
+        wc[j] = w
+        h[j] = a_hi[0]
+        hc[j] = 0.0
+        pm1[j] = 1.0
+        p[j] = w
+    for l in range(1, n_terms):
+        al = a_hi[l]
+        c1 = 2.0 * (l + lam)
+        c2 = float(l)
+        c3 = l + 2.0 * lam
+        for j in range(nj):  # branch-free body: vectorised
+            pj = p[j]
+            x = al * pj
+            hj = h[j]
+            y = hj + x
+            hc[j] += ((hj - y) + x) if abs(hj) >= abs(x) else ((x - y) + hj)
+            h[j] = y
+            p[j] = (c1 * wc[j] * pj - c2 * pm1[j]) / c3
+            pm1[j] = pj
+    for j in range(nj):
+        v = h[j] + hc[j]
+        if v >= cut:
+            lm[j] = np.log(v) + bt[j] - shift
+        else:
+            vh, vl = _heat_dd(wc[j], a_hi, a_lo, lam)
+            lm[j] = np.log(vh) + np.log1p(vl / vh) + bt[j] - shift
+
+
+@njit(cache=True)
+def log_heat_values(w, a_hi, a_lo, n_float, lam, cut):
+    """``log h_t(w)`` for a 1-D array w by :func:`_log_heat_row` (the jitted pass's profile)."""
+    n = w.shape[0]
+    out = np.empty(n)
+    zeros = np.zeros(n)
+    wc, h, hc, p, pm1 = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    _log_heat_row(w, zeros, n, a_hi, a_lo, n_float, lam, cut, 0.0, out, wc, h, hc, p, pm1)
+    return out
+
+
 @njit(inline="always")
 def _insert(vals, idx, cnt, n_top, v, j):
     """Insert (v, j) into the descending list vals[:cnt] of capacity n_top; return the new count."""
@@ -85,12 +238,15 @@ def _insert(vals, idx, cnt, n_top, v, j):
 
 
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, shift_s, shift_m, mu, k_grid,
-                n_top, n_rank, sums, top1, overlap):
+def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, heat_hi, heat_lo, heat_nf, heat_lam, heat_cut,
+                shift_s, shift_m, mu, k_grid, n_top, n_rank, sums, top1, overlap):
     """Fill ``sums`` (B, G, N_SUMS), ``top1`` and ``overlap`` (B, G); see the module docstring.
 
     x, u (B, d) C-contiguous (u ignored when ``same_u``); y_tiles (n_tiles, d, TILE_N) from
-    ``tile_negatives``; b_tiles (n_tiles, TILE_N) from :func:`tile_values`; n_db = K; shift_s,
+    ``tile_negatives``; b_tiles (n_tiles, TILE_N) from :func:`tile_values`; n_db = K; heat_hi,
+    heat_lo (L,) the heat-kernel coefficients (empty: vMF profile, linear in kappa), the first
+    heat_nf of them for the float64 series, heat_lam = (d - 2)/2 and the float64 cut-off heat_cut
+    (:func:`_log_heat_row`; u must equal x); shift_s,
     shift_m, mu (B,); k_grid (G,) int64 strictly increasing, k_grid[-1] <= K; n_top >= 1;
     queries i < n_rank get ``top1``/``overlap`` (other rows are left untouched, as are overlap
     entries with k < n_top).
@@ -121,6 +277,12 @@ def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, shift_s, s
         mt = np.empty(TILE_N)
         dv = np.empty(TILE_N)
         mv = np.empty(TILE_N)
+        wc = np.empty(TILE_N)
+        hb = np.empty(TILE_N)
+        hcb = np.empty(TILE_N)
+        pb = np.empty(TILE_N)
+        pm1b = np.empty(TILE_N)
+        heat = heat_hi.shape[0] > 0
         ts_i = ts.view(np.int64)
         tm_i = tm.view(np.int64)
         lanes = np.zeros((TILE_A, N_SUMS, 8))
@@ -177,7 +339,11 @@ def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, shift_s, s
                 for j in range(nj):
                     ps[j], ts[j] = _exp_parts(dot[j] * inv_tau - sh)
                 _scale_bits(ts_i, nj)
-                _log_m_row(dotu, bt, nj, kappa, shift_m[i], lm)
+                if heat:
+                    _log_heat_row(dotu, bt, nj, heat_hi, heat_lo, heat_nf, heat_lam, heat_cut, shift_m[i], lm,
+                                  wc, hb, hcb, pb, pm1b)
+                else:
+                    _log_m_row(dotu, bt, nj, kappa, shift_m[i], lm)
                 for j in range(nj):
                     pm[j], tm[j] = _exp_parts(lm[j])
                 _scale_bits(tm_i, nj)

@@ -64,6 +64,7 @@ STUDIES = {
     "rate_k": "studies.rate_k",
     "search_ce": "studies.search_ce",
     "temperature": "studies.temperature",
+    "asymmetry": "studies.asymmetry",
     "continuity": "studies.continuity",
     "rademacher": "studies.rademacher",
 }

@@ -2,7 +2,9 @@
 
 Notation (THEORY.md sections 1--3, phi = identity): a query ``x ~ pi``, a database of k unseen
 points ``y_1..y_k ~ pi``, scores ``s_j = x.y_j / tau`` and density ratios
-``m_j = m(x, y_j) = dM(x, .)/dpi (y_j)``. The empirical softmax kernel and the ideal empirical
+``m_j = m(x, y_j) = dM(x, .)/dpi (y_j)`` (closed form for the vMF and rotated vMF kernels; for
+the Brownian kernel ``h_t(x.y_j) / (|S^{d-1}| pi(y_j))``, the heat-kernel series summed per pair to
+1e-12 relative, :func:`_heat_profile`). The empirical softmax kernel and the ideal empirical
 kernel are
 
     Q_k(x, y_j) = e^{s_j} / S_k,   S_k = sum_{i<=k} e^{s_i},
@@ -43,16 +45,20 @@ the overlap of the two top-``n_top`` sets divided by ``n_top`` (defined for k >=
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from threadpoolctl import threadpool_limits
 
 from simkit import exact
+from simkit import heat as _heat
 from simkit._infonce_jit import tile_negatives
 from simkit._search_jit import N_SUMS, search_sums, tile_values
-from simkit._special import log_vmf_norm, mean_resultant_length
+from simkit._special import log_sphere_area, log_vmf_norm, mean_resultant_length
 from simkit._validation import check_int, check_points, check_rng, check_scalar
 from simkit.heat import BrownianKernel
 from simkit.infonce import TAU_MIN, _check_grid, k_grid
@@ -67,6 +73,11 @@ N_TOP = 10
 
 #: largest spread of log m over one query's database that the scaled sums of m^2 tolerate
 _LOG_M_SPAN = 340.0
+
+#: relative accuracy guaranteed for the heat-kernel density h_t in the jitted pass (both paths)
+_HEAT_RTOL = 1e-12
+#: unit of the double-double rounding bound: 2^-100, 64 times the double-double unit roundoff
+_EPS_DD = 2.0**-100
 
 #: names of the per-block statistics of :meth:`SearchEstimator.block` (means over queries)
 SEARCH_STATS = {
@@ -107,21 +118,100 @@ def _check_pair(pi, kernel) -> None:
     if not isinstance(kernel, MarkovKernel):
         raise ValueError(f"'kernel' must be a simkit Markov kernel, got {type(kernel).__name__}")
     if isinstance(kernel, BrownianKernel):
-        raise NotImplementedError("the search estimator supports VMFKernel and RotatedVMFKernel; BrownianKernel "
-                                  "needs a tabulated log-density profile in simkit._search_jit (not yet written)")
+        _heat_profile(kernel, pi.dim)  # t admissible for d (simkit.heat) and for the jitted pass
+        return
     if not isinstance(kernel, (VMFKernel, RotatedVMFKernel)):
-        raise ValueError(f"'kernel' must be VMFKernel or RotatedVMFKernel (m(x, y) in closed form), "
-                         f"got {type(kernel).__name__}")
+        raise ValueError(f"'kernel' must be VMFKernel or RotatedVMFKernel (m(x, y) in closed form) or "
+                         f"BrownianKernel (heat-kernel series), got {type(kernel).__name__}")
     if isinstance(kernel, RotatedVMFKernel) and kernel.dim != pi.dim:
         raise ValueError(f"'kernel' has dimension {kernel.dim} but 'pi' has dimension {pi.dim}")
+
+
+class _HeatProfile(NamedTuple):
+    """The heat-kernel series in the form the jitted pass needs (:func:`_heat_profile`)."""
+
+    a_hi: NDArray      # a_l: those of simkit.heat, then further terms for the double-double sum
+    a_lo: NDArray      # a_l - a_hi to double-double precision
+    n_float: int       # terms of the float64 series (simkit.heat's truncation)
+    lam: float         # (d - 2) / 2
+    cut: float         # float64 series used where its value is >= cut (rounding bound <= 1e-12 of it)
+    log_h_max: float   # log h_t(1) = log sum_l a_l
+    log_h_min: float   # log h_t(-1) (exact, simkit.heat)
+
+
+_HEAT_PROFILES: dict[tuple[float, int], _HeatProfile] = {}
+
+
+def _heat_profile(kernel: BrownianKernel, d: int) -> _HeatProfile:
+    """Coefficients and cut-off for summing ``h_t(w) = sum_l a_l P_l(w)`` per pair (cached per (t, d)).
+
+    Accuracy. The float64 series (that of :mod:`simkit.heat`, its coefficients and truncation)
+    has rounding error at most ``err_h = 2^-53 sum_l (l + 1) a_l``; the jitted pass keeps it where
+    ``h >= err_h / 1e-12`` and re-sums the pair in double-double arithmetic elsewhere (the far
+    tail, w -> -1). That sum runs further than heat.py's truncation (which is relative to the
+    largest term, 1e-17, too early for values far below it): until the terms fall below
+    ``2^-110 sum_l a_l`` and decrease (the log terms are concave in l, as in heat.py), with
+    coefficients ``a_hi + a_lo`` exact to ~2^-150 (50-digit decimal exponentials and the integer
+    dimensions ``N_l``, as heat.py's ``_exact_coefficients``). Its rounding error is at most
+    ``2^-100 sum_l (l + 1) a_l`` (64 times the double-double unit roundoff, growing linearly in l
+    like the float64 bound). h_t decreases in the angle, so that bound is <= 1e-12 h_t(w) for
+    every w when it is at w = -1 (h_t(-1) from simkit.heat, exact); otherwise t is refused for d.
+    So every log m in the pass is within ~1e-12 of the exact value (tests/test_asymmetry.py
+    checks both paths against heat.py's exact fixed-point sum).
+    """
+    key = (float(kernel.t), int(d))
+    prof = _HEAT_PROFILES.get(key)
+    if prof is not None:
+        return prof
+    tab = kernel._table(d)  # ValueError for t < BrownianKernel.min_time(d)
+    n = tab.a.size
+    a_hi, a_lo = [1.0], [0.0]
+    tt = Decimal(min(kernel.t, _heat._T_UNIFORM))
+    stop = Decimal(2) ** -110 * Decimal(math.fsum(tab.a))
+    with localcontext() as ctx:
+        ctx.prec = 50
+        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN
+        prev = Decimal(1)
+        l = 1
+        while True:
+            e = _heat._exp_decimal(-tt * (l * (l + d - 2)) / 2)
+            n_l = 2 if d == 2 else math.comb(l + d - 1, d - 1) - math.comb(l + d - 3, d - 1)
+            v = e * n_l
+            if l >= n and v < stop and v < prev:
+                break
+            hi = float(tab.a[l]) if l < n else float(v)
+            a_hi.append(hi)
+            a_lo.append(float(v - Decimal(hi)))
+            prev = v
+            l += 1
+            if l > _heat._MAX_TERMS:  # pragma: no cover - admissible t have far shorter series
+                raise ValueError(f"'t' = {kernel.t!r} is too small for the search estimator on S^{d - 1}")
+    a_hi, a_lo = np.array(a_hi), np.array(a_lo)
+    log_h_min = float(_heat._log_h(np.array([-1.0]), tab, kernel.t)[0])
+    log_h_max = math.log(math.fsum(tab.a))
+    log_bound_dd = math.log(_EPS_DD) + math.log(float(np.sum(np.arange(1.0, a_hi.size + 1.0) * a_hi)))
+    if log_bound_dd > math.log(_HEAT_RTOL) + log_h_min:
+        raise ValueError(
+            f"'t' = {kernel.t!r} is too small for the search estimator on S^{d - 1}: the heat-kernel density at "
+            f"x . y = -1 is e^{log_h_min:.1f} of its mean, below what double-double summation resolves to "
+            f"{_HEAT_RTOL:g} relative (bound e^{log_bound_dd:.1f}); use a larger 't'")
+    for arr in (a_hi, a_lo):
+        arr.flags.writeable = False
+    prof = _HeatProfile(a_hi, a_lo, n, float(tab.lam), tab.err_h / _HEAT_RTOL, log_h_max, log_h_min)
+    _HEAT_PROFILES[key] = prof
+    return prof
 
 
 def _log_m_parts(pi: SphereDistribution, kernel: MarkovKernel, x: NDArray, y: NDArray):
     """``log m(x_i, y_j) = a + kappa u_i . y_j + b_j``: returns a, u, same_u, kappa, b.
 
     vMF kernel: u = x; rotated vMF kernel: u = R x; ``a = log C_d(kappa)``, ``b_j = -log pi(y_j)``.
+    Brownian kernel: ``log m = a + log h_t(x_i . y_j) + b_j`` with ``a = -log |S^{d-1}|``, u = x
+    (kappa unused, returned as 0).
     """
     d = x.shape[1]
+    if isinstance(kernel, BrownianKernel):
+        return -float(log_sphere_area(d)), x, True, 0.0, np.ascontiguousarray(-pi.logpdf(y))
     a = float(log_vmf_norm(d, kernel.kappa))
     if isinstance(kernel, RotatedVMFKernel):
         u, same = np.ascontiguousarray(x @ kernel.rotation.T), False
@@ -131,8 +221,13 @@ def _log_m_parts(pi: SphereDistribution, kernel: MarkovKernel, x: NDArray, y: ND
     return a, u, same, float(kernel.kappa), np.ascontiguousarray(b)
 
 
-def _sums(x, u, same_u, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, n_rank):
-    """Run the jitted pass; top1/overlap are NaN where not computed."""
+def _sums(x, u, same_u, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, n_rank, heat=None):
+    """Run the jitted pass; top1/overlap are NaN where not computed. ``heat``: the profile of a
+    Brownian kernel (:func:`_heat_profile`), None for the vMF kernels."""
+    if heat is None:
+        heat_args = (np.zeros(0), np.zeros(0), 0, 0.0, 0.0)
+    else:
+        heat_args = (heat.a_hi, heat.a_lo, heat.n_float, heat.lam, heat.cut)
     n, g = x.shape[0], grid.size
     sums = np.empty((n, g, N_SUMS))
     top1 = np.full((n, g), np.nan)
@@ -140,14 +235,21 @@ def _sums(x, u, same_u, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, n_r
     # BLAS runs single-threaded inside the parallel loop: the parallelism is over query tiles
     with threadpool_limits(limits=1, user_api="blas"):
         search_sums(np.ascontiguousarray(x), np.ascontiguousarray(u), bool(same_u), tile_negatives(y),
-                    tile_values(b), y.shape[0], 1.0 / tau, float(kappa), np.ascontiguousarray(shift_s),
+                    tile_values(b), y.shape[0], 1.0 / tau, float(kappa), *heat_args, np.ascontiguousarray(shift_s),
                     np.ascontiguousarray(shift_m), np.ascontiguousarray(mu), grid, int(n_top), int(n_rank),
                     sums, top1, overlap)
     return sums, top1, overlap
 
 
-def _shift_m(kappa: float, u: NDArray, b: NDArray) -> NDArray:
+def _shift_m(kappa: float, u: NDArray, b: NDArray, heat: _HeatProfile | None = None) -> NDArray:
     """Per-query shift with ``log m - a - shift <= 0``; checks that the scaled m^2 cannot underflow."""
+    if heat is not None:  # log h_t spans [log h_t(-1), log h_t(1)]
+        span = heat.log_h_max - heat.log_h_min + float(b.max() - b.min())
+        if span > _LOG_M_SPAN:
+            raise ValueError(f"'kernel' (Brownian, log h_t spanning {heat.log_h_max - heat.log_h_min:.4g}) with a "
+                             f"spread of log pi of {float(b.max() - b.min()):.4g} makes m(x, y) span e^{span:.0f} > "
+                             f"e^{_LOG_M_SPAN:.0f}; use a larger t or a less concentrated pi")
+        return np.full(u.shape[0], heat.log_h_max + float(b.max()))
     span = 2.0 * kappa + float(b.max() - b.min())
     if span > _LOG_M_SPAN:
         raise ValueError(f"'kernel' concentration {kappa:g} with a spread of log pi of {float(b.max() - b.min()):.4g} "
@@ -169,7 +271,7 @@ def search_statistics(x: ArrayLike, x_pos: ArrayLike, database: ArrayLike, pi: S
         Database points shared by all queries; the statistics for k use the first k of them.
     pi : SphereDistribution
         The data distribution (with a density: not Discrete); ``m = dM(x, .)/dpi``.
-    kernel : VMFKernel or RotatedVMFKernel
+    kernel : VMFKernel, RotatedVMFKernel or BrownianKernel
         The positive kernel M.
     tau : float
         Temperature, >= 0.005.
@@ -190,12 +292,14 @@ def search_statistics(x: ArrayLike, x_pos: ArrayLike, database: ArrayLike, pi: S
     ------
     ValueError
         For invalid shapes, non-unit vectors, tau < 0.005, a bad grid, a Discrete pi or an
-        unsupported kernel. NotImplementedError for BrownianKernel (not yet supported).
+        unsupported kernel; for a BrownianKernel whose t is below ``BrownianKernel.min_time(d)`` or
+        too small for the per-pair series (see ``_heat_profile``).
 
     Notes
     -----
     ``m(x, y) = C_d(kappa) e^{kappa u.y} / pi(y)`` with u = x (vMF kernel) or u = R x (rotated);
-    see the module docstring and THEORY.md claim C2.
+    ``m(x, y) = h_t(x.y) / (|S^{d-1}| pi(y))`` for the Brownian kernel, the heat-kernel series
+    summed per pair to 1e-12 relative; see the module docstring and THEORY.md claims C2, C7.
     """
     _check_pair(pi, kernel)
     d = pi.dim
@@ -212,11 +316,13 @@ def search_statistics(x: ArrayLike, x_pos: ArrayLike, database: ArrayLike, pi: S
     grid = _check_grid(k, y.shape[0])
     n_top = check_int("n_top", n_top, low=1, high=1000)
     a, u, same, kappa, b = _log_m_parts(pi, kernel, x, y)
-    shift_m = _shift_m(kappa, u, b)
+    heat = _heat_profile(kernel, d) if isinstance(kernel, BrownianKernel) else None
+    shift_m = _shift_m(kappa, u, b, heat)
     s0 = np.sum(x * x_pos, axis=1) / tau
     mu = exact.mean_score(kernel, x, tau)
     shift_s = np.full(x.shape[0], 1.0 / tau)  # s <= 1/tau: e^{s - shift} in [e^{-2/tau}, 1]
-    sums, top1, overlap = _sums(x, u, same, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, x.shape[0])
+    sums, top1, overlap = _sums(x, u, same, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, x.shape[0],
+                                heat)
     log_s = shift_s[:, None] + np.log(sums[..., 0])
     ce = log_s - (sums[..., 2] / sums[..., 1] + mu[:, None])
     loss = np.logaddexp(s0[:, None], log_s) - s0[:, None]
@@ -234,8 +340,8 @@ class SearchEstimator:
     ----------
     pi : SphereDistribution
         Data distribution with a density (Uniform, VonMisesFisher, VMFMixture).
-    kernel : VMFKernel or RotatedVMFKernel
-        Positive kernel M (m in closed form).
+    kernel : VMFKernel, RotatedVMFKernel or BrownianKernel
+        Positive kernel M (m in closed form, or the heat-kernel series summed per pair).
     tau : float
         Temperature, >= 0.005.
     k_max : int
@@ -384,8 +490,10 @@ class SearchEstimator:
         log_m1 = exact.log_m1(kernel, x, tau)
         mu = exact.mean_score(kernel, x, tau)
         a, u, same, kappa, b = _log_m_parts(pi, kernel, x, y)
-        shift_m = _shift_m(kappa, u, b)
-        sums, top1, overlap = _sums(x, u, same, y, b, tau, kappa, log_z, shift_m, mu, grid, self.n_top, n_rank)
+        heat = _heat_profile(kernel, self.dim) if isinstance(kernel, BrownianKernel) else None
+        shift_m = _shift_m(kappa, u, b, heat)
+        sums, top1, overlap = _sums(x, u, same, y, b, tau, kappa, log_z, shift_m, mu, grid, self.n_top, n_rank,
+                                    heat)
         s_t, w_t, v_t, q_t = (sums[..., c] for c in range(N_SUMS))
         e0 = np.exp(s0 - log_z)[:, None]  # e^{s0} / Z
         t1 = np.log1p(e0 / s_t)  # log(1 + e^{s0} / S_k), S_k = Z s_t

@@ -297,8 +297,9 @@ def test_invalid_inputs():
         search_statistics(x, xp, y, pi, RotatedVMFKernel(np.eye(4), 1.0), 0.5, [1])
     with _raises("kernel", "span"):
         search_statistics(x, xp, y, pi, VMFKernel(200.0), 0.5, [1])
-    with pytest.raises(NotImplementedError, match="BrownianKernel"):
-        SearchEstimator(pi, BrownianKernel(0.5), 0.5, 16)
+    # BrownianKernel is supported (tests/test_asymmetry.py); a t too small for the per-pair series is refused
+    with _raises("t", "too small for the search estimator"):
+        SearchEstimator(pi, BrownianKernel(0.05), 0.5, 16)
     with _raises("k_max", "power of two"):
         SearchEstimator(pi, ker, 0.5, 100)
     with _raises("k_max", ">= 2"):
