@@ -20,6 +20,7 @@ __all__ = [
     "check_weights",
     "check_rng",
     "UNIT_TOL",
+    "Frozen",
 ]
 
 # Tolerance for "is a unit vector": generous enough for float32 round-trips, tight enough to catch
@@ -163,3 +164,21 @@ def check_rng(rng) -> np.random.Generator:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"'rng' must be a numpy.random.Generator, a SeedSequence, an int seed or None, "
                          f"got {rng!r} ({exc})") from None
+
+
+class Frozen:
+    """Mixin for immutable parameter objects: attributes are fixed once ``_freeze()`` has run,
+    and array attributes become read-only."""
+
+    _immutable_hint = "create a new instance"
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is immutable; {self._immutable_hint}")
+        object.__setattr__(self, name, value)
+
+    def _freeze(self):
+        for v in vars(self).values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        object.__setattr__(self, "_frozen", True)

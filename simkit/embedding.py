@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from simkit._validation import check_int, check_points, check_rng
+from simkit._validation import Frozen, check_int, check_points, check_rng
 
 __all__ = ["Embedding", "LinearEmbedding", "TwoLayerEmbedding", "NORM_FLOOR", "COND_MAX"]
 
@@ -76,7 +76,7 @@ def _check_vector(name: str, theta: ArrayLike, size: int) -> NDArray[np.float64]
     return arr
 
 
-class Embedding:
+class Embedding(Frozen):
     """Base class: a frozen, parametric map phi_theta: S^{p-1} -> S^{d-1}.
 
     Subclasses set ``p``, ``d``, ``params`` (flat, read-only) and implement ``_hidden(x)``
@@ -89,16 +89,7 @@ class Embedding:
     params: NDArray[np.float64]
     family: ClassVar[int]
 
-    def __setattr__(self, name, value):
-        if getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is immutable; use with_params() for new parameters")
-        object.__setattr__(self, name, value)
-
-    def _freeze(self):
-        for v in vars(self).values():
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
-        object.__setattr__(self, "_frozen", True)
+    _immutable_hint = "use with_params() for new parameters"
 
     # -- parameters ------------------------------------------------------------------------------
 

@@ -21,29 +21,18 @@ from numpy.typing import ArrayLike, NDArray
 from simkit._rng import draw_key
 from simkit._sampling import sample_vmf, sample_walk
 from simkit._special import log_vmf_norm_shifted, mean_resultant_length
-from simkit._validation import check_dim, check_int, check_points, check_rng, check_scalar
+from simkit._validation import Frozen, check_dim, check_int, check_points, check_rng, check_scalar
 
 __all__ = ["MarkovKernel", "VMFKernel", "RotatedVMFKernel", "GeodesicRandomWalk"]
 
 KAPPA_MAX = 1e6
 
 
-class MarkovKernel:
+class MarkovKernel(Frozen):
     """Base class of positive-pair kernels. Frozen after construction."""
 
     #: True when the law of x . x+ given x does not depend on x (rotation-invariant kernels).
     isotropic: bool = True
-
-    def __setattr__(self, name, value):
-        if getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is immutable; create a new instance")
-        object.__setattr__(self, name, value)
-
-    def _freeze(self):
-        for v in vars(self).values():
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
-        object.__setattr__(self, "_frozen", True)
 
     def sample(self, x: ArrayLike, *, rng=None) -> NDArray[np.float64]:
         """One positive per row: ``x`` of shape ``(n, d)`` or ``(d,)`` -> the same shape."""

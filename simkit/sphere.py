@@ -17,7 +17,7 @@ from scipy.special import logsumexp
 from simkit._rng import draw_key
 from simkit._sampling import sample_uniform, sample_vmf
 from simkit._special import log_sphere_area, log_vmf_norm, log_vmf_norm_shifted, mean_resultant_length
-from simkit._validation import (check_dim, check_int, check_points, check_rng, check_scalar,
+from simkit._validation import (Frozen, check_dim, check_int, check_points, check_rng, check_scalar,
                                 check_unit_vectors, check_weights)
 
 __all__ = ["SphereDistribution", "Uniform", "VonMisesFisher", "VMFMixture", "Discrete"]
@@ -35,24 +35,13 @@ def _check_kappa(name: str, kappa) -> float:
     return check_scalar(name, kappa, low=0.0, high=KAPPA_MAX)
 
 
-class SphereDistribution:
+class SphereDistribution(Frozen):
     """Base class: a frozen probability distribution on S^{d-1}.
 
     Subclasses implement ``_rvs(n, rng) -> (n, d)`` and ``_logpdf(x) -> (...)`` on validated input.
     """
 
     dim: int
-
-    def __setattr__(self, name, value):
-        if getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is immutable; create a new instance")
-        object.__setattr__(self, name, value)
-
-    def _freeze(self):
-        for v in vars(self).values():
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
-        object.__setattr__(self, "_frozen", True)
 
     def rvs(self, size: int | tuple[int, ...] = 1, *, rng=None) -> NDArray[np.float64]:
         """Draw ``size`` points; returns shape ``(*size, d)`` (``(size, d)`` for an int)."""
