@@ -67,6 +67,7 @@ STUDIES = {
     "asymmetry": "studies.asymmetry",
     "continuity": "studies.continuity",
     "rademacher": "studies.rademacher",
+    "generalisation": "studies.generalisation",
 }
 
 
