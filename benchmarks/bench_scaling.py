@@ -99,8 +99,9 @@ def _capacity(client, cfg: dict, n: int = 16) -> dict:
     return {"alone_s": alone, "together_s": both, "capacity": 2 * alone / statistics.mean(both)}
 
 
-def _stage_of(key_tag: str, tags_in_order: list[str]) -> str:
-    return "prepare" if key_tag == tags_in_order[0] else "block"
+def _stage_of(key: str) -> str:
+    """Task keys are ``simkit-<run tag>-<prepare|block>-<cell>-<block>`` (simkit._dask)."""
+    return "prepare" if key.split("-")[2] == "prepare" else "block"
 
 
 def _timed_in_process(cfg, out: Path) -> dict:
@@ -137,15 +138,12 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
         res = run_study(STUDY, cfg, out, scheduler=cluster.scheduler_address, progress=False)
         wall = time.perf_counter() - t0
     records = [r for r in stream.data if str(r["key"]).startswith("simkit-")]
-    tags = sorted({str(r["key"]).split("-")[1] for r in records},
-                  key=lambda tag: min(s["start"] for r in records if str(r["key"]).split("-")[1] == tag
-                                      for s in r["startstops"]))
     spans = []
     for r in records:
         for s in r["startstops"]:
             if s["action"] == "compute":
                 # task-stream times are wall-clock seconds: shift them onto perf_counter's origin
-                spans.append((_stage_of(str(r["key"]).split("-")[1], tags), t0 + s["start"] - t0_wall,
+                spans.append((_stage_of(str(r["key"])), t0 + s["start"] - t0_wall,
                               t0 + s["stop"] - t0_wall))
     return _summary(res, wall, t0, spans, n_workers=len(client.scheduler_info()["workers"]))
 

@@ -83,19 +83,33 @@ def compile_times(repeats: int) -> dict:
             "what": "first VonMisesFisher(mu, 50).rvs(10) call in a fresh process, d = 16"}
 
 
-def best_rate(fn, n: int, repeats: int) -> tuple[float, float]:
-    """Samples per second of ``fn(n, seed)``, best of ``repeats`` timed calls: (wall-clock rate,
-    CPU-time rate). The CPU-time rate counts the CPU seconds of all threads of this process, so it
+def _timed(fn, n: int, seed: int) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn(n, seed)
+    t1, c1 = time.perf_counter(), time.process_time()
+    assert out.shape == (n, out.shape[1])
+    del out
+    return t1 - t0, c1 - c0
+
+
+def best_rates(contenders, repeats: int) -> list[tuple[float, float]]:
+    """Samples per second of each ``(fn, n, threads)`` contender (``fn(n, seed)``), best of ``repeats``
+    timed calls: (wall-clock rate, CPU-time rate) per contender. The calls are interleaved (one of
+    each contender per round) so that a change in the load of this shared machine hits every
+    contender alike. The CPU-time rate counts the CPU seconds of all threads of this process, so it
     is much less sensitive than the wall-clock rate to other processes competing for the cores."""
-    wall = cpu = np.inf
+    threads = numba.get_num_threads()
+    wall = [np.inf] * len(contenders)
+    cpu = [np.inf] * len(contenders)
     for r in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = fn(n, 1000 + r)
-        t1, c1 = time.perf_counter(), time.process_time()
-        wall, cpu = min(wall, t1 - t0), min(cpu, c1 - c0)
-        assert out.shape == (n, out.shape[1])
-        del out
-    return n / wall, n / max(cpu, 1e-9)
+        for i, (fn, n, nthreads) in enumerate(contenders):
+            numba.set_num_threads(nthreads)
+            try:
+                w, c = _timed(fn, n, 1000 + r)
+            finally:
+                numba.set_num_threads(threads)
+            wall[i], cpu[i] = min(wall[i], w), min(cpu[i], c)
+    return [(n / w, n / max(c, 1e-9)) for (_, n, _), w, c in zip(contenders, wall, cpu)]
 
 
 def run(n: int, n_scipy_d128: int, repeats: int, compile_repeats: int, single_thread: bool) -> dict:
@@ -117,15 +131,12 @@ def run(n: int, n_scipy_d128: int, repeats: int, compile_repeats: int, single_th
                 return theirs.rvs(m, random_state=np.random.default_rng(seed))
 
             n_sci = n_scipy_d128 if d >= 128 else n
-            rate_ours, cpu_ours = best_rate(sim, n, repeats)
-            rate_ours_1 = None
+            contenders = [(sim, n, threads), (sci, n_sci, threads)]
             if single_thread and threads > 1:
-                try:
-                    numba.set_num_threads(1)
-                    rate_ours_1, _ = best_rate(sim, n, repeats)
-                finally:
-                    numba.set_num_threads(threads)
-            rate_theirs, cpu_theirs = best_rate(sci, n_sci, repeats)
+                contenders.append((sim, n, 1))
+            rates = best_rates(contenders, repeats)
+            (rate_ours, cpu_ours), (rate_theirs, cpu_theirs) = rates[:2]
+            rate_ours_1 = rates[2][0] if len(rates) > 2 else None
             ratio = rate_ours / rate_theirs
             rows.append({
                 "d": d, "kappa": kappa, "n_simkit": n, "n_scipy": n_sci,
@@ -150,7 +161,7 @@ def run(n: int, n_scipy_d128: int, repeats: int, compile_repeats: int, single_th
         "versions": {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
                      "numba": numba.__version__, "simkit": simkit.__version__},
         "settings": {"repeats": repeats,
-                     "rates": "samples per wall-clock second, best of repeats; compile time excluded",
+                     "rates": "samples per wall-clock second, best of repeats, simkit and scipy calls interleaved; compile time excluded",
                      "cpu_ratio": "ratio of samples per CPU-second (all threads), a load-insensitive "
                                   "measure of work per sample; not the target metric"},
         "rows": rows,
@@ -194,7 +205,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=1_000_000, help="samples per timed call (default 1e6)")
     p.add_argument("--n-scipy-d128", type=int, default=200_000,
                    help="scipy samples per call at d = 128, where scipy is slow (default 2e5)")
-    p.add_argument("--repeats", type=int, default=3, help="timed calls per cell; the best is kept")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per contender and cell (interleaved); the best is kept")
     p.add_argument("--compile-repeats", type=int, default=1, help="cold/warm compile measurements")
     p.add_argument("--no-single-thread", action="store_true", help="skip the 1-thread simkit column")
     p.add_argument("--quick", action="store_true", help="n = 1e5 (2e4 for scipy at d = 128), 2 repeats")

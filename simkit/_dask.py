@@ -95,7 +95,8 @@ class DaskExecutor:
             if dep is not None:
                 args = (*args[:-1], by_key[dep])
                 deps[key] = by_key[dep]
-            fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{i}", pure=False)
+            name = "-".join(map(str, key)) if isinstance(key, tuple) else str(i)
+            fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{name}", pure=False)
             futures[fut] = key
             by_key[key] = fut
         self._futures = list(futures)

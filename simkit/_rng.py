@@ -139,7 +139,11 @@ def gamma(s, alpha):
             continue
         v = v * v * v
         u = uniform_pos(s)
-        if np.log(u) < 0.5 * z * z + dd - dd * v + dd * np.log(v):
+        z2 = z * z
+        # Marsaglia & Tsang's squeeze: implies the log test below, so it only skips two logs
+        if u < 1.0 - 0.0331 * z2 * z2:
+            return dd * v * boost
+        if np.log(u) < 0.5 * z2 + dd - dd * v + dd * np.log(v):
             return dd * v * boost
 
 

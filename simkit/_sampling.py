@@ -17,7 +17,7 @@ from numba import njit, prange
 
 from simkit._rng import CHUNK, beta, chunk_state, normal, uniform_pos
 
-__all__ = ["vmf_params", "vmf_omw", "tangent_direction", "compose", "sample_vmf", "sample_uniform", "sample_walk", "tangent_step"]
+__all__ = ["vmf_params", "vmf_omw", "tangent_direction", "compose", "compose_at", "sample_vmf", "sample_uniform", "sample_walk", "tangent_step"]
 
 
 @njit(inline="always")
@@ -64,41 +64,94 @@ def vmf_omw(s, d, par):
 
 
 @njit(inline="always")
-def tangent_direction(s, mu, work):
-    """Fill ``work`` with a uniform unit vector orthogonal to the unit vector ``mu``.
+def _tangent_raw(s, mus, r, work):
+    """Fill ``work`` with a standard normal vector with its ``mus[r]``-component removed; return
+    |work|^2. Rows are indexed rather than sliced: a view per sample cost ~10% of the sampler.
 
-    A standard normal vector with its mu-component removed by two passes of Gram--Schmidt (one
-    pass leaves a residual ~1e-9 in d = 2 when the draw is nearly parallel to mu), normalised.
+    Two passes of Gram--Schmidt (one pass leaves a residual ~1e-9 in d = 2 when the draw is nearly
+    parallel to mu); redrawn in the (probability-zero) case of a vanishing residual.
     """
-    d = mu.shape[0]
+    d = mus.shape[1]
     while True:
         for j in range(d):
             work[j] = normal(s)
+        proj = 0.0
+        for j in range(d):
+            proj += work[j] * mus[r, j]
+        for j in range(d):
+            work[j] -= proj * mus[r, j]
+        proj = 0.0  # second pass; only its squared norm is needed
+        for j in range(d):
+            proj += work[j] * mus[r, j]
         nrm2 = 0.0
-        for _ in range(2):
-            proj = 0.0
-            for j in range(d):
-                proj += work[j] * mu[j]
-            nrm2 = 0.0
-            for j in range(d):
-                work[j] -= proj * mu[j]
-                nrm2 += work[j] * work[j]
+        for j in range(d):
+            work[j] -= proj * mus[r, j]
+            nrm2 += work[j] * work[j]
         if nrm2 > 1e-200:
-            break
-    inv = 1.0 / np.sqrt(nrm2)
+            return nrm2
+
+
+@njit(inline="always")
+def tangent_direction(s, mu, work):
+    """Fill ``work`` with a uniform unit vector orthogonal to the unit vector ``mu``."""
+    d = mu.shape[0]
+    inv = 1.0 / np.sqrt(_tangent_raw(s, mu.reshape((1, d)), 0, work))
     for j in range(d):
         work[j] *= inv
 
 
 @njit(inline="always")
-def compose(s, mu, omw, out_row, work):
-    """out_row = w mu + sqrt(1 - w^2) v, w = 1 - omw, v uniform on the unit sphere orthogonal to mu."""
-    d = mu.shape[0]
-    tangent_direction(s, mu, work)
+def compose_at(s, mus, r, omw, out, i, work):
+    """out[i] = w mu + sqrt(1 - w^2) v with mu = mus[r], w = 1 - omw and v uniform on the unit
+    sphere orthogonal to mu.
+
+    The point is built around the axis ``sigma e_p`` (p = argmax |mu_p|, sigma = -sign(mu_p)):
+    ``y = sigma w e_p + sin_t g / |g|`` with d - 1 standard normals g off coordinate p, then mapped
+    to mu by the Householder reflection ``H = I - u u^T / (1 + |mu_p|)``, ``u = mu - sigma e_p``
+    (|u|^2 = 2 (1 + |mu_p|) >= 2: no cancellation). H is orthogonal and H (sigma e_p) = mu, so
+    ``mu . x = w`` and ``|x| = 1`` to rounding, and H g/|g| is uniform on the sphere orthogonal to mu.
+    One normal and two reductions fewer per draw than Gram--Schmidt against mu.
+    """
+    d = mus.shape[1]
+    p = 0
+    amax = abs(mus[r, 0])
+    for j in range(1, d):
+        a = abs(mus[r, j])
+        if a > amax:
+            amax = a
+            p = j
+    sigma = -1.0 if mus[r, p] > 0.0 else 1.0
+    while True:
+        nrm2 = 0.0
+        for j in range(d):
+            if j != p:
+                g = normal(s)
+                work[j] = g
+                nrm2 += g * g
+        if nrm2 > 1e-200:
+            break
     sin_t = np.sqrt(max(omw * (2.0 - omw), 0.0))
-    w = 1.0 - omw
+    scale = sin_t / np.sqrt(nrm2)
+    work[p] = 0.0
+    dot = 0.0  # u . y, accumulated without the p-th term
     for j in range(d):
-        out_row[j] = w * mu[j] + sin_t * work[j]
+        work[j] *= scale
+        dot += mus[r, j] * work[j]
+    w = 1.0 - omw
+    work[p] = sigma * w
+    up = mus[r, p] - sigma
+    dot += up * work[p]
+    c = dot / (1.0 + amax)
+    for j in range(d):
+        out[i, j] = work[j] - c * mus[r, j]
+    out[i, p] = work[p] - c * up
+
+
+@njit(inline="always")
+def compose(s, mu, omw, out_row, work):
+    """out_row = w mu + sqrt(1 - w^2) v for one row (see :func:`compose_at`)."""
+    d = mu.shape[0]
+    compose_at(s, mu.reshape((1, d)), 0, omw, out_row.reshape((1, d)), 0, work)
 
 
 @njit(parallel=True, cache=True)
@@ -118,7 +171,7 @@ def sample_vmf(mus, kappas, key, out):
             if kappas[r] != par[0]:
                 vmf_params(d, kappas[r], par)
             omw = vmf_omw(state, d, par)
-            compose(state, mus[r], omw, out[i], work)
+            compose_at(state, mus, r, omw, out, i, work)
 
 
 @njit(parallel=True, cache=True)

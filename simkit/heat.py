@@ -40,7 +40,7 @@ float64 sum is dominated by rounding, it is re-summed exactly in fixed-point int
 Sampling inverts the CDF exactly: a uniform u, a bracket for ``theta = arccos w`` from a table of F
 on 1025 angles, safeguarded Newton iterations in theta on ``F(cos theta) = u`` with the series (to
 ``|F - u| < 1e-14``, or until the bracket is a few ulps wide where rounding of F forbids that), and
-a uniform tangent direction (:func:`simkit._sampling.compose`). It runs in Numba with the chunked
+a uniform tangent direction (:func:`simkit._sampling.compose_at`). It runs in Numba with the chunked
 streams of :mod:`simkit._rng`, so output is bit-identical for a given ``rng`` whatever the thread
 count. The NumPy functions of this module are the reference for the jitted ones.
 """
@@ -58,7 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import betainc, gammaln, logsumexp, poch
 
 from simkit._rng import CHUNK, chunk_state, draw_key, uniform_pos
-from simkit._sampling import compose
+from simkit._sampling import compose_at
 from simkit._special import log_bessel_iv, log_sphere_area
 from simkit._validation import check_dim, check_scalar
 from simkit.kernels import MarkovKernel
@@ -316,7 +316,7 @@ def sample_heat(x, a, beta, lam, cd, q, grid, fgrid, tol, key, out):
             u = uniform_pos(state)
             th = _invert(u, d, a, beta, lam, cd, q, grid, fgrid, tol)
             omw = 2.0 * np.sin(0.5 * th) ** 2
-            compose(state, x[i], omw, out[i], work)
+            compose_at(state, x, i, omw, out, i, work)
 
 
 @njit(cache=True)

@@ -203,12 +203,36 @@ def tangent_direction(s: list[int], mu) -> list[float]:
 
 
 def compose(s: list[int], mu, omw: float) -> list[float]:
-    """w mu + sqrt(1 - w^2) v with w = 1 - omw, v from :func:`tangent_direction`."""
+    """w mu + sqrt(1 - w^2) v, w = 1 - omw: a point built around sigma e_p (p = first argmax |mu_p|,
+    sigma = -sign(mu_p)) from d - 1 normals, reflected onto mu by the Householder map
+    I - u u^T / (1 + |mu_p|), u = mu - sigma e_p."""
     mu = [float(m) for m in mu]
-    work = tangent_direction(s, mu)
+    d = len(mu)
+    p = max(range(d), key=lambda j: (abs(mu[j]), -j))
+    amax = abs(mu[p])
+    sigma = -1.0 if mu[p] > 0.0 else 1.0
+    while True:
+        y = [0.0] * d
+        nrm2 = 0.0
+        for j in range(d):
+            if j != p:
+                y[j] = normal(s)
+                nrm2 += y[j] * y[j]
+        if nrm2 > 1e-200:
+            break
     sin_t = math.sqrt(max(omw * (2.0 - omw), 0.0))
-    w = 1.0 - omw
-    return [w * mu[j] + sin_t * work[j] for j in range(len(mu))]
+    scale = sin_t / math.sqrt(nrm2)
+    dot = 0.0
+    for j in range(d):
+        y[j] *= scale
+        dot += mu[j] * y[j]
+    y[p] = sigma * (1.0 - omw)
+    up = mu[p] - sigma
+    dot += up * y[p]
+    c = dot / (1.0 + amax)
+    x = [y[j] - c * mu[j] for j in range(d)]
+    x[p] = y[p] - c * up
+    return x
 
 
 def tangent_step(s: list[int], x, step: float) -> list[float]:

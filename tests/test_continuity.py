@@ -222,7 +222,11 @@ def test_bounds_hold_on_every_tuple_quick(quick):
     for tag in ("score", "avg", "max"):
         assert int(ds[f"violations_{tag}"].sum()) == 0, tag
         assert float(ds[f"tightness_{tag}"].max()) <= 1.0
-    assert np.all(ds["bound_score"] <= ds["bound_avg"]) and np.all(ds["bound_avg"] <= ds["bound_max"])
+    # B_score <= B_avg <= B_max hold exactly; in floating point the softmax weights sum to 1 only to
+    # rounding, so B_avg can exceed B_max by an ulp where they coincide (k = 1)
+    rel = 1e-12
+    assert np.all(ds["bound_score"] <= ds["bound_avg"] * (1 + rel))
+    assert np.all(ds["bound_avg"] <= ds["bound_max"] * (1 + rel))
     assert np.all(ds["dl"] <= ds["bound_score"])
 
 

@@ -192,21 +192,28 @@ GRAD_CASES = [
 
 
 def _fd_grad(risk, phi, h=1e-5):
+    """Central differences with one Richardson step, (4 D(h/2) - D(h)) / 3: truncation O(h^4 f^(5))
+    instead of O(h^2 f^(3)); the plain central difference reached ~2e-5 relative error at tau = 0.05
+    for some samples, where the analytic gradient agreed with the NumPy reference to 1e-12."""
     th = phi.params.copy()
     out = np.empty_like(th)
-    for i in range(th.size):
+
+    def central(i, step):
         e = np.zeros_like(th)
-        e[i] = h
-        out[i] = (risk.value(phi.with_params(th + e)) - risk.value(phi.with_params(th - e))) / (2 * h)
+        e[i] = step
+        return (risk.value(phi.with_params(th + e)) - risk.value(phi.with_params(th - e))) / (2 * step)
+
+    for i in range(th.size):
+        out[i] = (4.0 * central(i, 0.5 * h) - central(i, h)) / 3.0
     return out
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["independent", "shared"])
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_gradient_matches_central_differences(case, shared):
-    """max_i |g_i - fd_i| <= 1e-6 max_i |g_i|. Error budget of the central difference with h = 1e-5:
-    truncation h^2 |f'''| / 6 (|f'''| ~ ||theta||^-3 tau^-3, ~1e-8 here) plus rounding
-    eps |f| / h ~ 1e-10."""
+    """max_i |g_i - fd_i| <= 1e-6 max_i |g_i|. Error budget of the Richardson-extrapolated central
+    difference with h = 1e-5 (``_fd_grad``): truncation O(h^4 |f^(5)|) (measured: at most 3e-9 relative over these cases,
+    tau = 0.05 included), plus rounding ~eps |f| / h ~ 1e-10."""
     family, p, d, k, tau = case
     rng = np.random.default_rng(10 + GRAD_CASES.index(case))
     phi = _family(family, p, d, rng)
