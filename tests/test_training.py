@@ -212,8 +212,8 @@ def _fd_grad(risk, phi, h=1e-5):
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_gradient_matches_central_differences(case, shared):
     """max_i |g_i - fd_i| <= 1e-6 max_i |g_i|. Error budget of the Richardson-extrapolated central
-    difference with h = 1e-5 (``_fd_grad``): truncation O(h^4 |f^(5)|) (measured: at most 3e-9 relative over these cases,
-    tau = 0.05 included), plus rounding ~eps |f| / h ~ 1e-10."""
+    difference with h = 1e-5 (``_fd_grad``): truncation O(h^4 |f^(5)|) plus rounding ~eps |f| / h ~
+    1e-10; measured: at most 3e-9 relative over these cases, tau = 0.05 included."""
     family, p, d, k, tau = case
     rng = np.random.default_rng(10 + GRAD_CASES.index(case))
     phi = _family(family, p, d, rng)
