@@ -11,7 +11,8 @@ process, side by side, on the same inputs:
                   torch.nn.functional.cross_entropy on the first k+1 columns for every k of the grid
                   (the direct way to get l_k from PyTorch).
 
-Figures are pair evaluations per second (n * K_max / seconds), best of ``--repeats``; every
+Figures are pair evaluations per second (n * K_max / seconds), best of ``--repeats`` (default 7)
+consecutive calls per contender (PyTorch: one call at K_max = 65536); every
 contender's output is checked against simkit's (largest absolute difference, in nats). Numba compilation is done
 before timing and reported separately. Run: ``python benchmarks/bench_infonce.py`` (add
 ``--quick`` for a short run). Results also go to benchmarks/results/infonce.json.
@@ -87,20 +88,27 @@ def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
     return out
 
 
-def best_time(fn, repeats):
-    best = float("inf")
-    res = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        res = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, res
+def best_times(fns, repeats):
+    """Best wall time of each zero-argument callable over ``repeats`` consecutive calls (a
+    ``(fn, r)`` pair: ``r`` calls). Contenders run one after the other, not interleaved: OpenBLAS
+    threads keep spinning for a while after a NumPy/PyTorch matmul, which slowed whichever
+    contender ran next by up to 30% in an interleaved trial. Returns [(seconds, last result)]."""
+    out = []
+    for f in fns:
+        fn, reps = f if isinstance(f, tuple) else (f, repeats)
+        best, res = float("inf"), None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            res = fn()
+            best = min(best, time.perf_counter() - t0)
+        out.append((best, res))
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args(argv)
     import numba
@@ -135,15 +143,16 @@ def main(argv=None):
         y = Uniform(d).rvs(k_max, rng=rng)
         grid = 1 << np.arange(int(np.log2(k_max)) + 1)
         pairs = nn * k_max
-        t_s, ref = best_time(lambda: infonce_losses(x, xp, y, TAU, grid), args.repeats)
-        contenders = [("simkit", t_s, ref), ]
-        t_np, out_np = best_time(lambda: numpy_tuned(x, xp, y, TAU, grid), args.repeats)
-        contenders.append(("numpy-tuned", t_np, out_np))
+        names = ["simkit", "numpy-tuned"]
+        fns = [lambda: infonce_losses(x, xp, y, TAU, grid), lambda: numpy_tuned(x, xp, y, TAU, grid)]
         if have_torch:
             reps = 1 if k_max > 4096 else args.repeats
-            t32, o32 = best_time(lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps)
-            t64, o64 = best_time(lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)
-            contenders += [("torch-f32", t32, o32), ("torch-f64", t64, o64)]
+            names += ["torch-f32", "torch-f64"]
+            fns += [(lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps),
+                    (lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)]
+        timed = best_times(fns, args.repeats)
+        t_s, ref = timed[0]
+        contenders = [(name, t, out) for name, (t, out) in zip(names, timed)]
         for name, t, out in contenders:
             err = float(np.max(np.abs(out - ref)))  # nats
             rate = pairs / t

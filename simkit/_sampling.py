@@ -26,6 +26,7 @@ def vmf_params(d, kappa, par):
     par[0] = kappa
     if d == 3:
         par[1] = np.expm1(-2.0 * kappa)
+        par[2] = 1.0 / kappa if kappa >= 1e-12 else 0.0
         return
     m1 = d - 1.0
     b = m1 / (2.0 * kappa + np.sqrt(4.0 * kappa * kappa + m1 * m1))
@@ -39,7 +40,7 @@ def vmf_params(d, kappa, par):
 def vmf_omw(s, d, par):
     """One draw of 1 - mu.x for x ~ vMF(mu, kappa) on S^{d-1}; ``par`` from :func:`vmf_params`.
 
-    d == 3: exact inverse CDF, ``1 - w = -log1p((1 - u) expm1(-2 kappa)) / kappa``.
+    d == 3: exact inverse CDF, ``1 - w = -log1p((1 - u) expm1(-2 kappa)) (1 / kappa)``.
     Otherwise Wood's (1994) rejection sampler written in terms of 1 - w and 1 - x0 so that no
     difference of nearly equal numbers is formed, even for kappa = 1e6.
     """
@@ -48,7 +49,7 @@ def vmf_omw(s, d, par):
         v = 1.0 - uniform_pos(s)  # in [0, 1)
         if kappa < 1e-12:
             return 2.0 * v
-        return -np.log1p(v * par[1]) / kappa
+        return -np.log1p(v * par[1]) * par[2]
     m1 = d - 1.0
     b = par[1]
     omx0 = par[2]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from threadpoolctl import threadpool_limits
+from simkit._blas import single_threaded_blas
 
 from simkit import exact
 from simkit._infonce_jit import prefix_sums, tile_negatives
@@ -69,7 +69,7 @@ def _prefix(x: NDArray, y: NDArray, tau: float, shift: NDArray, grid: NDArray) -
     out = np.empty((x.shape[0], grid.size))
     tiles = tile_negatives(y)
     # BLAS runs single-threaded inside the parallel loop: the parallelism is over anchor tiles
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded_blas():
         prefix_sums(np.ascontiguousarray(x), tiles, y.shape[0], 1.0 / tau, np.ascontiguousarray(shift), grid, out)
     return out
 

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from threadpoolctl import threadpool_limits
+from simkit._blas import single_threaded_blas
 
 from simkit import exact, quadrature
 from simkit._validation import check_int, check_rng, check_scalar
@@ -267,7 +267,7 @@ def population(phi: Embedding, pi: SphereDistribution, kernel: MarkovKernel, tau
     rng = check_rng(rng)
     # every matrix product here is skinny ((N, p) x (p, d)): threaded BLAS gives nothing and, on the
     # shared 2-core machine, made them up to 30x slower (measured); run it single-threaded
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded_blas():
         return _population(phi, pi, kernel, tau, k, n, L, method, pool_size, pool_blocks, ce_id, quad_tol, rng)
 
 

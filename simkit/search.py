@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from threadpoolctl import threadpool_limits
+from simkit._blas import single_threaded_blas
 
 from simkit import exact
 from simkit import heat as _heat
@@ -233,7 +233,7 @@ def _sums(x, u, same_u, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, n_r
     top1 = np.full((n, g), np.nan)
     overlap = np.full((n, g), np.nan)
     # BLAS runs single-threaded inside the parallel loop: the parallelism is over query tiles
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded_blas():
         search_sums(np.ascontiguousarray(x), np.ascontiguousarray(u), bool(same_u), tile_negatives(y),
                     tile_values(b), y.shape[0], 1.0 / tau, float(kappa), *heat_args, np.ascontiguousarray(shift_s),
                     np.ascontiguousarray(shift_m), np.ascontiguousarray(mu), grid, int(n_top), int(n_rank),

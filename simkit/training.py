@@ -50,7 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize
 from scipy.special import logsumexp
-from threadpoolctl import threadpool_limits
+from simkit._blas import single_threaded_blas
 
 from simkit import _training_jit as _jit
 from simkit._validation import check_int, check_points, check_rng, check_scalar
@@ -443,7 +443,7 @@ def train(risk: EmpiricalRisk, init: Embedding, *, restarts: int = 1, rng=None, 
     results = []
     # L-BFGS-B's vector operations are tiny: threaded BLAS only adds overhead (measured: 6x slower
     # training on the shared 2-core machine), so BLAS runs single-threaded here
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded_blas():
         for r, start in enumerate(starts):
             results.append(_run_once(fun, init, start, r, maxiter=maxiter, gtol=gtol, ftol=ftol, maxcor=maxcor))
     best = min(range(len(results)), key=lambda i: (results[i][1].value, i))

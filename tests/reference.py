@@ -151,10 +151,10 @@ def beta(s: list[int], a: float, b: float) -> float:
 # --------------------------------------------------------------------------------------------
 
 def vmf_params(d: int, kappa: float) -> list[float]:
-    """Per-kappa constants [kappa, b, 1 - x0, log(1 - x0^2)] (d != 3) or [kappa, expm1(-2 kappa)]."""
+    """Per-kappa constants [kappa, b, 1 - x0, log(1 - x0^2)] (d != 3) or [kappa, expm1(-2 kappa), 1/kappa]."""
     kappa = float(kappa)
     if d == 3:
-        return [kappa, math.expm1(-2.0 * kappa)]
+        return [kappa, math.expm1(-2.0 * kappa), 1.0 / kappa if kappa >= 1e-12 else 0.0]
     m1 = d - 1.0
     b = m1 / (2.0 * kappa + math.sqrt(4.0 * kappa * kappa + m1 * m1))
     omx0 = 2.0 * b / (1.0 + b)
@@ -168,7 +168,7 @@ def vmf_omw(s: list[int], d: int, par: list[float]) -> float:
         v = 1.0 - uniform_pos(s)
         if kappa < 1e-12:
             return 2.0 * v
-        return -math.log1p(v * par[1]) / kappa
+        return -math.log1p(v * par[1]) * par[2]
     m1 = d - 1.0
     b, omx0, log_1mx0sq = par[1], par[2], par[3]
     x0 = 1.0 - omx0
