@@ -380,6 +380,10 @@ class Checkpoint:
 # ----------------------------------------------------------------------------------------------
 # provenance
 
+#: repository directories holding outputs, not source (ignored by the "-dirty" mark of git_commit)
+OUTPUT_DIRS = ("data", "reports", "benchmarks/results")
+
+
 def _git_commit() -> str:
     here = Path(__file__).resolve().parent
     try:
@@ -387,7 +391,10 @@ def _git_commit() -> str:
         if out.returncode != 0:
             return "unknown"
         commit = out.stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+        # "-dirty" when tracked source differs from the commit; the outputs (datasets, reports,
+        # benchmark results) do not count: a study run rewrites them
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--",
+                                ":(top)", *(f":(top,exclude){p}" for p in OUTPUT_DIRS)],
                                capture_output=True, text=True, timeout=10)
         return commit + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
