@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from simkit._blas import single_threaded_blas
 
 from simkit import exact
+from simkit._blas import single_threaded_blas
 from simkit._infonce_jit import prefix_sums, tile_negatives
 from simkit._validation import check_int, check_points, check_rng, check_scalar
 from simkit.kernels import MarkovKernel

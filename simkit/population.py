@@ -49,9 +49,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from simkit._blas import single_threaded_blas
 
 from simkit import exact, quadrature
+from simkit._blas import single_threaded_blas
 from simkit._validation import check_int, check_rng, check_scalar
 from simkit.embedding import Embedding
 from simkit.infonce import _prefix

@@ -52,10 +52,10 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from simkit._blas import single_threaded_blas
 
 from simkit import exact
 from simkit import heat as _heat
+from simkit._blas import single_threaded_blas
 from simkit._infonce_jit import tile_negatives
 from simkit._search_jit import N_SUMS, search_sums, tile_values
 from simkit._special import log_sphere_area, log_vmf_norm, mean_resultant_length

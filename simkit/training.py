@@ -50,9 +50,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize
 from scipy.special import logsumexp
-from simkit._blas import single_threaded_blas
 
 from simkit import _training_jit as _jit
+from simkit._blas import single_threaded_blas
 from simkit._validation import check_int, check_points, check_rng, check_scalar
 from simkit.embedding import Embedding
 from simkit.kernels import MarkovKernel
