@@ -26,7 +26,7 @@ import numpy as np
 
 import simkit
 from simkit import exact
-from simkit.infonce import GapEstimator, infonce_losses
+from simkit.infonce import GapEstimator
 
 
 def plain_mc(pi, kernel, tau, k, n_anchors, rng, ce, chunk=64):

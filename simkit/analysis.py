@@ -27,6 +27,8 @@ __all__ = [
     "fit_inverse_powers",
     "z_score",
     "choose_k_min",
+    "combine_verdicts",
+    "worst_slope",
 ]
 
 
@@ -237,3 +239,18 @@ def fit_inverse_powers(k: ArrayLike, blocks: ArrayLike, k_min: int, n_terms: int
 def z_score(estimate: float, se: float, reference: float, reference_se: float = 0.0) -> float:
     """``(estimate - reference) / sqrt(se^2 + reference_se^2)``."""
     return float((estimate - reference) / np.sqrt(se**2 + reference_se**2))
+
+
+def combine_verdicts(verdicts) -> str:
+    """One verdict for several checks: "error" if any errored, else "fail" if any failed, else "pass"."""
+    v = {str(x) for x in np.asarray(verdicts, dtype=object).ravel()}
+    return "error" if "error" in v else "fail" if "fail" in v else "pass"
+
+
+def worst_slope(slope: ArrayLike, se: ArrayLike, target: float = -1.0) -> int:
+    """Index of the slope farthest from ``target`` in standard errors (a non-finite slope counts as
+    farthest): the estimate a claim table reports for a check over several settings."""
+    slope, se = np.asarray(slope, dtype=float), np.asarray(se, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dev = np.where(np.isfinite(slope), np.abs(slope - target) / se, np.inf)
+    return int(np.argmax(dev))

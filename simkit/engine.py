@@ -568,7 +568,6 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         bar = tqdm(total=n_tasks, initial=resumed, desc=f"simkit {study.name}", unit="task", file=sys.stderr,
                    dynamic_ncols=True)
     new_done = 0
-    completed = False
 
     def record(kind, ci, b, exc):
         cell = cells[ci]
@@ -608,7 +607,6 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
                 bar.update(1)
             if stop_after is not None and new_done >= stop_after:
                 raise KeyboardInterrupt
-        completed = True
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

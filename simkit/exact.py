@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import integrate
-from scipy.special import gammaln, logsumexp
+from scipy.special import logsumexp
 
 from simkit._special import log_sphere_area, log_vmf_norm, mean_resultant_length
 from simkit._validation import check_int, check_points, check_rng, check_scalar

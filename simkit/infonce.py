@@ -37,7 +37,7 @@ from simkit._blas import single_threaded_blas
 from simkit._infonce_jit import prefix_sums, tile_negatives
 from simkit._validation import check_int, check_points, check_rng, check_scalar
 from simkit.kernels import MarkovKernel
-from simkit.sphere import Discrete, SphereDistribution
+from simkit.sphere import SphereDistribution
 
 __all__ = ["TAU_MIN", "k_grid", "infonce_losses", "GapEstimator", "BLOCK_STATS"]
 

@@ -556,6 +556,40 @@ def _fit_mask(k: np.ndarray, kmin: float) -> np.ndarray:
     return k >= kmin if math.isfinite(kmin) else np.zeros(k.shape, bool)
 
 
+def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> str:
+    """Standardised residuals ``r`` against ``k`` on one panel: filled points in the fit (``sel``),
+    hollow grey points outside it, grey triangles at the edge for residuals beyond the axis range
+    (which covers the in-fit points), reference lines at 0, +-2 and +-3.
+
+    Returns the largest off-scale residual, formatted, or "" when every point is on scale.
+    """
+    for lv, ls in ((2, "--"), (3, ":")):
+        for sgn in (-1, 1):
+            ax.axhline(sgn * lv, color=COLORS["ref"], ls=ls, lw=0.8)
+    ax.axhline(0, color="0.3", lw=0.5)
+    in_fit = r[sel & np.isfinite(r)]
+    top = max(5.0, 1.2 * float(np.abs(in_fit).max())) if in_fit.size else 5.0
+    off = np.isfinite(r) & (np.abs(r) > top)
+    ax.plot(k[sel], r[sel], "o", color=COLORS["data"], ms=4, zorder=4)
+    ax.plot(k[~sel & ~off], r[~sel & ~off], "o", mfc="none", color="0.55", ms=4, zorder=4)
+    for sgn, mk in ((1, "^"), (-1, "v")):
+        m = off & (np.sign(r) == sgn)
+        ax.plot(k[m], np.full(m.sum(), sgn * 0.96 * top), mk, color="0.55", ms=4, zorder=4)
+    ax.set_ylim(-top, top)
+    _log_axes(ax, k)
+    if not np.isfinite(r).any():
+        ax.text(0.5, 0.6, "no fit (see the verdict table)", transform=ax.transAxes, ha="center", fontsize=SMALL)
+    return _num(r[off][np.argmax(np.abs(r[off]))], 0) if off.any() else ""
+
+
+def residual_legend(fig: Figure, y: float) -> None:
+    """The legend of :func:`residual_panel`."""
+    _legend(fig, y, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
+                     _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
+                     _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
+                     _line(COLORS["ref"], ":", label="±3")])
+
+
 def _gap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     k = ds["k"].values.astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -660,29 +694,11 @@ def _resid_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
             if _empty(ax, ds, i):
                 continue
             r, sel = ds[name].values[i], _fit_mask(k, float(_v(ds, "k_min", i)))
-            for lv, ls in ((2, "--"), (3, ":")):
-                for sgn in (-1, 1):
-                    ax.axhline(sgn * lv, color=COLORS["ref"], ls=ls, lw=0.8)
-            ax.axhline(0, color="0.3", lw=0.5)
-            in_fit = r[sel & np.isfinite(r)]
-            top = max(5.0, 1.2 * float(np.abs(in_fit).max())) if in_fit.size else 5.0
-            off = np.isfinite(r) & (np.abs(r) > top)
-            ax.plot(k[sel], r[sel], "o", color=COLORS["data"], ms=4, zorder=4)
-            ax.plot(k[~sel & ~off], r[~sel & ~off], "o", mfc="none", color="0.55", ms=4, zorder=4)
-            for sgn, mk in ((1, "^"), (-1, "v")):
-                m = off & (np.sign(r) == sgn)
-                ax.plot(k[m], np.full(m.sum(), sgn * 0.96 * top), mk, color="0.55", ms=4, zorder=4)
-            big = f"; largest off scale {_num(r[off][np.argmax(np.abs(r[off]))], 0)}" if off.any() else ""
-            ax.set_ylim(-top, top)
-            _log_axes(ax, k)
-            if not np.isfinite(r).any():
-                ax.text(0.5, 0.6, "no fit (see the verdict table)", transform=ax.transAxes, ha="center", fontsize=SMALL)
+            worst = residual_panel(ax, k, r, sel)
+            big = f"; largest off scale {worst}" if worst else ""
             ax.set(title=f"{ds['setting'].values[i]}: {what}{big}", xlabel=_label(ds, "k"),
                    ylabel=_label(ds, name, "standardised residual"))
-    _legend(fig, ly, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
-                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
-                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
-                      _line(COLORS["ref"], ":", label="±3")])
+    residual_legend(fig, ly)
     doc.save(fig)
 
 

@@ -26,7 +26,8 @@ from matplotlib.patches import Patch
 from scipy import stats
 
 from simkit.report import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr, _label,
-                           _legend, _line, _log_axes, _marker, _num, _v, format_pm, provenance_pages, write_report)
+                           _legend, _line, _log_axes, _marker, _num, _v, format_pm, provenance_pages, residual_legend,
+                           residual_panel, write_report)
 from simkit.report_search import _fin
 
 __all__ = ["asymmetry_sections", "asymmetry_report"]
@@ -320,29 +321,11 @@ def _resid_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
             if _empty(ax, ds, i, var):
                 continue
             r, sel = ds[f"resid_{var}_rate"].values[i], _fit_mask(k, float(_v(ds, f"{var}_k_min", i)))
-            for lv, ls in ((2, "--"), (3, ":")):
-                for sgn in (-1, 1):
-                    ax.axhline(sgn * lv, color=COLORS["ref"], ls=ls, lw=0.8)
-            ax.axhline(0, color="0.3", lw=0.5)
-            in_fit = r[sel & np.isfinite(r)]
-            top = max(5.0, 1.2 * float(np.abs(in_fit).max())) if in_fit.size else 5.0
-            off = np.isfinite(r) & (np.abs(r) > top)
-            ax.plot(k[sel], r[sel], "o", color=COLORS["data"], ms=4, zorder=4)
-            ax.plot(k[~sel & ~off], r[~sel & ~off], "o", mfc="none", color="0.55", ms=4, zorder=4)
-            for sgn, mk in ((1, "^"), (-1, "v")):
-                m = off & (np.sign(r) == sgn)
-                ax.plot(k[m], np.full(m.sum(), sgn * 0.96 * top), mk, color="0.55", ms=4, zorder=4)
-            big = f"; off scale up to {_num(r[off][np.argmax(np.abs(r[off]))], 0)}" if off.any() else ""
-            ax.set_ylim(-top, top)
-            _log_axes(ax, k)
-            if not np.isfinite(r).any():
-                ax.text(0.5, 0.6, "no fit (see the verdict table)", transform=ax.transAxes, ha="center", fontsize=SMALL)
+            worst = residual_panel(ax, k, r, sel)
+            big = f"; off scale up to {worst}" if worst else ""
             ax.set_title(f"{ds['setting'].values[i]}: {what}{big}", fontsize=8.5)
             ax.set(xlabel=_label(ds, "k"), ylabel="standardised residual")
-    _legend(fig, ly, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
-                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
-                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
-                      _line(COLORS["ref"], ":", label="±3")])
+    residual_legend(fig, ly)
     doc.save(fig)
 
 

@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 
 from simkit.report import (COLORS, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _decimals, _fit_mask,
                            _json_attr, _label, _legend, _line, _log_axes, _marker, _num, _v, format_pm,
-                           provenance_pages, write_report)
+                           provenance_pages, residual_legend, residual_panel, write_report)
 
 __all__ = ["search_ce_sections", "search_ce_report"]
 
@@ -321,29 +321,11 @@ def _resid_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
             if _empty(ax, ds, i):
                 continue
             r, sel = ds[name].values[i], _fit_mask(k, float(_v(ds, "k_min", i)))
-            for lv, ls in ((2, "--"), (3, ":")):
-                for sgn in (-1, 1):
-                    ax.axhline(sgn * lv, color=COLORS["ref"], ls=ls, lw=0.8)
-            ax.axhline(0, color="0.3", lw=0.5)
-            in_fit = r[sel & np.isfinite(r)]
-            top = max(5.0, 1.2 * float(np.abs(in_fit).max())) if in_fit.size else 5.0
-            off = np.isfinite(r) & (np.abs(r) > top)
-            ax.plot(k[sel], r[sel], "o", color=COLORS["data"], ms=4, zorder=4)
-            ax.plot(k[~sel & ~off], r[~sel & ~off], "o", mfc="none", color="0.55", ms=4, zorder=4)
-            for sgn, mk in ((1, "^"), (-1, "v")):
-                m = off & (np.sign(r) == sgn)
-                ax.plot(k[m], np.full(m.sum(), sgn * 0.96 * top), mk, color="0.55", ms=4, zorder=4)
-            big = f"; largest off scale {_num(r[off][np.argmax(np.abs(r[off]))], 0)}" if off.any() else ""
-            ax.set_ylim(-top, top)
-            _log_axes(ax, k)
-            if not np.isfinite(r).any():
-                ax.text(0.5, 0.6, "no fit (see the verdict table)", transform=ax.transAxes, ha="center", fontsize=SMALL)
+            worst = residual_panel(ax, k, r, sel)
+            big = f"; largest off scale {worst}" if worst else ""
             ax.set(title=f"{ds['setting'].values[i]}: {what}{big}", xlabel=_label(ds, "k"),
                    ylabel=_label(ds, name, "standardised residual"))
-    _legend(fig, ly, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
-                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
-                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
-                      _line(COLORS["ref"], ":", label="±3")])
+    residual_legend(fig, ly)
     doc.save(fig)
 
 

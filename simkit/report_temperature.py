@@ -23,6 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from simkit.analysis import combine_verdicts
 from simkit.report import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
                            _json_attr, _legend, _line, _marker, _v, format_pm, provenance_pages, write_report)
 
@@ -126,7 +127,7 @@ def _checks_table(ds: xr.Dataset):
             f"{_g(_v(ds, 'tau_c1_peak', i))}; {_g(_v(ds, 'tau_c1_zero', i))}",
             f"{_g(_v(ds, 'scale_slope', i), '.2f')} ({_g(_v(ds, 'scale_slope_predicted', i), '.1f')})",
             " · ".join(x.upper() for x in v)])
-        worst = "error" if "error" in v else "fail" if "fail" in v else "pass"
+        worst = combine_verdicts(v)
         colors[(i, len(header) - 1)] = COLORS.get(worst, COLORS["fail"])
     return header, rows, [0.8, 0.55, 0.25, 0.35, 1.45, 0.9, 1.1, 0.95, 0.85, 0.95], colors
 
@@ -437,7 +438,7 @@ def _gap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
            f"(linear within ±1). Grey shading: τ where {kmax} < {float(ds.attrs.get('k_onset_factor', 16)):g} × "
            "expansion scale, i.e. even k_max is short of the 1/k regime; there k·gap_k departs from c1. Dotted "
            "vertical: τ = 1/κ_M.")
-    fig, axes, ly = doc.figure(f"The finite-k gap at fixed k as τ varies: where the 1/k regime starts", 2, len(idx),
+    fig, axes, ly = doc.figure("The finite-k gap at fixed k as τ varies: where the 1/k regime starts", 2, len(idx),
                                caption=cap, subtitle="panel titles: the smallest τ on the grid at which k_max reaches "
                                "the 1/k regime by the k_onset rule")
     for col, i in enumerate(idx):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from simkit.analysis import combine_verdicts
 from simkit.engine import (STUDIES, _canonical, _git_commit, _versions, get_study, resolve_config, run_study,
                            write_dataset)
 
@@ -50,8 +51,7 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             studies.append("")
             detail.append("no study of this claim exists yet")
             continue
-        vs = [r["verdict"] for r in rows]
-        verdict.append("error" if "error" in vs else "fail" if "fail" in vs else "pass")
+        verdict.append(combine_verdicts([r["verdict"] for r in rows]))
         statistic.append("; ".join(r["statistic"] for r in rows))
         est.append(float(rows[0]["estimate"]))
         mcse.append(float(rows[0]["estimate_mcse"]))

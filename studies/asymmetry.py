@@ -46,7 +46,8 @@ from scipy import stats
 
 from simkit import RotatedVMFKernel, Uniform, VMFKernel, exact
 from simkit._special import mean_resultant_length
-from simkit.analysis import choose_k_min, fit_inverse_powers, fit_rate, mean_mcse, z_score
+from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, mean_mcse, worst_slope,
+                             z_score)
 from simkit.engine import Param, Study
 from simkit.heat import BrownianKernel
 from simkit.infonce import GapEstimator, k_grid
@@ -532,11 +533,9 @@ class Asymmetry(Study):
                  f"CE(M_k, Q_k), {n} settings; one sign for k >= k_min, -1 in the level-{1 - ALPHA:g} interval, "
                  f"-1/2 rejected")):
             slope, se = ds[f"{var}_slope"].values, ds[f"{var}_slope_se"].values
-            with np.errstate(invalid="ignore", divide="ignore"):
-                dev = np.where(np.isfinite(slope), np.abs(slope + 1.0) / se, np.inf)
-            worst = int(np.argmax(dev))
+            worst = worst_slope(slope, se)
             verdicts = [str(v) for v in ds[f"verdict_{claim}"].values]
-            overall = "error" if "error" in verdicts else "fail" if "fail" in verdicts else "pass"
+            overall = combine_verdicts(verdicts)
             detail = "; ".join(
                 f"{s}: slope {slope[i]:.4f} ± {se[i]:.4f}, {const} {ds[f'{const}_estimate'].values[i]:.3f} ± "
                 f"{ds[f'{const}_estimate_mcse'].values[i]:.3f} (exact {ds[f'{const}_exact'].values[i]:.3f}"

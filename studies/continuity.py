@@ -87,7 +87,7 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
-from simkit.analysis import fit_rate, jackknife, mean_mcse
+from simkit.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.engine import Param, Study
 from simkit.infonce import k_grid
@@ -511,7 +511,7 @@ class Continuity(Study):
         worst = np.unravel_index(int(np.argmax(z)), z.shape)
         verdicts = ds["verdict"].values
         flat = [str(v) for v in verdicts.ravel()]
-        overall = "error" if "error" in flat else "fail" if "fail" in flat else "pass"
+        overall = combine_verdicts(flat)
         n = len(flat)
         nviol = int(sum(int(ds[f"violations_{t}"].values.sum()) for t in ("avg", "max", "score")))
         parts = []

@@ -329,7 +329,7 @@ class Rademacher(Study):
         ds = raw.copy()
         k = raw["k"].values.astype(float)
         ns = raw["n"].values.astype(float)
-        L, G, R = raw.sizes["loss"], k.size, raw.sizes["restart"]
+        L, R = raw.sizes["loss"], raw.sizes["restart"]
         KN = raw.sizes["kn"]
         a = _attrs
         exc = raw["raw_excess"].values  # (loss, block, draw, k, restart)

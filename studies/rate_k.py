@@ -26,7 +26,8 @@ import xarray as xr
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, VMFMixture, VonMisesFisher, exact
-from simkit.analysis import choose_k_min, fit_inverse_powers, fit_rate, mean_mcse, z_score
+from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, mean_mcse, worst_slope,
+                             z_score)
 from simkit.engine import Param, Study
 from simkit.infonce import GapEstimator, k_grid
 
@@ -312,12 +313,10 @@ class RateK(Study):
         The estimate is the slope of the setting farthest from -1 in standard errors.
         """
         slope, se = ds["slope"].values, ds["slope_se"].values
-        with np.errstate(invalid="ignore", divide="ignore"):
-            dev = np.where(np.isfinite(slope), np.abs(slope + 1.0) / se, np.inf)
-        worst = int(np.argmax(dev))
+        worst = worst_slope(slope, se)
         verdicts = [str(v) for v in ds["verdict"].values]
         n = len(verdicts)
-        overall = "error" if "error" in verdicts else "fail" if "fail" in verdicts else "pass"
+        overall = combine_verdicts(verdicts)
         detail = "; ".join(
             f"{s}: slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, c1 z {ds['c1_z'].values[i]:+.2f}"
             f" -> {verdicts[i]}" + (f" ({ds['verdict_reason'].values[i]})" if str(ds['verdict_reason'].values[i]) else "")

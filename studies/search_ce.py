@@ -32,7 +32,8 @@ import numpy as np
 import xarray as xr
 
 from simkit import VMFKernel, exact
-from simkit.analysis import choose_k_min, fit_inverse_powers, fit_rate, mean_mcse, z_score
+from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, mean_mcse, worst_slope,
+                             z_score)
 from simkit.engine import Param, Study
 from simkit.infonce import k_grid
 from simkit.search import N_TOP, SearchEstimator, search_constants
@@ -341,12 +342,10 @@ class SearchCE(Study):
         The estimate is the slope of the setting farthest from -1 in standard errors.
         """
         slope, se = ds["slope"].values, ds["slope_se"].values
-        with np.errstate(invalid="ignore", divide="ignore"):
-            dev = np.where(np.isfinite(slope), np.abs(slope + 1.0) / se, np.inf)
-        worst = int(np.argmax(dev))
+        worst = worst_slope(slope, se)
         verdicts = [str(v) for v in ds["verdict"].values]
         n = len(verdicts)
-        overall = "error" if "error" in verdicts else "fail" if "fail" in verdicts else "pass"
+        overall = combine_verdicts(verdicts)
         detail = "; ".join(
             f"{s}: slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, "
             f"d1 {ds['d1_estimate'].values[i]:.3f} ± {ds['d1_estimate_mcse'].values[i]:.3f} (predicted "

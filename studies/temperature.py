@@ -38,7 +38,7 @@ from scipy import stats
 
 from simkit import VMFKernel, exact
 from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit.analysis import mean_mcse
+from simkit.analysis import combine_verdicts, mean_mcse
 from simkit.engine import Param, Study
 from simkit.infonce import TAU_MIN, GapEstimator, k_grid
 from simkit.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
@@ -532,8 +532,7 @@ class Temperature(Study):
         names = [str(s) for s in ds["setting"].values]
 
         def overall(c):
-            v = [str(x) for x in ds[f"verdict_{c}"].values]
-            return "error" if "error" in v else "fail" if "fail" in v else "pass"
+            return combine_verdicts(ds[f"verdict_{c}"].values)
 
         def why(c, i):
             r = str(ds[f"verdict_{c}_reason"].values[i])

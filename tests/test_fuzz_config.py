@@ -19,7 +19,6 @@ import math
 import os
 import subprocess
 import sys
-from fractions import Fraction
 from decimal import Decimal
 from pathlib import Path
 

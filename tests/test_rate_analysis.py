@@ -23,8 +23,8 @@ import pytest
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import (choose_k_min, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
-                             z_score)
+from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
+                             worst_slope, z_score)
 from simkit.engine import resolve_config, run_study
 from simkit.infonce import k_grid
 from studies.rate_k import ALPHA, STUDY
@@ -394,3 +394,14 @@ def test_choose_k_min_and_z_score():
     assert choose_k_min(k, 1e6) == 4096  # beyond the grid: the last point
     assert choose_k_min(k, 10.0, 0.0) == 1
     assert z_score(5.6, 0.03, 5.5, 0.04) == pytest.approx(2.0)
+
+
+def test_combine_verdicts_and_worst_slope():
+    """The claim-table helpers: error outranks fail outranks pass; the slope farthest from the target
+    in standard errors (a non-finite one first) is the reported estimate."""
+    assert combine_verdicts(["pass", "pass"]) == "pass"
+    assert combine_verdicts(["pass", "fail"]) == "fail"
+    assert combine_verdicts(np.array([["fail", "error"], ["pass", "pass"]], dtype=object)) == "error"
+    assert worst_slope([-1.01, -0.9, -1.0], [0.01, 0.2, 0.1]) == 0  # 1 SE, 0.5 SE, 0 SE
+    assert worst_slope([-1.0, np.nan], [0.1, 0.1]) == 1
+    assert worst_slope([0.1, -0.4], [0.1, 0.1], target=-0.5) == 0
