@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["TILE_A", "TILE_N", "SMALL_D", "prefix_sums", "tile_negatives", "vexp_inplace"]
+__all__ = ["TILE_A", "TILE_N", "SMALL_D", "prefix_sums", "tile_negatives", "tile_segments", "vexp_inplace"]
 
 TILE_A = 32
 TILE_N = 512
@@ -86,6 +86,28 @@ def tile_negatives(y: np.ndarray) -> np.ndarray:
         blk = y[t * TILE_N:(t + 1) * TILE_N]
         out[t, :, :blk.shape[0]] = blk.T
     return out
+
+
+@njit(inline="always")
+def tile_segments(j0, j1, k_grid, g, seg_lo, seg_hi, seg_g):
+    """Split the columns [j0, j1) of a tile at the grid points k_grid[g], k_grid[g+1], ...: segment s
+    is [seg_lo[s], seg_hi[s]); seg_g[s] is the index of the grid point it ends at, or -1 when it
+    ends at j1 short of one. Shared by every row of the tile. Returns (number of segments, the
+    index of the next grid point)."""
+    n_seg = 0
+    pos = j0
+    while pos < j1:
+        nb = min(j1, k_grid[g])
+        seg_lo[n_seg] = pos
+        seg_hi[n_seg] = nb
+        if nb == k_grid[g]:
+            seg_g[n_seg] = g
+            g += 1
+        else:
+            seg_g[n_seg] = -1
+        n_seg += 1
+        pos = nb
+    return n_seg, g
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -182,20 +204,7 @@ def prefix_sums(x, y_tiles, n_neg, inv_tau, shift, k_grid, out):
             j1 = min(min(n_neg, j0 + TILE_N), k_last)
             nj = j1 - j0
             yt = y_tiles[t]
-            # segments of this tile between grid points (shared by every row)
-            n_seg = 0
-            pos = j0
-            while pos < j1:
-                nb = min(j1, k_grid[g])
-                seg_lo[n_seg] = pos
-                seg_hi[n_seg] = nb
-                if nb == k_grid[g]:
-                    seg_g[n_seg] = g
-                    g += 1
-                else:
-                    seg_g[n_seg] = -1
-                n_seg += 1
-                pos = nb
+            n_seg, g = tile_segments(j0, j1, k_grid, g, seg_lo, seg_hi, seg_g)
             if d > SMALL_D:
                 np.dot(xa, yt, sc)
             for r in range(na):

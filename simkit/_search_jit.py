@@ -35,7 +35,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from simkit._infonce_jit import SMALL_D, TILE_A, TILE_N, _add_segment, _exp_parts, _lane_total, _scale_bits
+from simkit._infonce_jit import (SMALL_D, TILE_A, TILE_N, _add_segment, _exp_parts, _lane_total, _scale_bits,
+                                 tile_segments)
 
 __all__ = ["N_SUMS", "search_sums", "tile_values", "log_heat_values"]
 
@@ -304,20 +305,7 @@ def search_sums(x, u, same_u, y_tiles, b_tiles, n_db, inv_tau, kappa, heat_hi, h
             nj = j1 - j0
             yt = y_tiles[t]
             bt = b_tiles[t]
-            # segments of this tile between grid points (shared by every row)
-            n_seg = 0
-            pos = j0
-            while pos < j1:
-                nb = min(j1, k_grid[g])
-                seg_lo[n_seg] = pos
-                seg_hi[n_seg] = nb
-                if nb == k_grid[g]:
-                    seg_g[n_seg] = g
-                    g += 1
-                else:
-                    seg_g[n_seg] = -1
-                n_seg += 1
-                pos = nb
+            n_seg, g = tile_segments(j0, j1, k_grid, g, seg_lo, seg_hi, seg_g)
             if d > SMALL_D:
                 np.dot(xa, yt, sc)
                 if not same_u:
