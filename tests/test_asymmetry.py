@@ -29,12 +29,14 @@ from scipy.special import logsumexp
 
 from simkit import VonMisesFisher, exact
 from simkit._search_jit import log_heat_values
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from simkit.heat import BrownianKernel, _log_h_exact
 from simkit.search import SearchEstimator, _heat_profile, search_statistics
 from studies.asymmetry import ALPHA, SETTINGS, STUDY, asymmetry_exact, build_kernel, build_pi
 from studies.rate_k import STUDY as RATE_K
 from studies.search_ce import STUDY as SEARCH_CE
+
+from resume_check import assert_resume_identical
 
 QUICK_SETTINGS = ["rot-uniform-d3", "rot-vmf-d8", "brown-vmf-d3", "brown-vmf-d8"]
 
@@ -358,16 +360,7 @@ def test_resume_after_interruption(tmp_path, capsys):
     """Stopped after 5 tasks (both preparations, three blocks), then completed: the dataset is
     identical to an uninterrupted run's (engine.results_identical)."""
     cfg = resolve_config(STUDY, TINY, seed=20261420)
-    ref = run_study(STUDY, cfg, tmp_path / "ref.nc", progress=False)
-    assert ref.completed and not ref.errors
-    out = tmp_path / "resumed.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=5)
-    assert not part.completed and part.n_done == 5 and not out.exists()
-    assert "interrupted" in capsys.readouterr().err
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 5
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    assert_resume_identical(STUDY, cfg, tmp_path, stop_after=5, capsys=capsys)
 
 
 def test_invalid_configuration():

@@ -26,8 +26,10 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from simkit.embedding import LinearEmbedding
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from studies.continuity import ALPHA, STUDY, loss_difference_bounds, perturb, violations
+
+from resume_check import assert_resume_identical
 
 statistical = pytest.mark.statistical
 
@@ -193,16 +195,7 @@ TINY = {"settings": "twolayer-d16,linear-d16", "eps": "0.05,0.3", "k_max": 64, "
 def test_resume_after_interruption(tmp_path, capsys):
     """Stopped after 3 tasks, then completed: identical to an uninterrupted run (engine.results_identical)."""
     cfg = resolve_config(STUDY, TINY, seed=20261401)
-    ref = run_study(STUDY, cfg, tmp_path / "ref.nc", progress=False)
-    assert ref.completed and not ref.errors
-    out = tmp_path / "resumed.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=3)
-    assert not part.completed and part.n_done == 3 and not out.exists()
-    assert "interrupted" in capsys.readouterr().err
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 3
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    assert_resume_identical(STUDY, cfg, tmp_path, stop_after=3, capsys=capsys)
 
 
 @pytest.fixture(scope="module")

@@ -33,11 +33,13 @@ import pytest
 from scipy import stats
 
 from simkit import Uniform, VMFKernel
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from simkit.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk, lifted_value_and_grad
 from simkit.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
 from studies.generalisation import (ALPHA, POWER, STUDY, _block_of, level_grid, one_sided_rate, sweep_seeds,
                                     trend_test)
+
+from resume_check import assert_resume_identical
 
 statistical = pytest.mark.statistical
 PI3 = Uniform(3)
@@ -227,15 +229,8 @@ TINY = {"sweeps": "n,d", "n_blocks": 3, "n_min": 32, "n_max": 128, "k_n": 4, "ds
 def test_resume_equals_uninterrupted(tmp_path):
     """Stopped after 4 of 12 tasks, then completed: identical to an uninterrupted run."""
     cfg = resolve_config(STUDY, TINY, seed=20261207)
-    ref = run_study(STUDY, cfg, tmp_path / "ref" / "g.nc", progress=False)
-    assert ref.completed and not ref.errors and ref.n_tasks == 6 * (1 + 3)
-    out = tmp_path / "resumed" / "g.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=4)
-    assert not part.completed and part.dataset is None and not out.exists()
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 4
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    ref = assert_resume_identical(STUDY, cfg, tmp_path, stop_after=4)
+    assert ref.n_tasks == 6 * (1 + 3)
 
 
 # ----------------------------------------------------------------------------------------------

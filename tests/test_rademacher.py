@@ -27,9 +27,11 @@ from scipy import stats
 
 from simkit import Uniform, VMFKernel
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from simkit.training import EmpiricalRisk, TrainingSample
 from studies.rademacher import ALPHA, STUDY, PairwiseSumRisk, box_bounds, rademacher_sup
+
+from resume_check import assert_resume_identical
 
 statistical = pytest.mark.statistical
 
@@ -166,16 +168,7 @@ TINY = {"k_max": 16, "k_fit_min": 2, "n_main": 8, "n_grid": "4,8,16", "k_for_n":
 def test_resume_after_interruption(tmp_path, capsys):
     """Stopped after 3 tasks, then completed: identical to an uninterrupted run (engine.results_identical)."""
     cfg = resolve_config(STUDY, TINY, seed=20261402)
-    ref = run_study(STUDY, cfg, tmp_path / "ref.nc", progress=False)
-    assert ref.completed and not ref.errors
-    out = tmp_path / "resumed.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=3)
-    assert not part.completed and part.n_done == 3 and not out.exists()
-    assert "interrupted" in capsys.readouterr().err
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 3
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    assert_resume_identical(STUDY, cfg, tmp_path, stop_after=3, capsys=capsys)
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,14 @@ from scipy.special import logsumexp
 
 from simkit import (Discrete, GeodesicRandomWalk, RotatedVMFKernel, Uniform, VMFKernel, VonMisesFisher,
                     exact)
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from simkit.heat import BrownianKernel
 from simkit.search import (CONTROL_VARIATES, SEARCH_STATS, SearchEstimator, search_constants,
                            search_statistics)
 from studies.rate_k import build_pi
 from studies.search_ce import ALPHA, STUDY
+
+from resume_check import assert_resume_identical
 
 MIXTURE = build_pi({"pi": "mixture", "dim": 16, "kappa_pi": 6.0})
 
@@ -328,16 +330,7 @@ def test_resume_after_interruption(tmp_path, capsys):
     """Stopped after 5 tasks (both preparations, three blocks), then completed: the dataset is
     identical to an uninterrupted run's (engine.results_identical)."""
     cfg = resolve_config(STUDY, TINY, seed=20261350)
-    ref = run_study(STUDY, cfg, tmp_path / "ref.nc", progress=False)
-    assert ref.completed and not ref.errors
-    out = tmp_path / "resumed.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=5)
-    assert not part.completed and part.n_done == 5 and not out.exists()
-    assert "interrupted" in capsys.readouterr().err
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 5
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    assert_resume_identical(STUDY, cfg, tmp_path, stop_after=5, capsys=capsys)
 
 
 QUICK_SETTINGS = ["uniform-d3", "vmf-d8", "mixture-d16"]

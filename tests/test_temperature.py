@@ -22,12 +22,14 @@ from scipy import stats
 
 from simkit import Discrete, Uniform, VMFKernel, exact
 from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit.engine import read_dataset, resolve_config, results_identical, run_study
+from simkit.engine import read_dataset, resolve_config, run_study
 from simkit.infonce import GapEstimator
 from simkit.softmax_kernel import (kl_direct, kl_importance, kl_q_pi, q_components, q_distribution, q_mean_cosine,
                                    sample_q)
 from studies.rate_k import build_pi
 from studies.temperature import ALPHA, STUDY, Temperature, entropy_h, kl_sup
+
+from resume_check import assert_resume_identical
 
 statistical = pytest.mark.statistical
 
@@ -263,16 +265,7 @@ TINY = {"settings": "uniform-d3,vmf-d8", "n_tau": 3, "k_max": 64, "k_fixed": 16,
 def test_resume_after_interruption(tmp_path, capsys):
     """Stopped after 5 tasks, then completed: the dataset is identical to an uninterrupted run's."""
     cfg = resolve_config(STUDY, TINY, seed=20261204)
-    ref = run_study(STUDY, cfg, tmp_path / "ref.nc", progress=False)
-    assert ref.completed and not ref.errors
-    out = tmp_path / "resumed.nc"
-    part = run_study(STUDY, cfg, out, progress=False, stop_after=5)
-    assert not part.completed and part.n_done == 5 and not out.exists()
-    assert "interrupted" in capsys.readouterr().err
-    done = run_study(STUDY, cfg, out, progress=False)
-    assert done.completed and done.dataset.attrs["resumed_tasks"] == 5
-    assert results_identical(ref.dataset, done.dataset)
-    assert results_identical(ref.dataset, read_dataset(out))
+    assert_resume_identical(STUDY, cfg, tmp_path, stop_after=5, capsys=capsys)
 
 
 class _Capture(Temperature):
