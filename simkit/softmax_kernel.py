@@ -32,28 +32,12 @@ from scipy.special import logsumexp
 from simkit._rng import draw_key
 from simkit._sampling import sample_vmf
 from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit._validation import check_int, check_points, check_rng, check_scalar
-from simkit.exact import log_partition
+from simkit._validation import check_int, check_points, check_rng
+from simkit.exact import _anchors, _check_pi, _check_tau, log_partition
 from simkit.sphere import Discrete, SphereDistribution, VMFMixture
 
 __all__ = ["q_components", "q_distribution", "q_mean_cosine", "kl_q_pi", "sample_q", "kl_importance",
            "kl_direct"]
-
-
-def _check_pi(pi) -> SphereDistribution:
-    if not isinstance(pi, SphereDistribution):
-        raise ValueError(f"'pi' must be a simkit sphere distribution (Uniform, VonMisesFisher, VMFMixture, "
-                         f"Discrete), got {type(pi).__name__}")
-    return pi
-
-
-def _check_tau(tau) -> float:
-    return check_scalar("tau", tau, low=0.0, low_inclusive=False)
-
-
-def _anchors(x, d: int) -> NDArray[np.float64]:
-    x = check_points("x", x, d)
-    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
 
 
 def _components(pi: SphereDistribution, x: NDArray, tau: float):
