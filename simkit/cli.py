@@ -114,32 +114,33 @@ def _check_path(option: str, text: str | None, suffix: str) -> Path | None:
 
 
 def _connect(address: str | None):
-    """A client of the Dask scheduler at ``address`` (None: in-process); ValueError if unusable."""
+    """The executor of a run: the Dask scheduler at ``address``, built once (None: in-process);
+    ValueError if unusable."""
     if address is None:
         return None
-    from simkit._dask import DaskExecutor
+    from simkit.runner.dask import DaskExecutor
     try:
-        return DaskExecutor(address).client
+        return DaskExecutor(address)
     except ValueError as exc:
         raise ValueError(str(exc).replace("'scheduler'", "'--scheduler'", 1)) from None
 
 
 def _run(args) -> int:
-    from simkit.engine import get_study, resolve_config, run_study
+    from simkit.runner import get_study, resolve_config, run_study
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
         out = _check_path("--out", args.out, ".nc") or Path("data") / f"{study.name}.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / f"{out.stem}.pdf"
-        client = _connect(args.scheduler)  # last: it is the only check that contacts anything
+        executor = _connect(args.scheduler)  # last: it is the only check that contacts anything
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
-        result = run_study(study, cfg, out, scheduler=client, progress=not args.no_progress)
+        result = run_study(study, cfg, out, executor=executor, progress=not args.no_progress)
     finally:
-        if client is not None:
-            client.close()
+        if executor is not None:
+            executor.close()
     if not result.completed:
         return 130
     print(f"simkit: wrote {result.path} ({result.n_done}/{result.n_tasks} tasks, {result.wall_time_s:.1f} s)")
@@ -156,7 +157,7 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from simkit.engine import get_study, read_dataset
+    from simkit.runner import get_study, read_dataset
     try:
         ds = read_dataset(args.dataset)
         try:
@@ -178,19 +179,19 @@ def _validate(args) -> int:
         seed = _parse_seed(args.seed)
         out = _check_path("--out", args.out, ".nc") or Path("data") / "validation.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / "validation.pdf"
-        client = _connect(args.scheduler)
+        executor = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
-        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=client,
+        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
                             progress=not args.no_progress)
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
     finally:
-        if client is not None:
-            client.close()
+        if executor is not None:
+            executor.close()
     print(f"simkit: wrote {out} and {report}")
     print(f"{'claim':<6}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}statistic")
     for i, c in enumerate(ds["claim"].values):
@@ -204,8 +205,8 @@ def _validate(args) -> int:
 
 
 def _list(args) -> int:
-    from simkit.engine import STUDIES, get_study
-    for name in sorted(STUDIES):
+    from simkit.runner import get_study, study_names
+    for name in study_names():
         s = get_study(name)
         print(f"{name:<16}{s.claim:<10}{s.title}")
     return 0

@@ -51,12 +51,10 @@ __all__ = [
     "gap_exact",
     "expansion_scales",
     "Estimate",
-    "DEFAULT_MC_SEED",
     "DEFAULT_MC_SIZE",
 ]
 
-#: seed and size of the Monte Carlo over x used where no 1-D reduction exists
-DEFAULT_MC_SEED = 20260101
+#: size of the Monte Carlo over x used where no 1-D reduction exists (its rng is the caller's)
 DEFAULT_MC_SIZE = 1 << 18
 
 
@@ -280,7 +278,7 @@ def _expect_x(pi: SphereDistribution, h, *, isotropic: bool, n_mc: int, rng) -> 
             return float(h_theta(np.array([1.2]))[0])  # uniform pi: h is constant
         return _vmf_angle_expect(d, kappa, h_theta)
     # stratified Monte Carlo over the mixture components, proportional allocation
-    rng = check_rng(rng)
+    rng = _mc_rng(rng)
     w, mus, kappas = pi.as_mixture()
     mean = 0.0
     var = 0.0
@@ -291,6 +289,15 @@ def _expect_x(pi: SphereDistribution, h, *, isotropic: bool, n_mc: int, rng) -> 
         mean += w[j] * hj.mean()
         var += w[j] ** 2 * hj.var(ddof=1) / nj
     return Estimate(float(mean), float(np.sqrt(var)))
+
+
+def _mc_rng(rng) -> np.random.Generator:
+    """The generator of a Monte Carlo integral: required (no hidden default seed), so that its error
+    varies with the caller's seed (a study passes its task's ``rng``)."""
+    if rng is None:
+        raise ValueError("'rng' is required: this quantity needs Monte Carlo over x (no closed form for this "
+                         "pi and kernel); pass a seed or a numpy Generator, e.g. the study task's rng")
+    return check_rng(rng)
 
 
 def _e_mean_cosine(pi: SphereDistribution, kernel: MarkovKernel) -> float:
@@ -319,7 +326,7 @@ def _setup(pi, kernel, tau):
 
 
 def cross_entropy(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
-                  n_mc: int = DEFAULT_MC_SIZE, rng=DEFAULT_MC_SEED) -> float | Estimate:
+                  n_mc: int = DEFAULT_MC_SIZE, rng=None) -> float | Estimate:
     """``CE(M, Q) = -E s(x, x+) + E log Z(x)`` for phi = identity (THEORY.md section 2).
 
     Returns a float where exact (uniform or single-vMF pi, Discrete pi; any simkit kernel, since
@@ -336,7 +343,7 @@ def cross_entropy(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
 
 
 def bias_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
-                  n_mc: int = DEFAULT_MC_SIZE, rng=DEFAULT_MC_SEED) -> float | Estimate:
+                  n_mc: int = DEFAULT_MC_SIZE, rng=None) -> float | Estimate:
     """The 1/k constant of claim C1: ``c1 = E_x[ m1(x)/Z(x) - (Z2(x)/Z(x)^2 - 1)/2 ]``.
 
     Exact (float) for uniform or single-vMF pi with an isotropic kernel with closed-form m1
@@ -363,7 +370,7 @@ def bias_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
             return np.exp(_log_m1(kernel, x, tau) - _log_partition(pi, x, tau)) + ratio_terms(x)
         return _expect_x(pi, h, isotropic=kernel.isotropic, n_mc=n_mc, rng=rng)
     # no closed-form m1: joint Monte Carlo over (x, x+)
-    rng = check_rng(rng)
+    rng = _mc_rng(rng)
     x = pi.rvs(n_mc, rng=rng)
     xp = kernel.sample(x, rng=rng)
     vals = np.exp(np.sum(x * xp, axis=1) / tau - _log_partition(pi, x, tau)) + ratio_terms(x)
@@ -371,7 +378,7 @@ def bias_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
 
 
 def expansion_scales(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *,
-                     n_mc: int = DEFAULT_MC_SIZE, rng=DEFAULT_MC_SEED) -> tuple[float, float]:
+                     n_mc: int = DEFAULT_MC_SIZE, rng=None) -> tuple[float, float]:
     """``(E_x[Z2/Z^2], E_x[m1/Z])``: the scales of the delta-method expansion of gap_k.
 
     gap_k expands in powers of these over k (the relative variance of e^{s}/Z is Z2/Z^2 - 1 and the
@@ -389,7 +396,7 @@ def expansion_scales(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *
         mbar = _expect_x(pi, lambda x: np.exp(_log_m1(kernel, x, tau) - _log_partition(pi, x, tau)),
                          isotropic=kernel.isotropic, n_mc=n_mc, rng=rng)
     else:
-        r = check_rng(rng)
+        r = _mc_rng(rng)
         x = pi.rvs(n_mc, rng=r)
         xp = kernel.sample(x, rng=r)
         mbar = float(np.mean(np.exp(np.sum(x * xp, axis=1) / tau - _log_partition(pi, x, tau))))

@@ -18,8 +18,8 @@ import numpy as np
 import xarray as xr
 
 from simkit.analysis import combine_verdicts
-from simkit.engine import (STUDIES, _canonical, _git_commit, _versions, get_study, resolve_config, run_study,
-                           write_dataset)
+from simkit.runner import canonical, get_study, resolve_config, run_study, study_names, write_dataset
+from simkit.runner.provenance import git_commit, platform_text, versions
 
 __all__ = ["CLAIMS", "NOT_STUDIED", "run_validation", "combine_checks", "validation_report"]
 
@@ -55,7 +55,9 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         statistic.append("; ".join(r["statistic"] for r in rows))
         est.append(float(rows[0]["estimate"]))
         mcse.append(float(rows[0]["estimate_mcse"]))
-        ffr.append(float(1.0 - np.prod([1.0 - float(r["false_fail_rate"]) for r in rows])))
+        rates = [float(r["false_fail_rate"]) for r in rows if np.isfinite(float(r["false_fail_rate"]))]
+        # deterministic checks (no rate) add nothing; NaN only when every check is deterministic
+        ffr.append(float(1.0 - np.prod([1.0 - f for f in rates])) if rates else np.nan)
         studies.append(", ".join(sorted({r["study"] for r in rows})))
         detail.append("; ".join(r.get("detail", "") for r in rows if r.get("detail")))
 
@@ -110,14 +112,14 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
 
 
 def run_validation(*, full: bool = False, seed: int | None = None, out: str | os.PathLike = "data/validation.nc",
-                   report: str | os.PathLike | None = "reports/validation.pdf", scheduler: str | None = None,
+                   report: str | os.PathLike | None = "reports/validation.pdf", scheduler=None,
                    progress: bool = True, studies: list[str] | None = None) -> xr.Dataset:
     """Run every registered study (quick designs unless ``full``) and write the validation dataset/report.
 
     Each study's dataset goes to ``<out stem>/<study>.nc`` beside ``out`` (resumable like any run).
     """
     out = Path(out)
-    names = list(STUDIES) if studies is None else studies
+    names = study_names() if studies is None else studies
     configs = {}
     for name in names:  # validate every configuration before running anything
         study = get_study(name)
@@ -127,27 +129,35 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
     datasets: dict[str, xr.Dataset] = {}
     t0 = _dt.datetime.now(_dt.timezone.utc)
     for name, (study, cfg) in configs.items():
-        res = run_study(study, cfg, work / f"{name}.nc", scheduler=scheduler, progress=progress)
+        res = run_study(study, cfg, work / f"{name}.nc", executor=scheduler, progress=progress)
         if not res.completed:
             raise KeyboardInterrupt
         datasets[name] = res.dataset
         for row in study.claim_rows(res.dataset):
             checks.append({"study": name, **row})
     ds = combine_checks(checks)
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    vers, commit = versions(), git_commit()
     ds.attrs.update({
+        "Conventions": "CF-1.11",
         "title": "simkit validation: claims C1-C7",
+        "history": f"{created} simkit validate{' --full' if full else ''} (simkit {vers['simkit']}, git {commit})",
+        "source": f"simkit {vers['simkit']} claim checks of the studies {', '.join(names)} (git {commit})",
+        "references": "N. Whiteley (2026), Similarity search generalisation in contrastive learning with InfoNCE "
+                      "loss; simkit THEORY.md",
         "study": "validation",
         "claim": "C1-C7",
         "design": "full" if full else "quick",
         "studies_run": ", ".join(names),
-        "study_datasets": _canonical({n: str(work / f"{n}.nc") for n in names}),
-        "simkit_version": _versions()["simkit"],
-        "git_commit": _git_commit(),
+        "study_datasets": canonical({n: str(work / f"{n}.nc") for n in names}),
+        "simkit_version": vers["simkit"],
+        "git_commit": commit,
         "seed": -1 if seed is None else int(seed),
-        "package_versions": _canonical(_versions()),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "package_versions": canonical(vers),
+        "platform": platform_text(),
+        "created": created,
         "wall_time_s": round((_dt.datetime.now(_dt.timezone.utc) - t0).total_seconds(), 3),
-        "config": _canonical({n: c for n, (_, c) in configs.items()}),
+        "config": canonical({n: c for n, (_, c) in configs.items()}),
     })
     write_dataset(ds, out)
     if report is not None:

@@ -22,46 +22,117 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-import xarray as xr
-from scipy import stats
-
-from simkit import Uniform, VMFKernel, VMFMixture, VonMisesFisher, exact
-from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, mean_mcse, worst_slope,
-                             z_score)
-from simkit.engine import Param, Study
+from simkit import Uniform, VMFKernel, exact
+from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
+from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.infonce import GapEstimator, k_grid
+from simkit.runner import Check, Param, Study, Var
 
-#: false-failure rate of each per-setting check (slope interval, c1 z-test)
+#: false-failure rate of each per-setting check (slope interval, c1 t-test)
 ALPHA = 1e-3
-#: the mixture's means are fixed by this seed (documented in the dataset) and its weights below
-MIXTURE_SEED = 7
-MIXTURE_WEIGHTS = (0.4, 0.3, 0.2, 0.1)
+SETTINGS = RATE_SETTINGS
 
-#: the design catalogue: name -> (pi family, dim, kappa_pi, kappa_m, tau)
-SETTINGS = {
-    "uniform-d3": ("uniform", 3, 0.0, 10.0, 0.1),
-    "vmf-d8": ("vmf", 8, 2.0, 10.0, 0.2),
-    "mixture-d16": ("mixture", 16, 6.0, 20.0, 0.25),
-    "uniform-d16": ("uniform", 16, 0.0, 8.0, 0.125),
-    "vmf-d3": ("vmf", 3, 4.0, 10.0, 0.2),
+S, K = ("setting",), ("setting", "k")
+NATS = "nats (dimensionless, udunits '1')"
+
+
+def _v(dims, long_name, description, units="1"):
+    return Var(dims, long_name, units, description)
+
+
+#: every variable and coordinate of the dataset
+SCHEMA = {
+    **{f"raw_{n}": _v(("setting", "block", "k"), f"per-block {n}, in nats", "raw replicate-block results "
+                      "(simkit.infonce.BLOCK_STATS); " + NATS) for n in ("gap_cv", "gap_plain", "gap_cv_var", "loss",
+                                                                        "dgap", "dgap_cv")},
+    "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
+    "prep_coef": _v(("setting", "coef_dim0", "coef_dim1"), "control-variate coefficients", "from the pilot blocks"),
+    **{f"prep_{n}": _v(S, f"per-setting constant {n}", "from the prepare stage (exact values; nats for c1 and CE)")
+       for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "rho", "mbar")},
+    "prep_gap_exact": _v(("setting", "gap_exact_dim0"), "exact gap on the k grid, in nats", "prepare stage"),
+    "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator G_k"),
+    "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", "sd over blocks / sqrt(n_blocks)"),
+    "gap_plain": _v(K, "gap without control variates, in nats", "block mean of l_k - log k - l_inf"),
+    "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", "sd over blocks / sqrt(n_blocks)"),
+    "gap_exact": _v(K, "exact gap, in nats", "Laplace-transform formula (simkit.exact.gap_exact); uniform pi only, "
+                    "NaN otherwise"),
+    "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
+    "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
+    "loss": _v(K, "InfoNCE risk R_k, in nats", "block mean of l_k"),
+    "loss_mcse": _v(K, "MCSE of loss, in nats", "sd over blocks / sqrt(n_blocks)"),
+    "dgap": _v(K, "gap_k - gap_2k, in nats", "estimated without Z: D_k - D_2k with an exactly centred control "
+               "variate (k <= K/4)"),
+    "dgap_mcse": _v(K, "MCSE of dgap, in nats", "sd over blocks / sqrt(n_blocks)"),
+    "fit_gap": _v(K, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k"),
+    "resid_rate": _v(K, "standardised residual of the rate fit", "(log gap - fit) / (gap_mcse / gap); only k >= "
+                     "k_min enter the fit"),
+    "resid_c1": _v(K, "standardised residual of the c1 fit", "(gap - c1/k - c2/k^2) / gap_mcse; only k >= k_min "
+                   "enter the fit"),
+    "ce_exact": _v(S, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
+    "ce_exact_mcse": _v(S, "MCSE of ce_exact, in nats", "0 where exact (quadrature)"),
+    "ce_estimate": _v(S, "Monte Carlo CE, in nats", "block mean of l_inf = -s(x,x+) + log Z(x)"),
+    "ce_estimate_mcse": _v(S, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
+    "c1_exact": _v(S, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant)"),
+    "c1_exact_mcse": _v(S, "MCSE of c1_exact, in nats", "0 where exact; Monte Carlo over x (the task's rng) otherwise"),
+    "expansion_scale": _v(S, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]); k_min = smallest grid k >= k_min_factor "
+                          "* scale"),
+    "slope": _v(S, "log-log slope of gap_k", "WLS of log gap on log k and 1/k over k >= k_min"),
+    "slope_se": _v(S, "jackknife standard error of slope", "delete-one-block jackknife"),
+    "slope_ci_low": _v(S, "95% interval for slope, lower", "Student t, n_blocks - 1 df, jackknife SE"),
+    "slope_ci_high": _v(S, "95% interval for slope, upper", "Student t, n_blocks - 1 df, jackknife SE"),
+    "slope_p_half": _v(S, "p-value of slope = -1/2", "two-sided t test, jackknife SE"),
+    "slope_p_one": _v(S, "p-value of slope = -1", "two-sided t test, jackknife SE"),
+    "slope_verdict_low": _v(S, "verdict interval for slope, lower", f"level 1 - {ALPHA:g}"),
+    "slope_verdict_high": _v(S, "verdict interval for slope, upper", f"level 1 - {ALPHA:g}"),
+    "curvature": _v(S, "coefficient of 1/k in the log fit", "models the O(1/k^2) term of gap_k"),
+    "slope_se_wls": _v(S, "naive WLS standard error of slope", "ignores the correlation across k from common "
+                       "random numbers; for comparison"),
+    "slope_plain": _v(S, "plain log-log slope", "WLS of log gap on log k only, k >= k_min"),
+    "slope_plain_se": _v(S, "jackknife SE of slope_plain", "delete-one-block jackknife"),
+    "slope_plain_ci_low": _v(S, "95% interval for slope_plain, lower", "Student t, jackknife SE"),
+    "slope_plain_ci_high": _v(S, "95% interval for slope_plain, upper", "Student t, jackknife SE"),
+    "c1_estimate": _v(S, "estimated c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
+    "c1_estimate_mcse": _v(S, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
+    "c2_estimate": _v(S, "estimated c2, in nats", "coefficient of 1/k^2"),
+    "c2_estimate_mcse": _v(S, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    "c1_z": _v(S, "standardised difference of c1_estimate from c1_exact", "(c1_estimate - c1_exact) / "
+               "sqrt(c1_estimate_mcse^2 + c1_exact_mcse^2); compared with Student t on n_blocks - 1 df"),
+    "k_min": _v(S, "smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
+    "verdict": _v(S, "verdict for C1", f"pass, fail or error (a task failed); pass when the level-{1 - ALPHA:g} "
+                  f"slope interval contains -1, slope = -1/2 is rejected at {ALPHA:g}, and |c1_z| is within the "
+                  f"two-sided level-{ALPHA:g} Student t critical value on n_blocks - 1 df"),
+    "verdict_reason": _v(S, "why a setting failed", "empty when it passed"),
+    "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
+    "setting": _v(S, "design setting", "name of the setting in simkit.designs.RATE_SETTINGS"),
+    "dim": _v(S, "ambient dimension d", "points on S^{d-1} in R^d"),
+    "pi": _v(S, "data distribution family", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
+             f"means from seed {MIXTURE_SEED}; simkit.designs.build_pi)"),
+    "kappa_pi": _v(S, "concentration of pi", "vMF concentration of pi or of each mixture component"),
+    "kappa_m": _v(S, "kernel concentration kappa_M", "M(x, .) = vMF(x, kappa_M)"),
+    "tau": _v(S, "temperature tau", "score s(x, y) = x.y / tau"),
 }
 
 
-def build_pi(cell: dict):
-    """The data distribution of a cell."""
-    d = int(cell["dim"])
-    if cell["pi"] == "uniform":
-        return Uniform(d)
-    mu = np.zeros(d)
-    mu[0] = 1.0
-    if cell["pi"] == "vmf":
-        return VonMisesFisher(mu, float(cell["kappa_pi"]))
-    mus = Uniform(d).rvs(len(MIXTURE_WEIGHTS), rng=np.random.default_rng(MIXTURE_SEED))
-    return VMFMixture(MIXTURE_WEIGHTS, mus, [float(cell["kappa_pi"])] * len(MIXTURE_WEIGHTS))
+def _c1_check(ds) -> dict:
+    """The C1 check over every setting; its estimate is the slope farthest from -1 in SEs."""
+    slope, se = ds["slope"].values, ds["slope_se"].values
+    worst = worst_slope(slope, se)
+    verdicts = [str(v) for v in ds["verdict"].values]
+    detail = "; ".join(
+        f"{s}: slope {slope[i]:.4f} ± {se[i]:.4f}, c1 z {ds['c1_z'].values[i]:+.2f} -> {verdicts[i]}"
+        + (f" ({ds['verdict_reason'].values[i]})" if str(ds["verdict_reason"].values[i]) else "")
+        for i, s in enumerate(ds["setting"].values))
+    return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
+            "detail": detail}
 
 
-def _attrs(long_name: str, units: str, description: str) -> dict:
-    return {"long_name": long_name, "units": units, "description": description}
+C1_CHECK = Check(
+    claim="C1",
+    statistic=lambda ds: (f"slope of log gap_k on log k (with 1/k term), {ds.sizes['setting']} settings; -1 in the "
+                          f"level-{1 - ALPHA:g} interval, -1/2 rejected, c1 within the Student t critical value"),
+    evaluate=_c1_check,
+    false_fail_rate=lambda ds: 1.0 - (1.0 - 2 * ALPHA) ** ds.sizes["setting"],
+)
 
 
 class RateK(Study):
@@ -78,6 +149,8 @@ class RateK(Study):
                    "jackknife over independent blocks",
         "performance": "slope with 95% CI, p-values of slope = -1/2 and -1, c1 z-score, MCSE of every estimate",
     }
+    schema = SCHEMA
+    checks = (C1_CHECK,)
     params = {
         "settings": Param("settings", str, "uniform-d3,vmf-d8,mixture-d16", "comma-separated settings",
                           choices=tuple(SETTINGS), multi=True),
@@ -128,9 +201,9 @@ class RateK(Study):
         est = self._estimator(cell, cfg)
         pi, kernel, tau = est.pi, est.kernel, est.tau
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
-        c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"])
-        ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"])
-        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"])
+        c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
+        ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
+        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
         if isinstance(pi, Uniform):
             gex = exact.gap_exact(kernel, pi.dim, tau, est.grid)
         else:
@@ -143,194 +216,45 @@ class RateK(Study):
     def generate(self, cell, cfg, prep, rng):
         return self._estimator(cell, cfg).block(cfg["block_anchors"], rng, prep["coef"])
 
-    # ------------------------------------------------------------------------------------------
-    def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
+    def summarise(self, raw, cfg) -> dict:
         k = raw["k"].values
-        n_set = raw.sizes["setting"]
-        ds = raw.copy()
-        gap, gap_se = mean_mcse(raw["raw_gap_cv"].values, axis=1)
-        plain, plain_se = mean_mcse(raw["raw_gap_plain"].values, axis=1)
-        loss, loss_se = mean_mcse(raw["raw_loss"].values, axis=1)
-        dg, dg_se = mean_mcse(raw["raw_dgap_cv"].values, axis=1)
-        ce_est, ce_est_se = mean_mcse(raw["raw_ell_inf"].values, axis=1)
-        fields = {n: np.full(n_set, np.nan) for n in (
-            "slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one",
-            "slope_verdict_low", "slope_verdict_high", "curvature", "slope_se_wls", "slope_plain", "slope_plain_se",
-            "slope_plain_ci_low", "slope_plain_ci_high", "c1_estimate", "c1_estimate_mcse", "c2_estimate",
-            "c2_estimate_mcse", "c1_z", "k_min")}
-        fit_gap = np.full((n_set, k.size), np.nan)
-        resid_rate = np.full((n_set, k.size), np.nan)
-        resid_c1 = np.full((n_set, k.size), np.nan)
-        verdict = np.array(["fail"] * n_set, dtype=object)
-        reasons = np.array([""] * n_set, dtype=object)
-        for i in range(n_set):
+        out = {}
+        for name, var in (("gap", "gap_cv"), ("gap_plain", "gap_plain"), ("loss", "loss"), ("dgap", "dgap_cv")):
+            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{var}"].values, axis=1)
+        out["ce_estimate"], out["ce_estimate_mcse"] = mean_mcse(raw["raw_ell_inf"].values, axis=1)
+        out["k_gap"], out["k_gap_mcse"] = out["gap"] * k, out["gap_mcse"] * k
+        scale = np.maximum(raw["prep_rho"].values, raw["prep_mbar"].values)
+        rows = [rate_verdict(k, raw["raw_gap_cv"].values[i], scale[i], cfg["k_min_factor"],
+                             float(raw["prep_c1_exact"].values[i]), float(raw["prep_c1_exact_mcse"].values[i]),
+                             alpha=ALPHA, test_constant=True, failed_blocks=bool(str(raw["cell_error"].values[i])))
+                for i in range(raw.sizes["setting"])]
+        renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
+                   "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
+                   "fit_abs": "fit_gap", "resid_const": "resid_c1", "reason": "verdict_reason"}
+        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
+            name = renamed.get(field, field)
+            if name in SCHEMA:
+                out[name] = [r[field] for r in rows]
+        for name in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "gap_exact"):
+            out[name] = raw[f"prep_{name}"].values
+        out["expansion_scale"] = scale
+        for name in ("slope_plain", "slope_plain_se", "slope_plain_ci_low", "slope_plain_ci_high"):
+            out[name] = np.full(len(rows), np.nan)
+        for i, r in enumerate(rows):  # the slope without the 1/k term, for comparison (not in the verdict)
             blocks = raw["raw_gap_cv"].values[i]
             blocks = blocks[np.all(np.isfinite(blocks), axis=1)]
-            scale = max(float(raw["prep_rho"].values[i]), float(raw["prep_mbar"].values[i]))
-            if not np.isfinite(scale):
-                reasons[i] = "preparation failed (see cell_error)"
-                verdict[i] = "error"
-                continue
-            if blocks.shape[0] < 3:
-                reasons[i] = f"too few finished blocks ({blocks.shape[0]})"
-                verdict[i] = "error" if str(raw["cell_error"].values[i]) else "fail"
-                continue
-            k_min = choose_k_min(k, scale, cfg["k_min_factor"])
-            fields["k_min"][i] = k_min
-            if np.sum(k >= k_min) < 4:
-                reasons[i] = (f"k_max = {int(k[-1])} is too small: {int(np.sum(k >= k_min))} grid point(s) >= "
-                              f"k_min = {k_min}, 4 needed; raise k_max")
-                continue
-            fit = fit_rate(k, blocks, k_min, with_inverse=True, level=0.95)
-            plain_fit = fit_rate(k, blocks, k_min, with_inverse=False, level=0.95)
-            curve = fit_inverse_powers(k, blocks, k_min, n_terms=2)
-            lo, hi = fit.interval(1 - ALPHA) if np.isfinite(fit.slope) else (np.nan, np.nan)
-            for name, value in (("slope", fit.slope), ("slope_se", fit.slope_se), ("slope_ci_low", fit.ci_low),
-                                ("slope_ci_high", fit.ci_high), ("slope_p_half", fit.p_half),
-                                ("slope_p_one", fit.p_one), ("slope_verdict_low", lo), ("slope_verdict_high", hi),
-                                ("curvature", fit.curvature), ("slope_se_wls", fit.slope_se_wls),
-                                ("slope_plain", plain_fit.slope), ("slope_plain_se", plain_fit.slope_se),
-                                ("slope_plain_ci_low", plain_fit.ci_low), ("slope_plain_ci_high", plain_fit.ci_high),
-                                ("c1_estimate", curve.coef[0]), ("c1_estimate_mcse", curve.se[0]),
-                                ("c2_estimate", curve.coef[1]), ("c2_estimate_mcse", curve.se[1])):
-                fields[name][i] = value
-            fit_gap[i] = np.exp(fit.fitted)
-            resid_rate[i] = fit.std_resid
-            resid_c1[i] = curve.std_resid
-            c1x, c1xs = float(raw["prep_c1_exact"].values[i]), float(raw["prep_c1_exact_mcse"].values[i])
-            z = z_score(curve.coef[0], curve.se[0], c1x, c1xs)
-            fields["c1_z"][i] = z
-            zcrit = stats.norm.isf(ALPHA / 2)
-            problems = []
-            if not (lo <= -1.0 <= hi):
-                problems.append(f"slope interval at level {1 - ALPHA:g} [{lo:.4f}, {hi:.4f}] excludes -1")
-            if not (fit.p_half < ALPHA):
-                problems.append(f"slope = -1/2 not rejected (p = {fit.p_half:.3g})")
-            if not (abs(z) <= zcrit):
-                problems.append(f"c1 z-score {z:+.2f} beyond +-{zcrit:.2f}")
-            verdict[i] = "pass" if not problems else "fail"
-            if str(raw["cell_error"].values[i]):
-                verdict[i] = "error"
-                problems.insert(0, f"{raw.sizes['block'] - blocks.shape[0]} block(s) failed (see cell_error); "
-                                   "summaries use the finished blocks; run again to retry")
-            reasons[i] = "; ".join(problems)
-        S, K = ("setting",), ("setting", "k")
-        a = _attrs
-        new = {
-            "gap": (K, gap, a("finite-k gap R_k - log k - CE", "nat",
-                              "block mean of the control-variate estimator G_k (simkit.infonce)")),
-            "gap_mcse": (K, gap_se, a("Monte Carlo standard error of gap", "nat", "sd over blocks / sqrt(n_blocks)")),
-            "gap_plain": (K, plain, a("gap without control variates", "nat",
-                                      "block mean of l_k - log k - l_inf (exact per-anchor limit subtracted only)")),
-            "gap_plain_mcse": (K, plain_se, a("MCSE of gap_plain", "nat", "sd over blocks / sqrt(n_blocks)")),
-            "gap_exact": (K, raw["prep_gap_exact"].values, a("exact gap", "nat",
-                          "Laplace-transform formula (simkit.exact.gap_exact); uniform pi only, NaN otherwise")),
-            "k_gap": (K, gap * k, a("k times gap", "nat", "approaches c1 as k grows")),
-            "k_gap_mcse": (K, gap_se * k, a("MCSE of k_gap", "nat", "k * gap_mcse")),
-            "loss": (K, loss, a("InfoNCE risk R_k", "nat", "block mean of l_k")),
-            "loss_mcse": (K, loss_se, a("MCSE of loss", "nat", "sd over blocks / sqrt(n_blocks)")),
-            "dgap": (K, dg, a("gap_k - gap_2k", "nat",
-                              "estimated without Z: D_k - D_2k with an exactly centred control variate (k <= K/4)")),
-            "dgap_mcse": (K, dg_se, a("MCSE of dgap", "nat", "sd over blocks / sqrt(n_blocks)")),
-            "fit_gap": (K, fit_gap, a("fitted gap", "nat", "exp of the WLS fit of log gap on log k and 1/k")),
-            "resid_rate": (K, resid_rate, a("standardised residual of the rate fit", "1",
-                                            "(log gap - fit) / (gap_mcse / gap); only k >= k_min enter the fit")),
-            "resid_c1": (K, resid_c1, a("standardised residual of the c1 fit", "1",
-                                        "(gap - c1/k - c2/k^2) / gap_mcse; only k >= k_min enter the fit")),
-            "ce_exact": (S, raw["prep_ce_exact"].values, a("exact cross-entropy CE(M, Q)", "nat",
-                                                          "simkit.exact.cross_entropy")),
-            "ce_exact_mcse": (S, raw["prep_ce_exact_mcse"].values, a("MCSE of ce_exact", "nat",
-                                                                    "0 where exact (quadrature)")),
-            "ce_estimate": (S, ce_est, a("Monte Carlo CE", "nat", "block mean of l_inf = -s(x,x+) + log Z(x)")),
-            "ce_estimate_mcse": (S, ce_est_se, a("MCSE of ce_estimate", "nat", "sd over blocks / sqrt(n_blocks)")),
-            "c1_exact": (S, raw["prep_c1_exact"].values, a("exact c1", "nat",
-                         "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant)")),
-            "c1_exact_mcse": (S, raw["prep_c1_exact_mcse"].values, a("MCSE of c1_exact", "nat",
-                                                                    "0 where exact; Monte Carlo over x otherwise")),
-            "expansion_scale": (S, np.maximum(raw["prep_rho"].values, raw["prep_mbar"].values),
-                                a("expansion scale", "1", "max(E[Z2/Z^2], E[m1/Z]); k_min = smallest grid k >= "
-                                  "k_min_factor * scale")),
-        }
-        descr = {
-            "slope": ("log-log slope of gap_k", "1", "WLS of log gap on log k and 1/k over k >= k_min"),
-            "slope_se": ("jackknife standard error of slope", "1", "delete-one-block jackknife"),
-            "slope_ci_low": ("95% interval for slope, lower", "1", "Student t, n_blocks - 1 df, jackknife SE"),
-            "slope_ci_high": ("95% interval for slope, upper", "1", "Student t, n_blocks - 1 df, jackknife SE"),
-            "slope_p_half": ("p-value of slope = -1/2", "1", "two-sided t test, jackknife SE"),
-            "slope_p_one": ("p-value of slope = -1", "1", "two-sided t test, jackknife SE"),
-            "slope_verdict_low": ("verdict interval for slope, lower", "1", f"level 1 - {ALPHA:g}"),
-            "slope_verdict_high": ("verdict interval for slope, upper", "1", f"level 1 - {ALPHA:g}"),
-            "curvature": ("coefficient of 1/k in the log fit", "1", "models the O(1/k^2) term of gap_k"),
-            "slope_se_wls": ("naive WLS standard error of slope", "1",
-                             "ignores the correlation across k from common random numbers; for comparison"),
-            "slope_plain": ("plain log-log slope", "1", "WLS of log gap on log k only, k >= k_min"),
-            "slope_plain_se": ("jackknife SE of slope_plain", "1", "delete-one-block jackknife"),
-            "slope_plain_ci_low": ("95% interval for slope_plain, lower", "1", "Student t, jackknife SE"),
-            "slope_plain_ci_high": ("95% interval for slope_plain, upper", "1", "Student t, jackknife SE"),
-            "c1_estimate": ("estimated c1", "nat", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-            "c1_estimate_mcse": ("MCSE of c1_estimate", "nat", "delete-one-block jackknife"),
-            "c2_estimate": ("estimated c2", "nat", "coefficient of 1/k^2"),
-            "c2_estimate_mcse": ("MCSE of c2_estimate", "nat", "delete-one-block jackknife"),
-            "c1_z": ("z-score of c1_estimate against c1_exact", "1",
-                     "(c1_estimate - c1_exact) / sqrt(c1_estimate_mcse^2 + c1_exact_mcse^2)"),
-            "k_min": ("smallest k in the fits", "1", "smallest grid k >= k_min_factor * expansion_scale"),
-        }
-        for name, (ln, units, desc) in descr.items():
-            new[name] = (S, fields[name], a(ln, units, desc))
-        new["verdict"] = (S, verdict.astype(str), a("verdict for C1", "1",
-                          f"pass, fail or error (a task failed); pass when the level-{1 - ALPHA:g} slope interval contains -1, slope = -1/2 is "
-                          f"rejected at {ALPHA:g}, and |c1_z| <= {stats.norm.isf(ALPHA / 2):.2f}"))
-        new["verdict_reason"] = (S, reasons.astype(str), a("why a setting failed", "1", "empty when it passed"))
-        for name, (dims, values, attrs) in new.items():
-            ds[name] = (dims, values)
-            ds[name].attrs = attrs
-        ds["k"].attrs = a("number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max")
-        ds["setting"].attrs = a("design setting", "1", "name of the setting in studies/rate_k.py SETTINGS")
-        ds["dim"].attrs = a("ambient dimension d", "1", "points on S^{d-1} in R^d")
-        ds["pi"].attrs = a("data distribution family", "1", "uniform, vmf (mean e_1) or mixture "
-                           f"(weights {MIXTURE_WEIGHTS}, means from seed {MIXTURE_SEED})")
-        ds["kappa_pi"].attrs = a("concentration of pi", "1", "vMF concentration of pi or of each mixture component")
-        ds["kappa_m"].attrs = a("kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)")
-        ds["tau"].attrs = a("temperature tau", "1", "score s(x, y) = x.y / tau")
-        for v in [n for n in ds.data_vars if n.startswith("raw_")]:
-            ds[v].attrs = a(f"per-block {v[4:]}", "nat", "raw replicate-block results (simkit.infonce.BLOCK_STATS)")
-        for v in [n for n in ds.data_vars if n.startswith("prep_")]:
-            ds[v].attrs = a(f"per-setting constant {v[5:]}", "1", "from the prepare stage (exact values, pilot)")
-        ds.attrs["alpha"] = ALPHA
-        return ds
+            if np.isfinite(r["slope"]):
+                f = fit_rate(k, blocks, r["k_min"], with_inverse=False, level=0.95)
+                for name, v in zip(("", "_se", "_ci_low", "_ci_high"), (f.slope, f.slope_se, f.ci_low, f.ci_high)):
+                    out[f"slope_plain{name}"][i] = v
+        return out
 
-    def report(self, ds, path):
-        from simkit.report import rate_k_report
-        rate_k_report(ds, path)
+    def attrs(self, cfg):
+        return {"alpha": ALPHA}
 
     def report_sections(self, doc, ds):
-        from simkit.report import rate_k_sections
+        from simkit.report.rate_k import rate_k_sections
         rate_k_sections(doc, ds)
-
-    def claim_rows(self, ds) -> list[dict]:
-        """One C1 check: every setting's verdict (slope interval, -1/2 rejected, c1 z-score).
-
-        The estimate is the slope of the setting farthest from -1 in standard errors.
-        """
-        slope, se = ds["slope"].values, ds["slope_se"].values
-        worst = worst_slope(slope, se)
-        verdicts = [str(v) for v in ds["verdict"].values]
-        n = len(verdicts)
-        overall = combine_verdicts(verdicts)
-        detail = "; ".join(
-            f"{s}: slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, c1 z {ds['c1_z'].values[i]:+.2f}"
-            f" -> {verdicts[i]}" + (f" ({ds['verdict_reason'].values[i]})" if str(ds['verdict_reason'].values[i]) else "")
-            for i, s in enumerate(ds["setting"].values))
-        return [{
-            "claim": "C1",
-            "statistic": f"slope of log gap_k on log k (with 1/k term), {n} settings; -1 in the level-"
-                         f"{1 - ALPHA:g} interval, -1/2 rejected, |c1 z| <= {stats.norm.isf(ALPHA / 2):.2f}",
-            "estimate": float(slope[worst]),
-            "estimate_mcse": float(se[worst]),
-            "false_fail_rate": float(1.0 - (1.0 - 2 * ALPHA) ** n),
-            "verdict": overall,
-            "detail": detail,
-        }]
 
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<14}{'slope':>9}{'95% CI':>20}{'p(-1/2)':>10}{'c1 est':>16}{'c1 exact':>18}{'z':>7}  verdict"]

@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from simkit.analysis import combine_verdicts
-from simkit.report import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
+from simkit.report.document import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
                            _json_attr, _legend, _line, _marker, _v, format_pm, provenance_pages, write_report)
 
 __all__ = ["temperature_sections", "temperature_report"]

@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from simkit.report import (COLORS, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _legend, _line, _marker,
+from simkit.report.document import (COLORS, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _legend, _line, _marker,
                            _power_label, format_pm, provenance_pages, write_report)
 
 __all__ = ["generalisation_sections", "generalisation_report"]

@@ -1,6 +1,6 @@
 """Dask distributed backend of the study engine (optional extra ``simkit[dask]``).
 
-``run_study(..., scheduler="tcp://host:8786")`` sends every (cell, stage, block) task to an
+``run_study(..., executor="tcp://host:8786")`` sends every (cell, stage, block) task to an
 existing cluster. Results stream back to the driver as they finish and go through the same
 checkpoint files as an in-process run, so an interrupted distributed run resumes (in-process or
 on a cluster) and the dataset is identical to a local run with the same seed: a task's output
@@ -18,6 +18,8 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from simkit.runner.executors import DependencyFailed
 
 __all__ = ["DaskExecutor"]
 
@@ -86,7 +88,6 @@ class DaskExecutor:
         argument, so Dask starts it as soon as that one is done (no barrier across cells)."""
         from distributed import as_completed
 
-        from simkit.engine import DependencyFailed
         tag = uuid.uuid4().hex[:8]
         futures = {}
         by_key = {}

@@ -25,10 +25,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from scipy import stats
 
-from simkit.report import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr, _label,
+from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr, _label,
                            _legend, _line, _log_axes, _marker, _num, _v, format_pm, provenance_pages, residual_legend,
                            residual_panel, write_report)
-from simkit.report_search import _fin
+from simkit.report.search_ce import _fin
 
 __all__ = ["asymmetry_sections", "asymmetry_report"]
 

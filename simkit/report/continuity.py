@@ -21,7 +21,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from simkit.report import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend, _line,
+from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend, _line,
                            _log_axes, _marker, format_pm, provenance_pages, write_report)
 
 __all__ = ["continuity_sections", "continuity_report"]

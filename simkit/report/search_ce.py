@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from simkit.report import (COLORS, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _decimals, _fit_mask,
+from simkit.report.document import (COLORS, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _decimals, _fit_mask,
                            _json_attr, _label, _legend, _line, _log_axes, _marker, _num, _v, format_pm,
                            provenance_pages, residual_legend, residual_panel, write_report)
 

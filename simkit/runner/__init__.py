@@ -1,0 +1,24 @@
+"""The study runner: parameters, the Study protocol and its registry, seeds, storage, provenance,
+executors (in-process, Dask) and the run itself.
+
+Modules: :mod:`~simkit.runner.params` (``Param``, ``resolve_config``), :mod:`~simkit.runner.study`
+(``Study``, ``Var``, ``Check``, entry-point registry), :mod:`~simkit.runner.seeds`,
+:mod:`~simkit.runner.storage` (atomic writes, checkpoints, CF netCDF), :mod:`~simkit.runner.provenance`,
+:mod:`~simkit.runner.executors` and :mod:`~simkit.runner.dask`, :mod:`~simkit.runner.run`.
+"""
+
+from __future__ import annotations
+
+from simkit.runner.executors import DependencyFailed, Executor, InProcessExecutor, make_executor
+from simkit.runner.params import Param, resolve_config
+from simkit.runner.run import RunResult, apply_schema, execute_task, run_study
+from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
+from simkit.runner.storage import VOLATILE_ATTRS, Checkpoint, read_dataset, results_identical, write_dataset
+from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
+
+__all__ = [
+    "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
+    "ENTRY_POINT_GROUP", "run_study", "RunResult", "execute_task", "apply_schema", "cell_key", "task_seed",
+    "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset", "write_dataset", "results_identical",
+    "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "make_executor",
+]

@@ -1,0 +1,292 @@
+"""Running a study: tasks, checkpoints, assembly of the raw dataset, the schema, and the file.
+
+For every cell the runner runs one ``prepare`` task (cell constants: exact values,
+control-variate coefficients from a pilot) and ``n_blocks`` ``generate`` tasks (independent
+replicate blocks), saving each as it finishes; then it assembles the raw per-block results,
+calls the study's ``summarise``, applies the declared schema (CF attributes; undeclared variables
+are refused) and writes one CF-1.11 netCDF file atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from simkit.runner.executors import DependencyFailed, make_executor
+from simkit.runner.params import resolve_config
+from simkit.runner.provenance import git_commit, platform_text, versions
+from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
+from simkit.runner.storage import Checkpoint, write_dataset
+from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
+
+__all__ = ["RunResult", "run_study", "execute_task", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
+
+#: variables every study's dataset has, declared by the runner
+ENGINE_SCHEMA = {
+    "block": Var(("block",), "replicate block", "1", "independent replicate block (its own negatives and anchors)"),
+    "cell_error": Var((None,), "error raised by a task of this cell (empty if none)", "1",
+                      "stage, block and exception; the seed and spawn key are in attrs['errors']"),
+    "cell_key": Var((None, "key_word"), "cell part of the seed spawn key", "1",
+                    "SeedSequence(seed, spawn_key=(*cell_key, stage, block)); SHA-256 of study name and cell"),
+}
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What :func:`run_study` returns."""
+
+    dataset: xr.Dataset | None
+    path: Path
+    completed: bool
+    n_tasks: int
+    n_done: int
+    errors: list[dict]
+    wall_time_s: float
+
+
+def execute_task(study_name: str, cfg: dict, cell: dict, stage: int, block: int, prep: dict | None) -> dict:
+    """Run one task (picklable entry point, also used by the Dask backend)."""
+    study = get_study(study_name)
+    rng = np.random.default_rng(task_seed(cfg["seed"], study_name, cell, stage, block))
+    if stage == 0:
+        return study.prepare(cell, cfg, rng)
+    return study.generate(cell, cfg, prep or {}, rng)
+
+
+def apply_schema(ds: xr.Dataset, schema: dict[str, Var], cell_dim: str) -> xr.Dataset:
+    """Give every variable and coordinate its declared attributes; UndeclaredVariable otherwise.
+
+    A declared dimension ``None`` stands for the study's cell dimension.
+    """
+    full = {**{k: v.like(tuple(cell_dim if d is None else d for d in v.dims)) for k, v in ENGINE_SCHEMA.items()},
+            **{k: v.like(tuple(cell_dim if d is None else d for d in v.dims)) for k, v in schema.items()}}
+    names = list(ds.data_vars) + list(ds.coords)
+    missing = [n for n in names if n not in full]
+    if missing:
+        raise UndeclaredVariable(f"variables not declared in the study's schema: {', '.join(sorted(missing))}")
+    wrong = [f"{n} {ds[n].dims} (declared {full[n].dims})" for n in names if tuple(ds[n].dims) != full[n].dims]
+    if wrong:
+        raise UndeclaredVariable(f"variables with other dimensions than declared: {'; '.join(wrong)}")
+    for n in names:
+        ds[n].attrs = full[n].attrs
+    return ds
+
+
+def _merge(raw: xr.Dataset, summary, schema: dict[str, Var], cell_dim: str) -> xr.Dataset:
+    if isinstance(summary, xr.Dataset):
+        return summary
+    ds = raw.copy()
+    for name, value in summary.items():
+        if name not in schema:
+            raise UndeclaredVariable(f"summarise returned {name!r}, which the study's schema does not declare")
+        dims = tuple(cell_dim if d is None else d for d in schema[name].dims)
+        ds[name] = (dims, np.asarray(value))
+    return ds
+
+
+def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resumed: int, errors: list[dict]) -> dict:
+    """Global attributes: CF-1.11 (Conventions, title, history, source, references) and provenance."""
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    vers = versions()
+    commit = git_commit()
+    return {
+        "Conventions": "CF-1.11",
+        "title": study.title,
+        "history": f"{created} simkit run {study.name} (simkit {vers['simkit']}, git {commit}, seed {cfg['seed']}"
+                   f"{', quick design' if cfg.get('quick') else ''})",
+        "source": f"simkit {vers['simkit']} Monte Carlo study '{study.name}' (git {commit})",
+        "references": study.references,
+        "institution": "simkit",
+        "study": study.name,
+        "claim": study.claim,
+        "simkit_version": vers["simkit"],
+        "git_commit": commit,
+        "seed": int(cfg["seed"]),
+        "seed_scheme": SEED_SCHEME,
+        "config": canonical(cfg),
+        "package_versions": canonical(vers),
+        "platform": platform_text(),
+        "created": created,
+        "wall_time_s": round(wall_time_s, 3),
+        "engine": executor.name,
+        "n_workers": executor.n_workers,
+        "resumed_tasks": resumed,
+        "n_errors": len(errors),
+        "errors": canonical([{k: v for k, v in e.items() if k != "traceback"} for e in errors]),
+        "ademp": canonical(study.ademp),
+    }
+
+
+def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,
+              executor=None, scheduler=None, progress: bool = True, keep_checkpoint: bool = False,
+              stop_after: int | None = None) -> RunResult:
+    """Run (or resume) a study and write its dataset.
+
+    Parameters
+    ----------
+    study : Study or str
+        The study or its registered name.
+    cfg : dict, optional
+        From :func:`resolve_config` (defaults if omitted).
+    out : path, optional
+        Output netCDF path (default ``data/<name>.nc``).
+    executor : executor, str or distributed.Client, optional
+        Where tasks run: None (in-process), an executor (:mod:`simkit.runner.executors`), the address
+        of a Dask distributed scheduler, or a client of one (left open). An unusable address raises
+        ValueError before anything is written. ``scheduler`` is an alias.
+    progress : bool
+        Show a progress bar on stderr.
+    keep_checkpoint : bool
+        Keep the checkpoint directory after writing the dataset.
+    stop_after : int, optional
+        Stop (as if interrupted) after this many newly finished tasks; for tests and demos.
+    """
+    if isinstance(study, str):
+        study = get_study(study)
+    if cfg is None:
+        cfg = resolve_config(study)
+    if executor is None:
+        executor = scheduler
+    out = Path(out) if out is not None else Path("data") / f"{study.name}.nc"
+    t0 = time.perf_counter()
+    owned = executor is None or not hasattr(executor, "run")
+    executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
+    ckpt = Checkpoint(out, study.name, cfg)
+    try:
+        ckpt.open()
+    except BaseException:
+        if owned:
+            executor.close()
+        raise
+    cells = study.cells(cfg)
+    n_blocks = study.n_blocks(cfg)
+    preps: dict[int, dict] = {}
+    blocks: dict[tuple[int, int], dict] = {}
+    errors: list[dict] = []
+    resumed = 0
+    for ci, cell in enumerate(cells):
+        p = ckpt.load(task_name(study.name, cell, 0, 0))
+        if p is not None:
+            preps[ci] = p
+            resumed += 1
+        for b in range(n_blocks):
+            r = ckpt.load(task_name(study.name, cell, 1, b))
+            if r is not None:
+                blocks[(ci, b)] = r
+                resumed += 1
+    n_tasks = len(cells) * (1 + n_blocks)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n_tasks, initial=resumed, desc=f"simkit {study.name}", unit="task", file=sys.stderr,
+                   dynamic_ncols=True)
+    new_done = 0
+
+    def record(kind, ci, b, exc):
+        cell = cells[ci]
+        seq = task_seed(cfg["seed"], study.name, cell, 0 if kind == "prepare" else 1, b)
+        errors.append({"cell_index": ci, "cell": cell, "stage": kind, "block": b,
+                       "seed": int(cfg["seed"]), "spawn_key": list(seq.spawn_key),
+                       "error": f"{type(exc).__name__}: {exc}",
+                       "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+
+    try:
+        # one task list: each cell's preparation, then its blocks, which depend on it (an executor
+        # may start a cell's blocks as soon as that cell is prepared: no barrier across cells)
+        todo = []
+        for ci, cell in enumerate(cells):
+            pkey = ("prepare", ci, 0)
+            if ci not in preps:
+                todo.append((pkey, (study.name, cfg, cell, 0, 0, None), None))
+            for b in range(n_blocks):
+                if (ci, b) not in blocks:
+                    ready = ci in preps
+                    todo.append((("block", ci, b), (study.name, cfg, cell, 1, b, preps[ci] if ready else None),
+                                 None if ready else pkey))
+        for (kind, ci, b), result, exc in executor.run(todo, execute_task):
+            if isinstance(exc, DependencyFailed):
+                continue  # the cell's preparation failed and is recorded; its blocks cannot run
+            if exc is not None:
+                record(kind, ci, b, exc)
+            else:
+                stage = 0 if kind == "prepare" else 1
+                ckpt.save(task_name(study.name, cells[ci], stage, b), result)
+                if kind == "prepare":
+                    preps[ci] = result
+                else:
+                    blocks[(ci, b)] = result
+                new_done += 1
+            if bar is not None:
+                bar.update(1)
+            if stop_after is not None and new_done >= stop_after:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+            bar = None
+        if owned:
+            executor.close()
+        done = len(preps) + len(blocks)
+        print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
+              f"run the same command again to resume", file=sys.stderr)
+        return RunResult(None, out, False, n_tasks, done, errors, time.perf_counter() - t0)
+    finally:
+        if bar is not None:
+            bar.close()
+    if owned:
+        executor.close()
+
+    raw = _assemble(study, cfg, cells, preps, blocks, n_blocks, errors)
+    ds = apply_schema(_merge(raw, study.summarise(raw, cfg), study.schema, study.cell_dim), study.schema,
+                      study.cell_dim)
+    ds.attrs.update(study.attrs(cfg))
+    ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
+                                  resumed=resumed, errors=errors))
+    write_dataset(ds, out)
+    if not errors and not keep_checkpoint:
+        ckpt.remove()
+    return RunResult(ds, out, True, n_tasks, len(preps) + len(blocks), errors, float(ds.attrs["wall_time_s"]))
+
+
+def _assemble(study: Study, cfg: dict, cells: list[dict], preps: dict, blocks: dict, n_blocks: int,
+              errors: list[dict]) -> xr.Dataset:
+    """Raw dataset: per-block variables ``raw_<name>`` (cell, block, ...) and ``prep_<name>`` (cell, ...)."""
+    var_dims, coords = study.block_dims(cfg)
+    cdim = study.cell_dim
+    n_cells = len(cells)
+    data_vars: dict[str, Any] = {}
+    for name, dims in var_dims.items():
+        shape = tuple(len(coords[d]) for d in dims)
+        arr = np.full((n_cells, n_blocks, *shape), np.nan)
+        for (ci, b), res in blocks.items():
+            arr[ci, b] = np.asarray(res[name], dtype=float).reshape(shape)
+        data_vars[f"raw_{name}"] = ((cdim, "block", *dims), arr)
+    # per-cell prepared constants: union of keys, NaN where a cell has none
+    prep_keys = sorted({k for p in preps.values() for k in p})
+    for key in prep_keys:
+        sample = next(np.asarray(p[key]) for p in preps.values() if key in p)
+        arr = np.full((n_cells, *sample.shape), np.nan)
+        for ci, p in preps.items():
+            if key in p:
+                arr[ci] = np.asarray(p[key], dtype=float)
+        dims = (cdim, *[f"{key}_dim{i}" for i in range(sample.ndim)])
+        data_vars[f"prep_{key}"] = (dims, arr)
+    err = np.array([""] * n_cells, dtype=object)
+    for e in errors:
+        msg = f"{e['stage']} block {e['block']}: {e['error']}"
+        err[e["cell_index"]] = (err[e["cell_index"]] + "; " if err[e["cell_index"]] else "") + msg
+    data_vars["cell_error"] = ((cdim,), err.astype(str))
+    data_vars["cell_key"] = ((cdim, "key_word"), np.array([cell_key(study.name, c) for c in cells], dtype=np.uint32))
+    cell_coords = {key: ((cdim,), np.array([c[key] for c in cells])) for key in cells[0]}
+    if cdim not in cells[0]:
+        cell_coords[cdim] = np.arange(n_cells)
+    return xr.Dataset(data_vars, coords={**cell_coords, "block": np.arange(n_blocks), **coords})

@@ -1,0 +1,197 @@
+"""The study protocol: what a study declares once (parameters, cells, stages, variable schema,
+checks, report sections), and the registry that finds studies through entry points.
+
+A study is found through the ``simkit.studies`` entry-point group: a package declares, in its
+``pyproject.toml``,
+
+.. code-block:: toml
+
+    [project.entry-points."simkit.studies"]
+    my_study = "my_package.my_module:STUDY"
+
+and ``simkit list`` / ``simkit run my_study`` find it (docs/writing-a-study.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata as md
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from simkit.runner.params import Param
+
+__all__ = ["Var", "Check", "Study", "get_study", "study_names", "UndeclaredVariable", "ENTRY_POINT_GROUP"]
+
+#: the entry-point group that registers studies
+ENTRY_POINT_GROUP = "simkit.studies"
+
+#: unit strings udunits misreads for a quantity in nats ("nat" is nano-technical-atmospheres, a pressure)
+_BAD_UNITS = re.compile(r"(^|[^A-Za-z])nats?([^A-Za-z]|$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    """One declared dataset variable or coordinate: dimensions, CF ``long_name``, udunits ``units``
+    and a ``description``.
+
+    Losses, entropies and their variances are dimensionless: ``units="1"`` with "nats" in the
+    long name or description. The unit string ``"nat"`` is refused (udunits reads it as a pressure).
+    """
+
+    dims: tuple[str, ...]
+    long_name: str
+    units: str
+    description: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if not isinstance(self.units, str) or not self.units.strip():
+            raise ValueError(f"'units' of {self.long_name!r} must be a udunits string, got {self.units!r}")
+        if _BAD_UNITS.search(self.units):
+            raise ValueError(f"'units' of {self.long_name!r} must not be {self.units!r}: udunits reads 'nat' as "
+                             "nano-technical-atmospheres; use '1' and say 'nats' in the long_name")
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        return {"long_name": self.long_name, "units": self.units, "description": self.description}
+
+    def like(self, dims: tuple[str, ...] | None = None, **changes) -> Var:
+        """A copy with other dims and/or fields."""
+        return dataclasses.replace(self, dims=self.dims if dims is None else tuple(dims), **changes)
+
+
+class UndeclaredVariable(ValueError):
+    """A study produced a variable its schema does not declare, or with other dimensions."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One claim check of a study, from which ``simkit validate`` builds a claim row.
+
+    ``evaluate(ds)`` returns a dict with ``estimate``, ``estimate_mcse``, ``verdict`` ("pass", "fail"
+    or "error") and ``detail``. ``false_fail_rate`` is the stated probability that the check fails
+    when the claim holds (a float, or a callable of the dataset); ``None`` marks a deterministic
+    check (e.g. of a proven inequality), which has no such rate.
+    """
+
+    claim: str
+    statistic: str | Callable[[xr.Dataset], str]
+    evaluate: Callable[[xr.Dataset], dict]
+    false_fail_rate: float | Callable[[xr.Dataset], float] | None = None
+
+    def row(self, ds: xr.Dataset) -> dict:
+        out = dict(self.evaluate(ds))
+        rate = self.false_fail_rate(ds) if callable(self.false_fail_rate) else self.false_fail_rate
+        stat = self.statistic(ds) if callable(self.statistic) else self.statistic
+        return {"claim": self.claim, "statistic": stat, "estimate": float(out["estimate"]),
+                "estimate_mcse": float(out["estimate_mcse"]),
+                "false_fail_rate": float("nan") if rate is None else float(rate),
+                "verdict": str(out["verdict"]), "detail": str(out.get("detail", ""))}
+
+
+class Study:
+    """Base class of a simkit study: subclasses set the class attributes and implement the stages.
+
+    Declared once, on the class:
+
+    * ``name``, ``claim``, ``title``, ``ademp`` (Morris et al. 2019), ``references``;
+    * ``params``: ``{name: Param}``, overridable with ``--set``;
+    * ``schema``: ``{name: Var}`` for every variable and coordinate the study writes (raw
+      ``raw_<name>`` and ``prep_<name>`` ones included); the runner applies it and refuses any
+      variable it does not declare;
+    * ``checks``: :class:`Check` objects, from which :meth:`claim_rows` builds the claim rows.
+
+    Stages (pure functions of their arguments; randomness only from the ``rng`` given):
+
+    * ``cells(cfg) -> list[dict]``: the design, one dict of JSON scalars per cell; ``cell_dim``
+      names the cell dimension (e.g. ``setting``);
+    * ``prepare(cell, cfg, rng) -> dict[str, ndarray]``: per-cell constants;
+    * ``generate(cell, cfg, prep, rng) -> dict[str, ndarray]``: one replicate block, shapes fixed by
+      ``block_dims(cfg)``;
+    * ``summarise(raw, cfg) -> dict[str, array] | xr.Dataset``: summaries with MCSE; a dict maps
+      declared names to values (dims from the schema), merged into the raw dataset;
+    * ``report_sections(doc, ds)``: the study's pages, from the dataset alone.
+    """
+
+    name: str = ""
+    claim: str = ""
+    title: str = ""
+    ademp: dict[str, str] = {}
+    references: str = ("N. Whiteley (2026), Similarity search generalisation in contrastive learning with "
+                       "InfoNCE loss; simkit THEORY.md")
+    params: dict[str, Param] = {}
+    schema: dict[str, Var] = {}
+    checks: tuple[Check, ...] = ()
+    cell_dim: str = "cell"
+    default_seed: int = 20261130
+
+    def check_config(self, cfg: dict) -> None:
+        """Cross-parameter checks (raise ValueError naming the parameter)."""
+
+    def n_blocks(self, cfg: dict) -> int:
+        return int(cfg["n_blocks"])
+
+    def cells(self, cfg: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def block_dims(self, cfg: dict) -> tuple[dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
+        """(variable -> dims after (cell, block)), (dim -> coordinate values)."""
+        raise NotImplementedError
+
+    def prepare(self, cell: dict, cfg: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {}
+
+    def generate(self, cell: dict, cfg: dict, prep: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def summarise(self, raw: xr.Dataset, cfg: dict) -> dict[str, Any] | xr.Dataset:
+        return {}
+
+    def attrs(self, cfg: dict) -> dict[str, Any]:
+        """Study-specific global attributes of the dataset (e.g. a verdict's ``alpha``)."""
+        return {}
+
+    def summary_text(self, ds: xr.Dataset) -> str:
+        return ""
+
+    def report_sections(self, doc, ds: xr.Dataset) -> None:
+        """Add this study's pages (all but provenance) to a :class:`simkit.report.ReportDocument`."""
+
+    def report(self, ds: xr.Dataset, path: str | os.PathLike) -> int:
+        """Write the study's PDF: a title page, :meth:`report_sections`, provenance. Returns the page count."""
+        from simkit.report import study_report
+        return study_report(self, ds, path)
+
+    def claim_rows(self, ds: xr.Dataset) -> list[dict]:
+        """Rows for ``simkit validate``, one per declared :class:`Check`."""
+        return [check.row(ds) for check in self.checks]
+
+
+def _entry_points() -> dict[str, md.EntryPoint]:
+    eps = {}
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        eps.setdefault(ep.name, ep)  # the first distribution on sys.path wins, as for imports
+    return eps
+
+
+def study_names() -> list[str]:
+    """Names of the installed studies (the ``simkit.studies`` entry-point group), sorted."""
+    return sorted(_entry_points())
+
+
+def get_study(name: str) -> Study:
+    """The installed study called ``name`` (ValueError listing the known ones otherwise)."""
+    eps = _entry_points()
+    if not isinstance(name, str) or name not in eps:
+        raise ValueError(f"unknown study {name!r}; known studies: {', '.join(sorted(eps))}")
+    obj = eps[name].load()
+    study = obj() if isinstance(obj, type) else obj
+    if not isinstance(study, Study) or study.name != name:
+        raise ValueError(f"entry point {name!r} ({eps[name].value}) is not a simkit Study named {name!r}")
+    return study
