@@ -38,4 +38,13 @@ __all__ = [
     "BrownianKernel",
     "GeodesicRandomWalk",
     "__version__",
+    "diagnose",
 ]
+
+
+def __getattr__(name):  # lazy: simkit.diagnose (issue 12) imports xarray and statsmodels
+    if name == "diagnose":
+        from simkit.diagnose import diagnose
+        globals()["diagnose"] = diagnose  # the function, not the submodule of the same name
+        return diagnose
+    raise AttributeError(f"module 'simkit' has no attribute {name!r}")

@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--report", type=str, default=None, help="report path (default reports/validation.pdf)")
     v.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    __import__("simkit.diagnose_cli").diagnose_cli.add_parser(sub)  # simkit diagnose (issue 12)
     return p
 
 
@@ -221,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "diagnose":
+        return __import__("simkit.diagnose_cli").diagnose_cli.run(args)
     return _list(args)
 
 

@@ -36,7 +36,6 @@ import types
 import numpy as np
 import xarray as xr
 from numpy.typing import NDArray
-from scipy import stats
 from scipy.special import logsumexp
 
 from simkit._validation import check_int, check_rng, check_scalar
@@ -170,7 +169,7 @@ def _attrs(long_name: str, units: str, description: str) -> dict:
 # the diagnosis
 
 def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=None, tau, k=None, eps=0.01,
-             k_grid=DEFAULT_K_GRID, n_anchors: int = 2048, n_tuples: int = 1 << 16, n_exact_anchors: int | None = None,
+             k_grid=DEFAULT_K_GRID, n_anchors: int = 2048, n_tuples: int = 1 << 15, n_exact_anchors: int | None = None,
              n_blocks: int = 16, block_size: int | None = None, rng=0) -> xr.Dataset:
     """How many negatives does InfoNCE need on these embeddings? The C1 bias curve of a finite data set.
 
@@ -391,7 +390,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         chunk = max(1, (1 << 21) // (idx.size * k_max))
         for r0 in range(0, per_anchor, chunk):
             nr = min(chunk, per_anchor - r0)
-            neg = gen.integers(0, n, size=(idx.size, nr * k_max))
+            neg = gen.integers(0, n, size=(idx.size, nr * k_max), dtype=np.int32 if n < 2**31 else np.int64)
             s_neg = np.take_along_axis(s, neg, axis=1).reshape(idx.size, nr, k_max)
             del neg
             s_pos = np.empty((idx.size, nr))
