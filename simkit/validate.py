@@ -142,7 +142,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         "Conventions": "CF-1.11",
         "title": "simkit validation: claims C1-C7",
         "history": f"{created} simkit validate{' --full' if full else ''} (simkit {vers['simkit']}, git {commit})",
-        "source": f"simkit {vers['simkit']} claim checks of the studies {', '.join(names)} (git {commit})",
+        "source": f"simkit {vers['simkit']} claim checks of the studies {', '.join(names)}",
         "references": "N. Whiteley (2026), Similarity search generalisation in contrastive learning with InfoNCE "
                       "loss; simkit THEORY.md",
         "study": "validation",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simkit.engine import read_dataset, results_identical, run_study
+from simkit.runner import read_dataset, results_identical, run_study
 
 
 def assert_resume_identical(study, cfg: dict, tmp_path, stop_after: int, capsys=None):

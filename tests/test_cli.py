@@ -24,7 +24,7 @@ import xarray as xr
 
 import simkit
 from simkit.cli import main
-from simkit.engine import read_dataset
+from simkit.runner import read_dataset
 
 REPO_ROOT = Path(simkit.__file__).resolve().parent.parent
 # small enough to run in ~2 s; k_max = 1024 so that vmf-d3's slope can be fitted (5 points >= k_min)
@@ -204,7 +204,7 @@ def test_ctrl_c_exits_130_keeps_finished_tasks_and_resumes(tmp_path, monkeypatch
     """SIGINT (Ctrl-C) to ``simkit run`` once checkpoints exist: exit status 130, one line on
     stderr, no dataset, every finished task kept; the same command again resumes to the dataset of
     an uninterrupted run."""
-    from simkit.engine import resolve_config, results_identical, run_study
+    from simkit.runner import resolve_config, results_identical, run_study
     from studies.rate_k import STUDY
 
     out = tmp_path / "rate_k.nc"

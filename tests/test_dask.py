@@ -1,4 +1,4 @@
-"""The Dask distributed backend (simkit._dask) on a real ``LocalCluster`` of worker processes.
+"""The Dask distributed backend (simkit.runner.dask) on a real ``LocalCluster`` of worker processes.
 
 Determinism across engines and worker counts (bit for bit, ``results_identical``), resumption
 that mixes engines, a task that raises on a worker, a worker process killed with SIGKILL in the
@@ -33,9 +33,9 @@ from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 import simkit  # noqa: E402
-from simkit import engine  # noqa: E402
-from simkit.engine import (_task_name, cell_key, read_dataset, resolve_config, results_identical,  # noqa: E402
-                           run_study, task_seed)
+from simkit import runner as engine  # noqa: E402
+from simkit.runner import (cell_key, read_dataset, resolve_config, results_identical, run_study,  # noqa: E402
+                           task_name, task_seed)
 from studies.rate_k import STUDY  # noqa: E402
 
 # worker processes cannot import this test module: ship the worker plugin below by value
@@ -58,7 +58,8 @@ def _partial_dirs(out: Path) -> list[Path]:
 
 def _expected_task_names() -> set[str]:
     cells = STUDY.cells(_cfg())
-    return {_task_name(c, 0, 0) for c in cells} | {_task_name(c, 1, b) for c in cells for b in range(N_BLOCKS)}
+    return ({task_name("rate_k", c, 0, 0) for c in cells}
+            | {task_name("rate_k", c, 1, b) for c in cells for b in range(N_BLOCKS)})
 
 
 def _assert_identical(a, b) -> None:
@@ -204,8 +205,8 @@ def test_task_raising_on_a_worker_is_recorded_and_a_rerun_completes(reference, c
     assert res.completed and len(res.errors) == 1 and res.n_done == N_TASKS - 1
     ds = read_dataset(out)
     (err,) = json.loads(ds.attrs["errors"])
-    assert err["seed"] == SEED and err["spawn_key"] == [*cell_key(cells[1]), 1, 3]
-    assert err["spawn_key"] == list(task_seed(SEED, cells[1], 1, 3).spawn_key)
+    assert err["seed"] == SEED and err["spawn_key"] == [*cell_key("rate_k", cells[1]), 1, 3]
+    assert err["spawn_key"] == list(task_seed(SEED, "rate_k", cells[1], 1, 3).spawn_key)
     assert err["cell"] == cells[1] and err["cell_index"] == 1 and err["stage"] == "block" and err["block"] == 3
     pid = int(re.search(r"RuntimeError: injected failure in worker process (\d+)", err["error"]).group(1))
     assert pid in client.run(os.getpid).values() and pid != os.getpid()  # it was raised remotely

@@ -1,4 +1,4 @@
-"""The study engine (simkit.engine) on the real rate_k study with tiny overrides.
+"""The study runner (simkit.runner) on the real rate_k study with tiny overrides.
 
 Seeds and cell keys, determinism, checkpoint/resume (SIGKILL of a real subprocess, and the
 ``stop_after`` KeyboardInterrupt path), failing tasks, atomic writes, dataset reading and
@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +22,9 @@ import pytest
 import xarray as xr
 
 import simkit
-from simkit import engine
-from simkit.engine import (cell_key, read_dataset, resolve_config, results_identical, run_study,
-                           task_seed, write_dataset)
+from simkit import runner as engine
+from simkit.runner import (cell_key, read_dataset, resolve_config, results_identical, run_study, task_seed,
+                           write_dataset)
 from studies.rate_k import STUDY, RateK
 
 SEED = 20261205
@@ -60,35 +59,40 @@ def reference(tmp_path_factory):
 
 
 CELL = {"setting": "uniform-d3", "pi": "uniform", "dim": 3, "kappa_pi": 0.0, "kappa_m": 10.0, "tau": 0.1}
-# SHA-256 of '{"dim":3,"kappa_m":10.0,"kappa_pi":0.0,"pi":"uniform","setting":"uniform-d3","tau":0.1}',
-# first 16 bytes as 4 little-endian uint32: pinned so that seeds (and so results) never change
-# silently between versions
-CELL_WORDS = (1373563302, 4129361004, 974500825, 2627742789)
+# SHA-256 of '{"cell":{"dim":3,...,"tau":0.1},"study":"rate_k"}' (the study's name is part of the key, so
+# two studies never share draws), first 16 bytes as 4 little-endian uint32: pinned so that seeds (and so
+# results) never change silently between versions
+CELL_WORDS = (2090856240, 2742744096, 2895476443, 1553170229)
 
 
 def test_cell_key_pinned():
-    canonical = json.dumps(CELL, sort_keys=True, separators=(",", ":"))
-    assert canonical == '{"dim":3,"kappa_m":10.0,"kappa_pi":0.0,"pi":"uniform","setting":"uniform-d3","tau":0.1}'
+    canonical = json.dumps({"study": "rate_k", "cell": CELL}, sort_keys=True, separators=(",", ":"))
+    assert canonical == ('{"cell":{"dim":3,"kappa_m":10.0,"kappa_pi":0.0,"pi":"uniform","setting":"uniform-d3",'
+                         '"tau":0.1},"study":"rate_k"}')
     digest = hashlib.sha256(canonical.encode()).digest()
     words = tuple(int.from_bytes(digest[4 * i:4 * i + 4], "little") for i in range(4))
     assert words == CELL_WORDS
-    assert cell_key(CELL) == CELL_WORDS
-    assert cell_key(dict(reversed(list(CELL.items())))) == CELL_WORDS  # key order is irrelevant
+    assert cell_key("rate_k", CELL) == CELL_WORDS
+    assert cell_key("rate_k", dict(reversed(list(CELL.items())))) == CELL_WORDS  # key order is irrelevant
     assert STUDY.cells(_cfg())[0] == CELL  # the pinned cell is the study's real uniform-d3 cell
-    assert cell_key({**CELL, "tau": 0.2}) != CELL_WORDS
+    assert cell_key("rate_k", {**CELL, "tau": 0.2}) != CELL_WORDS
+    assert cell_key("search_ce", CELL) != CELL_WORDS  # another study, same coordinates: other seeds
+    with pytest.raises(ValueError, match="'study' must be a non-empty study name"):
+        cell_key("", CELL)
 
 
-def test_task_seed_depends_only_on_seed_cell_stage_block():
-    ss = task_seed(SEED, CELL, 1, 5)
+def test_task_seed_depends_only_on_seed_study_cell_stage_block():
+    ss = task_seed(SEED, "rate_k", CELL, 1, 5)
     assert ss.entropy == SEED and ss.spawn_key == (*CELL_WORDS, 1, 5)
 
-    def state(*args):
-        return task_seed(*args).generate_state(4).tolist()
+    def state(seed, *args):
+        return task_seed(seed, "rate_k", *args).generate_state(4).tolist()
 
     base = state(SEED, CELL, 1, 5)
     assert state(SEED, dict(CELL), 1, 5) == base
     np.random.default_rng(0).random(10)  # no global or hidden state is involved
     assert state(SEED, CELL, 1, 5) == base
+    assert task_seed(SEED, "search_ce", CELL, 1, 5).generate_state(4).tolist() != base
     variants = [(SEED + 1, CELL, 1, 5), (SEED, {**CELL, "kappa_m": 10.5}, 1, 5), (SEED, CELL, 0, 5),
                 (SEED, CELL, 1, 4)]
     states = [state(*v) for v in variants]
@@ -101,7 +105,7 @@ def test_dataset_records_seeds_and_blocks_are_reproducible(reference):
     ds, cfg = reference.dataset, _cfg()
     cells = STUDY.cells(cfg)
     assert ds.attrs["seed"] == SEED
-    np.testing.assert_array_equal(ds["cell_key"].values, np.array([cell_key(c) for c in cells], dtype=np.uint32))
+    np.testing.assert_array_equal(ds["cell_key"].values, np.array([cell_key("rate_k", c) for c in cells], dtype=np.uint32))
     for ci, b in [(0, 5), (1, 0)]:
         prep = {"coef": ds["prep_coef"].values[ci]}
         redo = engine.execute_task("rate_k", cfg, cells[ci], 1, b, prep)
@@ -153,7 +157,7 @@ def test_sigkill_then_resume(tmp_path):
     killed_dir.mkdir()
     out = killed_dir / "rate_k.nc"
     code = ("import json, sys\n"
-            "from simkit.engine import resolve_config, run_study\n"
+            "from simkit.runner import resolve_config, run_study\n"
             "from studies.rate_k import STUDY\n"
             "cfg = resolve_config(STUDY, json.loads(sys.argv[1]), seed=int(sys.argv[2]))\n"
             "run_study(STUDY, cfg, sys.argv[3], progress=False)\n")
@@ -201,9 +205,8 @@ def test_sigkill_then_resume(tmp_path):
 
 
 class _FailingRateK(RateK):
-    """rate_k whose block 3 (or preparation) of the vmf-d3 cell raises."""
+    """rate_k whose block 3 (or preparation) of the vmf-d3 cell raises (same name, so the same seeds)."""
 
-    name = "rate_k_failing"
     fail_stage = 1
 
     def prepare(self, cell, cfg, rng):
@@ -218,15 +221,11 @@ class _FailingRateK(RateK):
 
 
 @pytest.fixture
-def failing_study(monkeypatch):
-    """Register _FailingRateK temporarily (engine tasks look studies up by name)."""
+def failing_study():
+    """A _FailingRateK (the runner hands the study object to its tasks: no registration needed)."""
     def make(stage):
         study = _FailingRateK()
         study.fail_stage = stage
-        module = types.ModuleType("simkit_test_failing_study")
-        module.STUDY = study
-        monkeypatch.setitem(sys.modules, module.__name__, module)
-        monkeypatch.setitem(engine.STUDIES, study.name, module.__name__)
         return study
     return make
 
@@ -241,8 +240,8 @@ def test_failing_task_is_recorded_and_others_complete(reference, failing_study, 
     ds = read_dataset(out)
     cells = study.cells(cfg)
     block = 3 if stage == 1 else 0
-    expected_key = list(task_seed(SEED, cells[1], stage, block).spawn_key)
-    assert expected_key == [*cell_key(cells[1]), stage, block]
+    expected_key = list(task_seed(SEED, "rate_k", cells[1], stage, block).spawn_key)
+    assert expected_key == [*cell_key("rate_k", cells[1]), stage, block]
     (err,) = json.loads(ds.attrs["errors"])
     assert err["seed"] == SEED and err["spawn_key"] == expected_key
     assert err["cell"] == cells[1] and err["cell_index"] == 1 and err["block"] == block

@@ -30,9 +30,11 @@ from hypothesis import strategies as st
 import simkit
 from simkit import (GeodesicRandomWalk, RotatedVMFKernel, Uniform, VMFKernel, VMFMixture, VonMisesFisher,
                     Discrete)
-from simkit import engine
+from simkit import runner as engine
 from simkit.cli import main
-from simkit.engine import STUDIES, Param, get_study, resolve_config
+from simkit.runner import Param, get_study, resolve_config, study_names
+
+STUDIES = study_names()
 
 REPO_ROOT = Path(simkit.__file__).resolve().parent.parent
 STUDY = get_study("rate_k")

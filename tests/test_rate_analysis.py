@@ -25,7 +25,7 @@ from scipy import stats
 from simkit import Uniform, VMFKernel, exact
 from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
                              worst_slope, z_score)
-from simkit.engine import resolve_config, run_study
+from simkit.runner import resolve_config, run_study
 from simkit.infonce import k_grid
 from studies.rate_k import ALPHA, STUDY
 

@@ -9,9 +9,9 @@ Modules: :mod:`~simkit.runner.params` (``Param``, ``resolve_config``), :mod:`~si
 
 from __future__ import annotations
 
-from simkit.runner.executors import DependencyFailed, Executor, InProcessExecutor, make_executor
+from simkit.runner.executors import DependencyFailed, Executor, InProcessExecutor
 from simkit.runner.params import Param, resolve_config
-from simkit.runner.run import RunResult, apply_schema, execute_task, run_study
+from simkit.runner.run import RunResult, apply_schema, execute_task, make_executor, run_study
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
 from simkit.runner.storage import VOLATILE_ATTRS, Checkpoint, read_dataset, results_identical, write_dataset
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-__all__ = ["Executor", "InProcessExecutor", "DependencyFailed", "make_executor"]
+__all__ = ["Executor", "InProcessExecutor", "DependencyFailed"]
 
 
 class DependencyFailed(Exception):
@@ -57,14 +57,3 @@ class InProcessExecutor:
 
     def close(self) -> None:
         pass
-
-
-def make_executor(executor=None) -> Executor:
-    """An executor from ``None`` (in-process), an executor, a Dask scheduler address or a
-    ``distributed.Client``. A bad address raises ValueError before anything is written."""
-    if executor is None:
-        return InProcessExecutor()
-    if hasattr(executor, "run") and hasattr(executor, "close") and hasattr(executor, "n_workers"):
-        return executor
-    from simkit.runner.dask import DaskExecutor
-    return DaskExecutor(executor)

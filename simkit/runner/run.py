@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from simkit.runner.executors import DependencyFailed, make_executor
+from simkit.runner.executors import DependencyFailed, Executor, InProcessExecutor
 from simkit.runner.params import resolve_config
 from simkit.runner.provenance import git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
 from simkit.runner.storage import Checkpoint, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
-__all__ = ["RunResult", "run_study", "execute_task", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
+__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
 
 #: variables every study's dataset has, declared by the runner
 ENGINE_SCHEMA = {
@@ -53,10 +53,22 @@ class RunResult:
     wall_time_s: float
 
 
-def execute_task(study_name: str, cfg: dict, cell: dict, stage: int, block: int, prep: dict | None) -> dict:
-    """Run one task (picklable entry point, also used by the Dask backend)."""
-    study = get_study(study_name)
-    rng = np.random.default_rng(task_seed(cfg["seed"], study_name, cell, stage, block))
+def make_executor(executor=None) -> Executor:
+    """An executor from ``None`` (in-process), an executor, a Dask scheduler address or a
+    ``distributed.Client``. A bad address raises ValueError before anything is written."""
+    if executor is None:
+        return InProcessExecutor()
+    if hasattr(executor, "run") and hasattr(executor, "close") and hasattr(executor, "n_workers"):
+        return executor
+    from simkit.runner.dask import DaskExecutor
+    return DaskExecutor(executor)
+
+
+def execute_task(study: Study | str, cfg: dict, cell: dict, stage: int, block: int, prep: dict | None) -> dict:
+    """Run one task of ``study`` (a Study, pickled to Dask workers, or an installed study's name)."""
+    if isinstance(study, str):
+        study = get_study(study)
+    rng = np.random.default_rng(task_seed(cfg["seed"], study.name, cell, stage, block))
     if stage == 0:
         return study.prepare(cell, cfg, rng)
     return study.generate(cell, cfg, prep or {}, rng)
@@ -103,7 +115,7 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
         "title": study.title,
         "history": f"{created} simkit run {study.name} (simkit {vers['simkit']}, git {commit}, seed {cfg['seed']}"
                    f"{', quick design' if cfg.get('quick') else ''})",
-        "source": f"simkit {vers['simkit']} Monte Carlo study '{study.name}' (git {commit})",
+        "source": f"simkit {vers['simkit']} Monte Carlo study '{study.name}'",
         "references": study.references,
         "institution": "simkit",
         "study": study.name,
@@ -206,11 +218,11 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         for ci, cell in enumerate(cells):
             pkey = ("prepare", ci, 0)
             if ci not in preps:
-                todo.append((pkey, (study.name, cfg, cell, 0, 0, None), None))
+                todo.append((pkey, (study, cfg, cell, 0, 0, None), None))
             for b in range(n_blocks):
                 if (ci, b) not in blocks:
                     ready = ci in preps
-                    todo.append((("block", ci, b), (study.name, cfg, cell, 1, b, preps[ci] if ready else None),
+                    todo.append((("block", ci, b), (study, cfg, cell, 1, b, preps[ci] if ready else None),
                                  None if ready else pkey))
         for (kind, ci, b), result, exc in executor.run(todo, execute_task):
             if isinstance(exc, DependencyFailed):

@@ -172,6 +172,17 @@ class Study:
         """Rows for ``simkit validate``, one per declared :class:`Check`."""
         return [check.row(ds) for check in self.checks]
 
+    def __reduce_ex__(self, protocol):
+        # an installed study travels to Dask workers by name (each worker uses its own installed copy);
+        # any other Study object (a subclass in a script or test) by value
+        try:
+            installed = get_study(self.name)
+        except ValueError:
+            installed = None
+        if installed is self:
+            return get_study, (self.name,)
+        return super().__reduce_ex__(protocol)
+
 
 def _entry_points() -> dict[str, md.EntryPoint]:
     eps = {}
