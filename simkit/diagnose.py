@@ -260,8 +260,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         raise ValueError(f"'embeddings' must have shape (N, d) with N >= 2 and d >= 1, got {emb.shape}")
     phi = _normalise("embeddings", emb)
     del emb
-    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
-    eps = check_scalar("eps", eps, low=0.0, low_inclusive=False)
+    tau = check_scalar("tau", tau, low=0, low_inclusive=False)
+    eps = check_scalar("eps", eps, low=0, low_inclusive=False)
     if k is not None:
         k = check_int("k", k, low=1)
     ks = _check_grid(k_grid)
@@ -479,6 +479,14 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         var_cv = max(1.0 - n_a / n, 0.0) * s2_g / n_a + (1.0 / n_e - 1.0 / n_a) * s2_r
         var_plain = max(1.0 - n_e / n, 0.0) * s2_g / n_e
         gex_se = np.sqrt(np.where(use_cv, var_cv, var_plain))
+    if kind == "positive_embeddings":
+        # the views are a sample of the augmentation kernel: add their error, to first order in 1/k
+        # (gap_k ~ E[W0]/k + ...), with the weight f = n_a/N of _srs_mcse. With an anchor subsample
+        # the Monte Carlo blocks are anchors, whose spread already contains it.
+        view_var = np.nanmean(var_mu0) / n_a / kf**2
+        if census:
+            gap_se = np.sqrt(gap_se**2 + view_var)
+        gex_se = np.sqrt(gex_se**2 + (n_a / n) * view_var)
     scale = float(max(np.mean(ratio2), np.mean(mu0)))
     k_min = choose_k_min(ks, scale)
     pre_asymptotic = int(np.sum(ks >= k_min) < 4 or k_min < 16 * scale)
