@@ -1,0 +1,152 @@
+"""Tests of simkit.truth_tests on synthetic data with known truth: rejection rates under the null
+within binomial intervals of alpha, and power against shifted curves compared with the exact
+non-central F power."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simkit.truth_tests import curve_test, dgap_exact, dgap_test, t_check
+
+N_REP = 1000
+# a binomial(1000, alpha) count is outside alpha +- 3.29 sd with probability ~1e-3 (normal approx.)
+Z_META = 3.29
+
+
+def _band(alpha, n=N_REP):
+    half = Z_META * math.sqrt(alpha * (1 - alpha) / n)
+    return alpha - half, alpha + half
+
+
+def _curve_cov(p, rho=0.9, scale=None):
+    """A covariance like a CRN curve's: strong positive correlation between neighbouring k."""
+    idx = np.arange(p)
+    c = rho ** np.abs(idx[:, None] - idx[None, :])
+    sd = np.ones(p) if scale is None else scale
+    return c * np.outer(sd, sd)
+
+
+def _rejections(rng, n_blocks, p, cov, shift, alpha, **kw):
+    mu = np.linspace(1.0, 0.01, p)
+    chol = np.linalg.cholesky(cov)
+    pv = np.empty(N_REP)
+    for r in range(N_REP):
+        blocks = mu + shift + rng.standard_normal((n_blocks, p)) @ chol.T
+        pv[r] = curve_test(blocks, mu, **kw).p_value
+    return np.mean(pv < alpha), pv
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+def test_hotelling_size(alpha):
+    """Gaussian blocks (n = 32, p = 8): the F reference is exact, so the rejection count is
+    Binomial(1000, alpha). Meta false-failure rate ~1e-3 per alpha (fixed seed)."""
+    rng = np.random.default_rng(101)
+    rate, pv = _rejections(rng, 32, 8, _curve_cov(8), 0.0, alpha)
+    lo, hi = _band(alpha)
+    assert lo <= rate <= hi, rate
+    # the p-values are uniform: Kolmogorov-Smirnov at the 1e-3 level
+    assert stats.kstest(pv, "uniform").pvalue > 1e-3
+
+
+@pytest.mark.statistical
+def test_hotelling_power_matches_noncentral_f():
+    """A shifted curve: empirical power agrees with the exact non-central F power
+    (noncentrality n delta' Sigma^-1 delta) within the binomial band (meta false-failure ~1e-3),
+    and the shift used (a constant 0.75 sd at every k, 32 blocks; along the curve's most correlated
+    direction, the hardest for a joint test) has exact power 0.66 at alpha = 0.01."""
+    rng = np.random.default_rng(202)
+    n, p, alpha = 32, 8, 0.01
+    cov = _curve_cov(p)
+    shift = 0.75 * np.ones(p)
+    rate, _ = _rejections(rng, n, p, cov, shift, alpha)
+    lam = n * shift @ np.linalg.solve(cov, shift)
+    crit = stats.f.isf(alpha, p, n - p)
+    power = stats.ncf.sf(crit, p, n - p, lam)
+    half = Z_META * math.sqrt(power * (1 - power) / N_REP)
+    assert abs(rate - power) <= half, (rate, power)
+    assert 0.5 < power < 0.8
+
+
+@pytest.mark.statistical
+def test_hotelling_merged_columns_size():
+    """p = 40 columns with 16 blocks: merged into 14 groups (documented), still an exact test."""
+    rng = np.random.default_rng(303)
+    alpha = 0.05
+    rate, _ = _rejections(rng, 16, 40, _curve_cov(40, rho=0.95), 0.0, alpha)
+    res = curve_test(rng.standard_normal((16, 40)), np.zeros(40))
+    assert res.merged and res.n_columns == 14 and res.df == (14.0, 2.0)
+    lo, hi = _band(alpha)
+    assert lo <= rate <= hi, rate
+
+
+@pytest.mark.statistical
+def test_chi_square_with_estimated_exact_curve_size():
+    """Exact curve with its own noise (covariance V, given): chi-square reference, a large-n
+    approximation; with 400 blocks and p = 6 the size is alpha within the binomial band."""
+    rng = np.random.default_rng(404)
+    n, p, alpha = 400, 6, 0.05
+    cov = _curve_cov(p)
+    mu = np.linspace(1.0, 0.1, p)
+    se_exact = 0.03 * np.ones(p)
+    chol = np.linalg.cholesky(cov)
+    pv = np.empty(N_REP)
+    for r in range(N_REP):
+        blocks = mu + rng.standard_normal((n, p)) @ chol.T
+        ex = mu + se_exact * rng.standard_normal(p)
+        pv[r] = curve_test(blocks, ex, se_exact).p_value
+    lo, hi = _band(alpha)
+    assert lo <= np.mean(pv < alpha) <= hi
+
+
+@pytest.mark.statistical
+def test_t_check_size_and_normal_contrast():
+    """Student t(n - 1): exact size for Gaussian blocks (16 blocks, alpha = 0.01); the normal
+    quantile 2.576 would reject at ~0.020 instead (shown, not required)."""
+    rng = np.random.default_rng(505)
+    n, alpha = 16, 0.01
+    rej, rej_normal = 0, 0
+    for _ in range(N_REP):
+        b = 2.0 + rng.standard_normal(n)
+        res = t_check(b.mean(), b.std(ddof=1) / math.sqrt(n), 2.0, n_blocks=n)
+        rej += res.p_value < alpha
+        rej_normal += abs(res.statistic) > stats.norm.isf(alpha / 2)
+    lo, hi = _band(alpha)
+    assert lo <= rej / N_REP <= hi
+    assert rej_normal / N_REP > hi  # the normal reference is anti-conservative with 15 df
+
+
+def test_t_check_values():
+    res = t_check(1.1, 0.05, 1.0, 0.0, n_blocks=64)
+    assert res.df == (63.0,)
+    assert abs(res.statistic - 2.0) < 1e-12
+    assert abs(res.p_value - 2 * stats.t.sf(2.0, 63)) < 1e-15
+    assert abs(t_check(1.1, 0.03, 1.0, 0.04, n_blocks=10).statistic - 2.0) < 1e-12
+    with pytest.raises(ValueError, match="'se' must be > 0"):
+        t_check(1.0, 0.0, 1.0, n_blocks=4)
+
+
+def test_dgap_exact_and_test():
+    ks = np.array([1, 2, 4, 8, 16])
+    gap = 3.0 / ks + 1.0 / ks**2
+    k, d, se = dgap_exact(ks, gap, 0.1 * np.ones(5))
+    np.testing.assert_array_equal(k, [1, 2, 4, 8])
+    np.testing.assert_allclose(d, gap[:-1] - gap[1:], rtol=1e-15)
+    np.testing.assert_allclose(se, np.sqrt(0.02) * np.ones(4))
+    rng = np.random.default_rng(6)
+    blocks = d + 0.01 * rng.standard_normal((40, 4))
+    assert dgap_test(blocks, ks, gap).p_value > 1e-3
+    assert dgap_test(blocks + 0.02, ks, gap).p_value < 1e-6
+
+
+def test_curve_test_errors():
+    with pytest.raises(ValueError, match="'exact' must have shape"):
+        curve_test(np.zeros((5, 3)), np.zeros(2))
+    with pytest.raises(ValueError, match="'blocks' must be finite"):
+        curve_test(np.array([[np.nan, 1.0], [1.0, 1.0], [0.0, 0.0]]), np.zeros(2))
+    with pytest.raises(ValueError, match="at least 3 rows"):
+        curve_test(np.zeros((2, 3)), np.zeros(3))
