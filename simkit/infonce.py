@@ -140,6 +140,11 @@ class GapEstimator:
         Temperature, >= 0.005.
     k_max : int
         Negatives per block (a power of two); the k grid is 1, 2, 4, ..., k_max.
+    constant_scale : mapping, optional, keyword-only
+        TESTING HOOK for negative controls (issue 11), not for studies: multiplies the exact
+        constants used to centre the control variates, ``{"m1": 1.05}`` (inside B_k) and/or
+        ``{"Z2": 1.05}`` (inside C_k), so that the estimator is deliberately biased. Default None:
+        the constants are used as computed (bit-identical to an estimator without the hook).
 
     Notes
     -----
@@ -155,6 +160,7 @@ class GapEstimator:
     tau: float
     k_max: int
     grid: NDArray[np.int64] = field(init=False, repr=False)
+    constant_scale: dict[str, float] | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.pi, SphereDistribution):
@@ -165,6 +171,13 @@ class GapEstimator:
         object.__setattr__(self, "grid", k_grid(self.k_max))
         if self.grid[-1] < 2:
             raise ValueError(f"'k_max' must be >= 2, got {self.k_max}")
+        if self.constant_scale is not None:
+            scale = dict(self.constant_scale)
+            if not scale or not set(scale) <= {"m1", "Z2"}:
+                raise ValueError(f"'constant_scale' keys must be among 'm1', 'Z2', got {sorted(scale)!r}")
+            for key, val in scale.items():
+                check_scalar(f"constant_scale['{key}']", val, low=0.0, low_inclusive=False)
+            object.__setattr__(self, "constant_scale", {k: float(v) for k, v in scale.items()})
 
     @property
     def dim(self) -> int:
@@ -244,6 +257,8 @@ class GapEstimator:
         s0 = np.sum(x * xp, axis=1) / tau
         log_z = exact.log_partition(pi, x, tau)
         log_z2 = exact.log_partition(pi, x, tau, scale=2.0)
+        if self.constant_scale is not None and "Z2" in self.constant_scale:  # testing hook only
+            log_z2 = log_z2 + np.log(self.constant_scale["Z2"])
         s = _prefix(x, y, tau, log_z, grid)  # S_k / Z for every anchor and k
         e0 = np.exp(s0 - log_z)  # e^{s0} / Z
         a = s / kf - 1.0  # A_k
@@ -256,6 +271,8 @@ class GapEstimator:
         v = np.expm1(log_z2 - 2.0 * log_z)  # Z2/Z^2 - 1 = Var(e^s | x) / Z^2
         c = a * a - v[:, None] / kf  # C_k, E[C_k | x] = 0
         log_m1 = exact._log_m1(kernel, x, tau)
+        if log_m1 is not None and self.constant_scale is not None and "m1" in self.constant_scale:  # testing hook
+            log_m1 = log_m1 + np.log(self.constant_scale["m1"])
         b = None if log_m1 is None else (e0 - np.exp(log_m1 - log_z))[:, None] / kf
         loss = np.log(e0[:, None] + s) + (log_z - s0)[:, None]
         # CRN differences D_k - D_2k and their centred control variate: Z_rest from negatives

@@ -1,0 +1,64 @@
+"""Negative control of issue 11 item 3: the C1 estimator with m1 or Z2 perturbed by 5% inside its
+control variates fails the exact-curve test; the unperturbed estimator passes.
+
+The exact curve (simkit.exact_curve.gap_curve) uses no control variate, so it does not share the
+estimator's constants; the c1 z-test does (c1 is built from the same m1 and Z2), which is why a
+perturbed constant passes that test and must fail this one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simkit.exact_curve import gap_curve
+from simkit.infonce import GapEstimator
+from simkit.kernels import VMFKernel
+from simkit.sphere import Uniform
+from simkit.truth_tests import curve_test
+
+PI, KERNEL, TAU = Uniform(3), VMFKernel(10.0), 0.1  # the uniform-d3 setting of rate_k
+K_MAX, N_BLOCKS, N_ANCHORS = 1024, 32, 256
+ALPHA = 1e-3
+
+
+def _blocks(constant_scale, seed):
+    est = GapEstimator(PI, KERNEL, TAU, K_MAX, constant_scale=constant_scale)
+    rng = np.random.default_rng(seed)
+    return np.array([est.block(N_ANCHORS, rng)["gap_cv"] for _ in range(N_BLOCKS)])
+
+
+@pytest.fixture(scope="module")
+def exact_curve():
+    return gap_curve(PI, KERNEL, TAU, 1 << np.arange(11)).gap
+
+
+@pytest.mark.statistical
+def test_unperturbed_estimator_passes_exact_curve_test(exact_curve):
+    """Hotelling T^2 over the 11 k values (F(11, 21)); nominal false-failure rate 1e-3 (exact for
+    Gaussian blocks; each block mean averages 256 anchors)."""
+    res = curve_test(_blocks(None, 20261204), exact_curve)
+    assert res.df == (11.0, 21.0)
+    assert res.p_value > ALPHA, res
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("scale", [{"m1": 1.05}, {"Z2": 1.05}])
+def test_perturbed_constant_fails_exact_curve_test(exact_curve, scale):
+    """m1 x 1.05 biases gap_cv by +0.05 E[m1/Z]/k (~ +9% of gap_k here), Z2 x 1.05 by
+    -0.025 E[Z2/Z^2]/k (~ -5%); both must be rejected at alpha = 1e-3. Observed during design
+    (seed 99, k_max 1024, 24 blocks): p ~ 1e-10 (m1) and 1e-7 (Z2), so the failure to reject
+    (the false-pass rate of this control) is negligible."""
+    res = curve_test(_blocks(scale, 20261204), exact_curve)
+    assert res.p_value < ALPHA, res
+
+
+def test_constant_scale_default_is_bit_identical():
+    a = GapEstimator(PI, KERNEL, TAU, 64).block(64, np.random.default_rng(1))
+    b = GapEstimator(PI, KERNEL, TAU, 64, constant_scale=None).block(64, np.random.default_rng(1))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    with pytest.raises(ValueError, match="'constant_scale' keys"):
+        GapEstimator(PI, KERNEL, TAU, 64, constant_scale={"Z": 1.05})
+    with pytest.raises(ValueError, match="'constant_scale\\['m1'\\]' must be > 0"):
+        GapEstimator(PI, KERNEL, TAU, 64, constant_scale={"m1": -1.0})
