@@ -8,8 +8,9 @@ Run from the repository root::
 Data: 100 classes with random unit means in R^256; a row is its class mean plus isotropic
 Gaussian noise (sd 1/sqrt(d) per coordinate, so signal and noise have equal norms), labels are
 the classes (the label kernel). tau = 0.2, k = 256, eps = 0.01; anchors subsampled with the
-default ``n_anchors`` (2048), default Monte Carlo (2^15 tuples, k grid 1..1024) and exact curve
-on ``n_exact_anchors`` anchors. Measured: the wall time of the ``diagnose`` call (data generation
+default ``n_anchors`` (2048) and default Monte Carlo (2^15 tuples, k grid 1..1024); the exact
+curve is off by default at this N (``n_exact_anchors``: simkit.exact_curve needs ~4 s and ~1.3 GB
+per anchor at N = 10^5; ``--n-exact-anchors`` times it). Measured: the wall time of the ``diagnose`` call (data generation
 excluded), the peak resident set size of the process (``resource.getrusage``, which includes the
 interpreter and the data: O(N d)) and the peak traced allocation inside the call (tracemalloc on
 a second, identical call: the working memory, expected O(N d + block N)), and ``uptime``'s load

@@ -202,7 +202,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     n_exact_anchors : int, optional
         Anchors (the first of the random anchor sample) whose exact gap curve is computed; its cost
         is ~40 microseconds per row per anchor (simkit.exact_curve; ~4 s per anchor at N = 10^5).
-        Default ``min(n_anchors, max(3, 2**18 // N))`` (every anchor for N <= 512). The mean over
+        Default ``min(n_anchors, max(3, 2**18 // N))`` (every anchor for N <= 512), and 0 (no exact
+        curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed
+        64 MiB, nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an anchor costs ~4 s and ~1.3 GB
+        there, which would break the O(N d + block N) memory bound. The mean over
         these anchors uses the per-anchor prediction c1/k + c2/k^2, known at every anchor, as a
         control variate (two-phase sampling) wherever that reduces the spread.
     n_blocks : int
@@ -292,7 +295,13 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     # ---------------------------------------------------------------- anchors and blocks
     n_a = min(n_anchors, n)
     anchors = np.arange(n) if n_a == n else np.sort(gen.choice(n, size=n_a, replace=False))
-    n_ex = min(n_a, max(3, (1 << 18) // n)) if n_exact_anchors is None else min(n_exact_anchors, n_a)
+    if n_exact_anchors is None:
+        # simkit.exact_curve holds (nodes x N) arrays per anchor, nodes ~ 8 (score range + 25 + log k_max):
+        # by default only while one such array stays within 64 MiB (N <~ 25,000 at tau = 0.2)
+        nodes = 8.0 * (2.0 / tau + 25.0 + math.log(float(ks[-1])))
+        n_ex = min(n_a, max(3, (1 << 18) // n)) if n * nodes <= (1 << 23) else 0
+    else:
+        n_ex = min(n_exact_anchors, n_a)
     exact_set = np.zeros(n_a, dtype=bool)
     exact_set[gen.choice(n_a, size=n_ex, replace=False)] = True
     census = n_a == n
@@ -333,7 +342,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         s = phi[idx] @ phi.T
         s /= tau  # (B, N) scores
         smax = s.max(axis=1)  # = s(x, x) = 1/tau up to rounding
-        e = np.exp(s - smax[:, None])
+        e = np.subtract(s, smax[:, None])
+        np.exp(e, out=e)
         z1 = e.sum(axis=1)
         e2 = e * e
         z2 = e2.sum(axis=1)
@@ -419,7 +429,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         if kind != "positive_embeddings":
             s[rows, idx] = -np.inf  # exclude the anchor itself
             top = np.argpartition(s, -n_top, axis=1)[:, -n_top:]
-            best = np.argmax(s, axis=1)
+            best = top[rows, np.argmax(s[rows[:, None], top], axis=1)]  # the highest of the top n_top
             for r, a in enumerate(idx):
                 i = b0 + r
                 if kind == "labels":
