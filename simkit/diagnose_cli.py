@@ -36,6 +36,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--k", type=str, default=None, help="number of negatives used in training (integer >= 1)")
     p.add_argument("--eps", type=str, default="0.01", help="tolerated bias in nats (> 0; default 0.01)")
     p.add_argument("--n-anchors", type=str, default="2048", help="anchors subsampled (default 2048)")
+    p.add_argument("--n-tuples", type=str, default=str(1 << 15), help="Monte Carlo InfoNCE tuples (default 32768)")
     p.add_argument("--seed", type=str, default="0", help="seed of the subsampling and Monte Carlo (default 0)")
     p.add_argument("--out", type=str, default=None, help="write the dataset here (.nc)")
     p.add_argument("--report", type=str, default=None, help="write the PDF report here (.pdf)")
@@ -216,6 +217,7 @@ def run(args) -> int:
         eps = _float("--eps", args.eps)
         k = None if args.k is None else _int("--k", args.k, 1)
         n_anchors = _int("--n-anchors", args.n_anchors, 2)
+        n_tuples = _int("--n-tuples", args.n_tuples, 1)
         seed = _int("--seed", args.seed, 0)
         data = _load(args.file)
         if args.tau is not None:
@@ -229,7 +231,7 @@ def run(args) -> int:
             raise ValueError("'--tau' is required (or store a scalar 'tau' in the npz)")
         kernel = next(key for key in _KERNEL_KEYS if key in data)
         ds = diagnose(data["embeddings"], **{kernel: data[kernel]}, tau=tau, k=k, eps=eps, n_anchors=n_anchors,
-                      rng=seed)
+                      n_tuples=n_tuples, rng=seed)
     except ValueError as exc:
         msg = " ".join(str(exc).split())
         print(f"simkit: error: {msg}", file=sys.stderr)

@@ -94,7 +94,7 @@ def small_label_ds():
 
 @pytest.fixture(scope="module")
 def small_index_ds():
-    return diagnose(SMALL_X, positives=SMALL_POS, tau=TAU, k=8, eps=0.01, n_tuples=1 << 14, rng=2)
+    return diagnose(SMALL_X, positives=SMALL_POS, tau=TAU, k=8, eps=0.01, n_tuples=1 << 13, rng=2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,7 +202,9 @@ def test_prediction_slope_and_k_for_bias(small_label_ds):
     # |slope + 1| <= 4 jackknife SE (t on 15 df: false-failure rate ~1.2e-3)
     assert abs(float(ds["slope"]) + 1.0) <= 4 * float(ds["slope_se"])
     assert float(ds["slope_ci_low"]) < float(ds["slope"]) < float(ds["slope_ci_high"])
-    assert float(ds["slope_p_half"]) < 1e-3
+    # 1/sqrt(k) rejected at the 5% level: the slope's SE is ~0.11 with 2^14 tuples (t ~ 4.5 on 15 df),
+    # so the chance of a false failure (a type II error) is below 1%
+    assert float(ds["slope_p_half"]) < 0.05
     np.testing.assert_allclose(ds["gap_predicted"], c1 / ds["k"] + c2 / ds["k"] ** 2, rtol=1e-12)
 
 
@@ -411,6 +413,9 @@ CLI_BAD = [  # (npz arrays or None for a missing file, extra argv, text naming t
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--eps", "0"], "'--eps' must be > 0"),
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--k", "0"], "'--k' must be >= 1"),
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--k", "2.5"], "'--k' must be an integer"),
+    (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--n-tuples", "0"], "'--n-tuples' must be >= 1"),
+    (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--n-anchors", "x"], "'--n-anchors' must be an integer"),
+    (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--seed", "-1"], "'--seed' must be >= 0"),
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), [None], "'--tau' is required"),
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--out", "o.txt"], "'--out' must end in .nc"),
     (dict(embeddings=np.ones((6, 3)), labels=np.zeros(6, int)), ["--report", "r.png"], "'--report' must end in .pdf"),
@@ -450,7 +455,7 @@ def test_cli_writes_dataset_and_report(tmp_path):
     x = np.eye(5)[lab][:, :5] * 2 + rng.normal(size=(60, 5))
     f = tmp_path / "in.npz"
     np.savez(f, embeddings=x, labels=lab, tau=0.5)
-    status, out, err = _run_cli(["diagnose", str(f), "--k", "16", "--out", str(tmp_path / "o.nc"),
+    status, out, err = _run_cli(["diagnose", str(f), "--k", "16", "--n-tuples", "2048", "--out", str(tmp_path / "o.nc"),
                                  "--report", str(tmp_path / "r.pdf")])
     assert status == 0, err
     assert "negatives needed" in out
