@@ -12,11 +12,12 @@ Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M = 10), k i.i.d. nega
            (n = n_k, linear d = 3), tau (n = n_tau, k = k_tau, linear d = 3) and d (n = n_d,
            k = k_d, the random-Fourier lift of simkit.lifted: 9 trainable parameters and the
            Lipschitz constant 1/sqrt(3) in them for every d = 6 ... 256, while the score kernel
-           changes with d). Within a sweep and block the levels share random numbers: the n
+           changes with d; its frequency frame is fixed by simkit.lifted.LIFT_SEED, a documented part
+           of the design that is the same for every study seed). Within a sweep and block the levels share random numbers: the n
            sweep uses the first n tuples of one sample, the k sweep the first k negatives of each
            tuple, the tau and d sweeps the same sample, and all levels the same initialisation and
            evaluation seeds (seed split: sample / init / restarts / evaluation, from
-           SeedSequence(seed, spawn_key=(*cell_key({"sweep": s}), 1, block))).
+           SeedSequence(seed, spawn_key=(*cell_key("generalisation", {"sweep": s}), 1, block))).
 Estimand   E[G] and E[E] (E = CE(phi_hat) - (R_hat - log k)) at every level; the slope of log E[G]
            on log n; the slope of E[G] in log2 k for k >= k_trend_min; the slope of log E[G] on
            log tau; the slope of E[G] in log2 d.
@@ -46,6 +47,7 @@ Run it: ``simkit run generalisation`` or ``python studies/generalisation.py`` (s
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -58,12 +60,13 @@ from scipy import stats
 from simkit import Uniform, VMFKernel, exact
 from simkit.analysis import fit_rate, jackknife, mean_mcse
 from simkit.embedding import LinearEmbedding
-from simkit.engine import Param, Study, task_seed
 from simkit.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk
 from simkit.population import generalisation
+from simkit.runner import Check, Param, Study, Var, task_seed
 from simkit.training import EmpiricalRisk, TrainingSample, train
 
-__all__ = ["STUDY", "ALPHA", "POWER", "EQUIV_MARGIN", "SWEEPS", "TrendTest", "trend_test", "one_sided_rate", "level_grid"]
+__all__ = ["STUDY", "SCHEMA", "CHECKS", "ALPHA", "POWER", "EQUIV_MARGIN", "SWEEPS", "TrendTest", "trend_test",
+           "one_sided_rate", "level_grid", "sweep_seeds"]
 
 #: level of every check (one-sided tests at ALPHA; the two-sided C6 test at ALPHA in total)
 ALPHA = 0.01
@@ -208,13 +211,20 @@ def level_grid(low: int, high: int, step: int) -> list[int]:
     return out
 
 
+#: the seed split, recorded in the dataset's ``seed_split`` attribute
+SEED_SPLIT = ("per (sweep, block): SeedSequence(seed, spawn_key=(*cell_key('generalisation', {'sweep': s}), 1, "
+              "block)).spawn(4) -> sample, init, restarts, evaluation (evaluation.spawn(3) -> paired R_k, CE, "
+              "diagnostics); shared by the levels of the sweep")
+
+
 def sweep_seeds(seed: int, sweep: str, block: int) -> list[np.random.SeedSequence]:
     """Seeds of replicate ``block`` of ``sweep``, shared by all its levels: sample, init, restarts, evaluation.
 
-    ``SeedSequence(seed, spawn_key=(*cell_key({"sweep": sweep}), 1, block)).spawn(4)`` (simkit.engine.task_seed
-    with the sweep alone as the cell).
+    ``SeedSequence(seed, spawn_key=(*cell_key("generalisation", {"sweep": sweep}), 1, block)).spawn(4)``
+    (:func:`simkit.runner.task_seed` with the sweep alone as the cell). They come from the study seed
+    alone: the levels of a sweep share them (common random numbers), and no other study draws them.
     """
-    return task_seed(seed, {"sweep": sweep}, 1, block).spawn(4)
+    return task_seed(seed, "generalisation", {"sweep": sweep}, 1, block).spawn(4)
 
 
 def _block_of(rng: np.random.Generator) -> int:
@@ -223,7 +233,7 @@ def _block_of(rng: np.random.Generator) -> int:
     key = getattr(seq, "spawn_key", ())
     if len(key) < 2 or key[-2] != 1:
         raise ValueError("'rng' must be the generator the engine passes to generate() (SeedSequence with spawn key "
-                         "(*cell_key, 1, block)); call generate through simkit.engine.run_study")
+                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
     return int(key[-1])
 
 
@@ -248,8 +258,267 @@ def _dims(text: str) -> list[int]:
     return sorted(vals)
 
 
-def _attrs(long_name: str, units: str, description: str) -> dict:
-    return {"long_name": long_name, "units": units, "description": description}
+# ----------------------------------------------------------------------------------------------
+# the dataset
+
+P, PB = ("point",), ("point", "block")
+SE = "sd over blocks / sqrt(blocks)"
+
+#: per-block scalars returned by generate (NaN where not applicable): name -> (long_name, in nats?, description)
+QUANTITIES = {
+    "gap": ("E[G], plain", True, "mean over blocks of R_k(phi_hat) - R_hat(phi_hat), R_k paired with the identity"),
+    "gap_cv": ("E[G], control variate", True, "mean over blocks of G + R_hat(id) - R_k(id) (exactly zero-mean "
+                                              "control); the main estimate of E[G]"),
+    "gap_eval_mcse": ("evaluation MCSE of G per block", True, "MCSE of the paired R_k difference within a block"),
+    "risk_excess": ("R_k(phi_hat) - R_k(identity)", True, "paired on fresh tuples: approximation + estimation error"),
+    "train_risk": ("R_hat(phi_hat)", True, "empirical risk of the trained embedding"),
+    "train_risk_id": ("R_hat(identity)", True, "empirical risk of phi = identity on the same sample"),
+    "n_eval": ("evaluation tuples", False, "fresh tuples of the paired R_k estimate"),
+    "excess": ("E[E], plain", True, "CE(phi_hat) - (R_hat(phi_hat) - log k)"),
+    "excess_cv": ("E[E], control variate", True, "E = CE(phi_hat) - (R_hat - log k) plus the same control"),
+    "excess_eval_mcse": ("evaluation MCSE of E per block", True, "MCSE of the CE estimate"),
+    "ce_excess": ("CE(phi_hat) - CE(identity)", True, "quadrature CE with the identity control variate"),
+    "gap_unpaired": ("E[G], unpaired population estimate", True,
+                     "simkit.population.generalisation's G (R_k on its own anchors, identity-CE control)"),
+    "gap_unpaired_mcse": ("MCSE of the unpaired G", True, "from simkit.population"),
+    "converged": ("fraction of trainings converged", False, "L-BFGS-B success flag of the best start"),
+    "n_converged": ("starts converged", False, "of the restarts"),
+    "iterations": ("L-BFGS-B iterations", False, "of the best start"),
+    "grad_norm": ("final gradient norm", False, "max abs component, best start"),
+    "restart_spread": ("spread of final risks over starts", True, "max - min of R_hat over the restarts"),
+    "lipschitz": ("parameter-Lipschitz constant of phi", False,
+                  "sup over x and W of ||d phi_W(x) / d W||_2 (Fourier family: exact, 1/sqrt(3) for every d)"),
+    "eff_dim": ("effective dimension of phi_hat(x)", False,
+                "participation ratio (sum lambda)^2 / sum lambda^2 of the covariance of phi_hat(x), x ~ pi"),
+    "score_change": ("score change against the largest d", False,
+                     f"mean over {_DIAG_POINTS} pairs x, y ~ pi of |phi_hat(x).phi_hat(y) - phi_ref(x).phi_ref(y)| / "
+                     "tau, phi_ref the largest d of the sweep with the same W: how much d changes the function at "
+                     "fixed parameters"),
+    "isometry": ("sigma_min / sigma_max of W", False, "linear family: 1 for an isometry (the population optimum)"),
+}
+BLOCK_VARS = tuple(QUANTITIES)
+#: block means reported with their MCSE
+SUMMARY_VARS = ("gap_cv", "gap", "gap_unpaired", "excess_cv", "excess", "risk_excess", "ce_excess", "gap_eval_mcse",
+                "converged", "restart_spread", "iterations", "isometry", "lipschitz", "eff_dim", "score_change")
+#: exact constants of the prepare stage
+PREP_VARS = {"risk_id": ("R_k(identity)", "log k + CE(id) + gap_k(id), exact"),
+             "ce_id": ("CE(identity)", "simkit.exact.cross_entropy (exact for uniform pi)"),
+             "gap_id": ("gap_k(identity)", "R_k - log k - CE for phi = identity (simkit.exact.gap_exact)"),
+             "entropy": ("H = -I(x; x+)", "minimum of CE over all Q (simkit.exact.mutual_information)")}
+
+
+def _v(dims, long_name, description, nats=False):
+    return Var(dims, f"{long_name}, in nats" if nats else long_name, "1", description)
+
+
+def _sweep_schema(s: str) -> dict:
+    """The fit and verdict variables ``<s>_<name>`` of sweep ``s`` (scalars, ``fit`` per point)."""
+    out = {}
+    if s in ("n", "tau"):
+        what = "log E[G] on log n" if s == "n" else "log E[G] on log tau"
+        bound = -0.5 if s == "n" else 0.0
+        out.update({
+            "slope": _v((), f"slope of {what}", "WLS on the block means, all levels"),
+            "slope_se": _v((), "SE of slope", "delete-one-block jackknife"),
+            "slope_t": _v((), f"t statistic against {bound:g}", "(slope - bound) / SE"),
+            "slope_p": _v((), "one-sided p-value", "H0: slope <= -1/2" if s == "n" else
+                          "H0: slope >= 0 (G does not grow as tau falls)"),
+            "slope_detect": _v((), f"slope change detected with probability {POWER:g}",
+                               "(t_(1-alpha) + t_power) SE, from the bound towards H1"),
+            "fit": _v(P, "fitted E[G]", f"exp of the log-log WLS fit (NaN outside the {s} sweep)", nats=True),
+        })
+        if s == "n":
+            out["sd_slope"] = _v((), "slope of log sd(G) on log n",
+                                 "OLS on the block-level sd; sampling variability is O(n^-1/2) (NaN: < 3 blocks)")
+            out["sd_slope_se"] = _v((), "SE of sd_slope", "delete-one-block jackknife")
+        else:
+            out["false_fail"] = _v((), "plug-in false-failure rate",
+                                   "P(the test fails to reject) if the true slope equals the estimate")
+    else:
+        one = s == "k"
+        out.update({
+            "trend": _v((), f"slope of E[G] in log2 {s}", "per doubling; mean of per-block OLS slopes"
+                        + (" over k >= k_trend_min" if one else ""), nats=True),
+            "trend_se": _v((), "SE of trend", "sd of the per-block slopes / sqrt(blocks)", nats=True),
+            "trend_t": _v((), "t statistic", "trend / SE"),
+            "trend_p": _v((), "p-value", "one-sided (H0: trend <= 0)" if one else "two-sided (H0: trend = 0)"),
+            "trend_detect": _v((), f"trend detected with probability {POWER:g}",
+                               "(t_(1-alpha) + t_power) SE" if one else "(t_(1-alpha/2) + t_power) SE", nats=True),
+            "trend_level": _v((), "mean E[G] over the trend levels", "for relative statements", nats=True),
+            "growth_p": _v((), "one-sided p-value of growth", "H0: trend <= 0"),
+            "rel_trend": _v((), "trend relative to E[G]", "trend / trend_level: fraction of E[G] per doubling"),
+            "rel_trend_se": _v((), "SE of rel_trend", "trend_se / trend_level (the level's own MCSE is ignored)"),
+        })
+        if s == "d":
+            out.update({
+                "equiv_margin": _v((), "equivalence margin", f"{EQUIV_MARGIN:g} x E[G] per doubling of d", nats=True),
+                "equiv_p": _v((), "p-value of the equivalence test",
+                              "max of the two one-sided p-values (TOST); H0: |trend| >= margin"),
+                "equiv_verdict": _v((), "equivalence verdict", f"pass when both one-sided tests reject at {ALPHA:g}"),
+                "equiv_power0": _v((), "probability of passing the equivalence test at trend 0",
+                                   "t approximation with the estimated SE"),
+            })
+    out["verdict"] = _v((), f"verdict of the {s}-sweep check", "pass, fail or error (a task failed)")
+    out["verdict_reason"] = _v((), "why the check did not pass", "empty when it passed")
+    return {f"{s}_{name}": var for name, var in out.items()}
+
+
+#: every variable and coordinate of the dataset
+SCHEMA = {
+    **{f"raw_{n}": _v(PB, f"per-block {ln}", d, nats) for n, (ln, nats, d) in QUANTITIES.items()},
+    **{f"prep_{n}": _v(P, f"per-point constant {n}", f"{ln}: exact value from the prepare stage", nats=True)
+       for n, (ln, _) in PREP_VARS.items()},
+    **{n: _v(P, QUANTITIES[n][0], QUANTITIES[n][2], QUANTITIES[n][1]) for n in SUMMARY_VARS},
+    **{f"{n}_mcse": _v(P, f"MCSE of {n}", SE, QUANTITIES[n][1]) for n in SUMMARY_VARS},
+    **{n: _v(P, ln, d, nats=True) for n, (ln, d) in PREP_VARS.items()},
+    "gap_sd": _v(P, "sd of G over training sets", "replicate-to-replicate sd of G (sampling variability of R_hat and "
+                 "phi_hat, plus the small evaluation noise gap_eval_mcse)", nats=True),
+    "n_finished": _v(P, "finished blocks", "blocks whose task did not raise"),
+    **{k: v for s in SWEEPS for k, v in _sweep_schema(s).items()},
+    "point": _v(P, "design point", "sweep=level"),
+    "sweep": _v(P, "sweep", "n, k, tau or d: the factor varied at this point"),
+    "family": _v(P, "embedding family", "linear (phi = Wx/|Wx|, d = 3) or fourier (simkit.lifted.FourierEmbedding, 9 "
+                 f"parameters). The Fourier frequency frame is a fixed part of the design, built from "
+                 f"simkit.lifted.LIFT_SEED = {LIFT_SEED} (attribute lift_seed) in every run, not from the study seed"),
+    "n": _v(P, "training tuples n", "size of the training sample"),
+    "k": _v(P, "negatives per tuple k", "InfoNCE negatives"),
+    "tau": _v(P, "temperature tau", "score phi(x).phi(y)/tau"),
+    "d": _v(P, "embedding dimension d", "phi maps S^2 into S^(d-1)"),
+    "kappa_m": _v(P, "kernel concentration kappa_M", "M(x, .) = vMF(x, kappa_M)"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# the checks of one sweep
+
+def _rate_sweep(s: str, lv: NDArray, blocks: NDArray, gap: NDArray) -> tuple[dict, list[str], str]:
+    """n sweep (H0 slope <= -1/2) or tau sweep (H0 slope >= 0) of log E[G]: values, reasons, verdict."""
+    rc = one_sided_rate(lv, blocks, bound=-0.5 if s == "n" else 0.0, alternative="greater" if s == "n" else "less")
+    out = {"slope": rc.slope, "slope_se": rc.se, "slope_t": rc.t, "slope_p": rc.p, "slope_detect": rc.detect,
+           "fit": rc.fitted}
+    reasons, verdict = [], "fail"
+    finite = np.isfinite(rc.slope)
+    if not finite:
+        reasons.append("mean G not positive at every level: no log-log fit")
+    elif s == "n" and rc.reject:
+        reasons.append(f"slope {rc.slope:.3f} ± {rc.se:.3f} is above -1/2 (t = {rc.t:.2f} > {rc.critical:.2f})")
+    elif s == "tau" and not rc.reject:
+        reasons.append(f"slope {rc.slope:.3f} ± {rc.se:.3f}: growth of G as tau falls not shown "
+                       f"(t = {rc.t:.2f}, needs < {-rc.critical:.2f})")
+    else:
+        verdict = "pass"
+    if s == "tau":
+        out["false_fail"] = float(stats.t.sf(-rc.critical - rc.slope / rc.se, rc.df)) if finite else np.nan
+        return out, reasons, verdict
+    # the n^{-1/2} sample variability: sd of G from (mean of G, mean of G^2) over blocks
+    g = gap[np.all(np.isfinite(gap), axis=1)]
+    out["sd_slope"] = out["sd_slope_se"] = np.nan
+    if finite and g.shape[0] >= 3:
+        xc = np.log(lv) - np.log(lv).mean()
+
+        def sd_slope(curve):
+            m1, m2 = curve[:lv.size], curve[lv.size:]
+            return np.array([np.dot(xc, 0.5 * np.log(np.maximum(m2 - m1**2, 1e-300))) / np.dot(xc, xc)])
+
+        est, se, _ = jackknife(sd_slope, np.concatenate([g, g**2], axis=1))
+        out["sd_slope"], out["sd_slope_se"] = float(est[0]), float(se[0])
+    return out, reasons, verdict
+
+
+def _trend_sweep(s: str, lv: NDArray, blocks: NDArray, k_trend_min: int) -> tuple[dict, list[str], str]:
+    """k sweep (one-sided: no growth over k >= k_trend_min) or d sweep (two-sided, plus TOST) of E[G]."""
+    x = np.log2(lv)
+    sel = lv >= k_trend_min if s == "k" else np.ones(lv.size, bool)
+    tt = trend_test(x[sel], blocks[:, sel], alternative="greater" if s == "k" else "two-sided")
+    grow = trend_test(x[sel], blocks[:, sel], alternative="greater")
+    level = float(np.mean(mean_mcse(blocks[:, sel], axis=0)[0]))
+    out = {"trend": tt.slope, "trend_se": tt.se, "trend_t": tt.t, "trend_p": tt.p, "trend_detect": tt.detect,
+           "trend_level": level, "growth_p": grow.p, "rel_trend": tt.slope / level, "rel_trend_se": tt.se / level}
+    if s == "d" and np.isfinite(tt.slope):
+        # equivalence (two one-sided tests): |trend| < EQUIV_MARGIN * E[G] per doubling
+        margin = EQUIV_MARGIN * level
+        t_lo, t_hi = (tt.slope + margin) / tt.se, (margin - tt.slope) / tt.se
+        crit = float(stats.t.isf(ALPHA, tt.df))
+        out.update(equiv_margin=margin, equiv_p=float(max(stats.t.sf(t_lo, tt.df), stats.t.sf(t_hi, tt.df))),
+                   equiv_verdict="pass" if min(t_lo, t_hi) > crit else "fail",
+                   # probability of passing if the trend were exactly 0 (t approximation, SE as estimated)
+                   equiv_power0=float(max(0.0, 1.0 - 2.0 * stats.t.sf(margin / tt.se - crit, tt.df))))
+    if not np.isfinite(tt.slope):
+        return out, ["fewer than 3 finished blocks"], "fail"
+    if tt.reject:
+        return out, [f"trend {tt.slope:+.4f} ± {tt.se:.4f} nat per doubling of {s} (t = {tt.t:.2f}, critical "
+                     f"{tt.critical:.2f})"], "fail"
+    return out, [], "pass"
+
+
+# ----------------------------------------------------------------------------------------------
+# the claim checks, one per sweep
+
+def _value(ds: xr.Dataset, name: str):
+    return ds[name].values.item() if name in ds.variables else np.nan
+
+
+def _cfg(ds: xr.Dataset) -> dict:
+    try:
+        cfg = json.loads(ds.attrs.get("config", "{}"))
+    except (TypeError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _levels(ds: xr.Dataset, s: str) -> NDArray:
+    return ds[s].values[ds["sweep"].values == s]
+
+
+def _row(ds: xr.Dataset, s: str, estimate: str, detail: str) -> dict:
+    v = lambda name: _value(ds, f"{s}_{name}")  # noqa: E731
+    return {"estimate": v(estimate), "estimate_mcse": v(f"{estimate}_se"), "verdict": str(v("verdict")),
+            "detail": detail + (f" -> {v('verdict')} ({v('verdict_reason')})" if v("verdict_reason") else "")}
+
+
+def _n_eval(ds):
+    v = lambda name: _value(ds, f"n_{name}")  # noqa: E731
+    return _row(ds, "n", "slope", f"n-slope {v('slope'):.3f} ± {v('slope_se'):.3f} (p of H0 <= -1/2: {v('slope_p'):.2g}; "
+                f"a slope {v('slope_detect'):.3f} above -1/2 is detected with probability {POWER:g}); sd(G) slope "
+                f"{v('sd_slope'):.3f} ± {v('sd_slope_se'):.3f}")
+
+
+def _k_eval(ds):
+    v = lambda name: _value(ds, f"k_{name}")  # noqa: E731
+    return _row(ds, "k", "trend", f"k-trend {v('trend'):+.4f} ± {v('trend_se'):.4f} nat per doubling (p "
+                f"{v('trend_p'):.2g}); growth of {v('trend_detect'):.4f} nat per doubling "
+                f"({100 * v('trend_detect') / v('trend_level'):.0f}% of E[G] = {v('trend_level'):.4f}) is detected "
+                f"with probability {POWER:g}")
+
+
+def _tau_eval(ds):
+    v = lambda name: _value(ds, f"tau_{name}")  # noqa: E731
+    return _row(ds, "tau", "slope", f"tau-slope {v('slope'):.3f} ± {v('slope_se'):.3f} (p {v('slope_p'):.2g}); "
+                "false-failure rate is the plug-in P(no rejection) at the estimated slope")
+
+
+def _d_eval(ds):
+    v = lambda name: _value(ds, f"d_{name}")  # noqa: E731
+    return _row(ds, "d", "trend", f"d-trend {v('trend'):+.4f} ± {v('trend_se'):.4f} nat per doubling (p "
+                f"{v('trend_p'):.2g}; one-sided p of growth {v('growth_p'):.2g}); a trend of ±{v('trend_detect'):.4f} "
+                f"nat ({100 * v('trend_detect') / v('trend_level'):.0f}% of E[G] = {v('trend_level'):.4f}) per "
+                f"doubling is detected with probability {POWER:g}; relative trend {100 * v('rel_trend'):+.1f}% ± "
+                f"{100 * v('rel_trend_se'):.1f}% per doubling, equivalence within ±{100 * EQUIV_MARGIN:g}% (TOST, "
+                f"supplementary): {v('equiv_verdict')} (p {v('equiv_p'):.2g})")
+
+
+#: one check per sweep, in SWEEPS order: C3 (n-slope, k-growth), C5 (tau-slope), C6 (d-trend)
+CHECKS = (
+    Check("C3", lambda ds: f"slope of log E[G] on log n (k = {int(ds['k'].values[list(ds['sweep'].values).index('n')])}"
+          f", linear d = 3), one-sided t test of H0 slope <= -1/2 at {ALPHA:g} (jackknife SE)", _n_eval, ALPHA),
+    Check("C3", lambda ds: f"slope of E[G] per doubling of k over k >= {int(_cfg(ds).get('k_trend_min', 0))}, one-sided "
+          f"t test of H0 slope <= 0 at {ALPHA:g}", _k_eval, ALPHA),
+    Check("C5", f"slope of log E[G] on log tau (linear d = 3), one-sided t test of H0 slope >= 0 at {ALPHA:g}: pass = G "
+          "shown to grow as tau falls", _tau_eval, lambda ds: float(_value(ds, "tau_false_fail"))),
+    Check("C6", lambda ds: f"slope of E[G] per doubling of d (Fourier lift, 9 parameters, Lipschitz 1/sqrt(3), d = "
+          f"{int(np.min(_levels(ds, 'd')))}..{int(np.max(_levels(ds, 'd')))}), two-sided t test of H0 slope = 0 at "
+          f"{ALPHA:g}", _d_eval, ALPHA),
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,6 +543,8 @@ class Generalisation(Study):
         "performance": "E[G], E[E] with MCSE per level; n-slope <= -1/2 (one-sided); k-trend <= 0 at large k "
                        "(one-sided, power); tau-slope < 0 (one-sided); d-trend = 0 (two-sided, power); runtimes",
     }
+    schema = SCHEMA
+    checks = CHECKS
     params = {
         "sweeps": Param("sweeps", str, "n,k,tau,d", "comma-separated sweeps to run", choices=SWEEPS, multi=True),
         "n_blocks": Param("n_blocks", int, 16, "replicate training sets (blocks) per level", low=3, high=10000,
@@ -351,7 +622,7 @@ class Generalisation(Study):
 
     def prepare(self, cell, cfg, rng):
         kernel, tau, k = VMFKernel(cell["kappa_m"]), cell["tau"], cell["k"]
-        ce_id = float(exact.cross_entropy(Uniform(P_DIM), kernel, tau))
+        ce_id = float(exact.cross_entropy(Uniform(P_DIM), kernel, tau, rng=rng))  # exact for uniform pi
         gap_id = float(exact.gap_exact(kernel, P_DIM, tau, [k])[0])
         return {"ce_id": np.array(ce_id), "gap_id": np.array(gap_id), "risk_id": np.array(math.log(k) + ce_id + gap_id),
                 "entropy": np.array(-exact.mutual_information(kernel, P_DIM))}
@@ -369,8 +640,9 @@ class Generalisation(Study):
         return TrainingSample.draw(pi, kernel, cell["n"], cell["k"], rng=rng)
 
     def generate(self, cell, cfg, prep, rng):
-        """One training set of the cell's sweep and block (the engine's ``rng`` is not used: the seeds are
-        shared by the levels of a sweep, see the module notes)."""
+        """One training set of the cell's sweep and block. Only the block index is taken from the runner's
+        ``rng``: the seeds of :func:`sweep_seeds` (from the study seed) are shared by the levels of a sweep,
+        see the module notes."""
         s_sample, s_init, s_restart, s_eval = sweep_seeds(cfg["seed"], cell["sweep"], _block_of(rng))
         s_pair, s_ce, s_diag = s_eval.spawn(3)
         pi, kernel, tau, k = Uniform(P_DIM), VMFKernel(cell["kappa_m"]), cell["tau"], cell["k"]
@@ -434,260 +706,49 @@ class Generalisation(Study):
         return {name: np.asarray(v, dtype=float) for name, v in out.items()}
 
     # ------------------------------------------------------------------------------------------
-    def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
-        ds = raw.copy()
-        P = ("point",)
-        a = _attrs
-        new = {}
-        for name, (ln, units, desc) in SUMMARY_VARS.items():
-            m, se = mean_mcse(raw[f"raw_{name}"].values, axis=1)
-            new[name] = (P, m, a(ln, units, desc))
-            new[f"{name}_mcse"] = (P, se, a(f"MCSE of {name}", units, "sd over blocks / sqrt(blocks)"))
-        g = raw["raw_gap"].values
-        _, sd = mean_mcse(g, axis=1)
-        sd = sd * np.sqrt(np.sum(np.isfinite(g), axis=1))
-        new["gap_sd"] = (P, sd, a("sd of G over training sets", "nat",
-                                  "replicate-to-replicate sd of G (sampling variability of R_hat and phi_hat, plus "
-                                  "the small evaluation noise gap_eval_mcse)"))
-        new["n_finished"] = (P, np.sum(np.isfinite(g), axis=1).astype(float),
-                             a("finished blocks", "1", "blocks whose task did not raise"))
-        new["risk_id"] = (P, raw["prep_risk_id"].values, a("R_k(identity)", "nat", "log k + CE(id) + gap_k(id), exact"))
-        new["ce_id"] = (P, raw["prep_ce_id"].values, a("CE(identity)", "nat", "simkit.exact.cross_entropy"))
-        new["gap_id"] = (P, raw["prep_gap_id"].values, a("gap_k(identity)", "nat",
-                                                        "R_k - log k - CE for phi = identity (simkit.exact.gap_exact)"))
-        new["entropy"] = (P, raw["prep_entropy"].values, a("H = -I(x; x+)", "nat", "minimum of CE over all Q"))
-        for name, (dims, values, at) in new.items():
-            ds[name] = (dims, values)
-            ds[name].attrs = at
-        sweeps = [str(s) for s in ds["sweep"].values]
-        errors = [str(e) for e in ds["cell_error"].values]
-        checks = {}
-        for s in SWEEPS:
-            idx = [i for i, v in enumerate(sweeps) if v == s]
-            if not idx:
-                continue
-            err = "; ".join(f"{ds['point'].values[i]}: {errors[i]}" for i in idx if errors[i])
-            checks[s] = self._check(s, ds, idx, cfg, err)
-        for s, fields in checks.items():
-            for key, (value, at) in fields.items():
-                ds[f"{s}_{key}"] = ((), value) if not isinstance(value, np.ndarray) else (("point",), value)
-                ds[f"{s}_{key}"].attrs = at
-        self._coord_attrs(ds)
-        for v in [n for n in ds.data_vars if n.startswith("raw_")]:
-            name = v[4:]
-            ln, units, desc = RAW_DESCR.get(name, (name, "1", ""))
-            ds[v].attrs = a(f"per-block {ln}", units, desc)
-        for v in [n for n in ds.data_vars if n.startswith("prep_")]:
-            ds[v].attrs = a(f"per-point constant {v[5:]}", "nat", "exact value from the prepare stage (simkit.exact)")
-        ds.attrs.update({"alpha": ALPHA, "power": POWER, "lift_seed": LIFT_SEED,
-                         "seed_split": "per (sweep, block): SeedSequence(seed, spawn_key=(*cell_key({'sweep': s}), 1, "
-                                       "block)).spawn(4) -> sample, init, restarts, evaluation (evaluation.spawn(3) -> "
-                                       "paired R_k, CE, diagnostics); shared by the levels of the sweep"})
-        return ds
-
-    @staticmethod
-    def _coord_attrs(ds):
-        a = _attrs
-        ds["point"].attrs = a("design point", "1", "sweep=level")
-        ds["sweep"].attrs = a("sweep", "1", "n, k, tau or d: the factor varied at this point")
-        ds["family"].attrs = a("embedding family", "1", "linear (phi = Wx/|Wx|, d = 3) or fourier (simkit.lifted."
-                                                        "FourierEmbedding, 9 parameters)")
-        ds["n"].attrs = a("training tuples n", "1", "size of the training sample")
-        ds["k"].attrs = a("negatives per tuple k", "1", "InfoNCE negatives")
-        ds["tau"].attrs = a("temperature tau", "1", "score phi(x).phi(y)/tau")
-        ds["d"].attrs = a("embedding dimension d", "1", "phi maps S^2 into S^(d-1)")
-        ds["kappa_m"].attrs = a("kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)")
-
-    def _check(self, s, ds, idx, cfg, err) -> dict:
-        """Fit and verdict of one sweep: {name: (value, attrs)} stored as ``<sweep>_<name>``."""
-        a = _attrs
-        blocks = ds["raw_gap_cv"].values[idx].T  # (blocks, levels)
-        lv = np.array([float(ds[{"n": "n", "k": "k", "tau": "tau", "d": "d"}[s]].values[i]) for i in idx])
+    def summarise(self, raw: xr.Dataset, cfg) -> dict:
         out = {}
-        reason = []
-        verdict = "fail"
-        if s in ("n", "tau"):
-            bound = -0.5 if s == "n" else 0.0
-            alt = "greater" if s == "n" else "less"
-            rc = one_sided_rate(lv, blocks, bound=bound, alternative=alt)
-            what = "log E[G] on log n" if s == "n" else "log E[G] on log tau"
-            fitted = np.full(ds.sizes["point"], np.nan)
-            fitted[idx] = rc.fitted
-            out.update({
-                "slope": (rc.slope, a(f"slope of {what}", "1", "WLS on the block means, all levels")),
-                "slope_se": (rc.se, a("SE of slope", "1", "delete-one-block jackknife")),
-                "slope_t": (rc.t, a(f"t statistic against {bound:g}", "1", "(slope - bound) / SE")),
-                "slope_p": (rc.p, a("one-sided p-value", "1",
-                                    "H0: slope <= -1/2" if s == "n" else "H0: slope >= 0 (G does not grow as tau falls)")),
-                "slope_detect": (rc.detect, a(f"slope change detected with probability {POWER:g}", "1",
-                                              "(t_(1-alpha) + t_power) SE, from the bound towards H1")),
-                "fit": (fitted, a("fitted E[G]", "nat", "exp of the log-log WLS fit")),
-            })
-            if not np.isfinite(rc.slope):
-                reason.append("mean G not positive at every level: no log-log fit")
-            elif s == "n":
-                if rc.reject:
-                    reason.append(f"slope {rc.slope:.3f} ± {rc.se:.3f} is above -1/2 (t = {rc.t:.2f} > {rc.critical:.2f})")
-                else:
-                    verdict = "pass"
-                # the n^{-1/2} sample variability: sd of G from (mean of G, mean of G^2) over blocks
-                g = ds["raw_gap"].values[idx].T
-                g = g[np.all(np.isfinite(g), axis=1)]
-                if g.shape[0] >= 3:
-                    logn = np.log(lv)
-                    xc = logn - logn.mean()
-
-                    def sd_slope(curve):
-                        m1, m2 = curve[:lv.size], curve[lv.size:]
-                        return np.array([np.dot(xc, 0.5 * np.log(np.maximum(m2 - m1**2, 1e-300))) / np.dot(xc, xc)])
-
-                    est, se, _ = jackknife(sd_slope, np.concatenate([g, g**2], axis=1))
-                    out["sd_slope"] = (float(est[0]), a("slope of log sd(G) on log n", "1",
-                                                        "OLS on the block-level sd; sampling variability is O(n^-1/2)"))
-                    out["sd_slope_se"] = (float(se[0]), a("SE of sd_slope", "1", "delete-one-block jackknife"))
+        for name in SUMMARY_VARS:
+            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{name}"].values, axis=1)
+        g = raw["raw_gap"].values
+        finished = np.sum(np.isfinite(g), axis=1)
+        out["gap_sd"] = mean_mcse(g, axis=1)[1] * np.sqrt(finished)
+        out["n_finished"] = finished.astype(float)
+        for name in PREP_VARS:
+            out[name] = raw[f"prep_{name}"].values
+        sweeps, points = raw["sweep"].values.astype(str), raw["point"].values
+        errors = [str(e) for e in raw["cell_error"].values]
+        for s in SWEEPS:
+            idx = np.flatnonzero(sweeps == s)
+            if not idx.size:
+                continue
+            lv = raw[s].values[idx].astype(float)
+            blocks = raw["raw_gap_cv"].values[idx].T  # (blocks, levels)
+            if s in ("n", "tau"):
+                vals, reasons, verdict = _rate_sweep(s, lv, blocks, g[idx].T)
+                fit = np.full(raw.sizes["point"], np.nan)
+                fit[idx] = vals["fit"]
+                vals["fit"] = fit
             else:
-                ff = float(stats.t.sf(-rc.critical - rc.slope / rc.se, rc.df)) if np.isfinite(rc.slope) else np.nan
-                out["false_fail"] = (ff, a("plug-in false-failure rate", "1",
-                                           "P(the test fails to reject) if the true slope equals the estimate"))
-                if rc.reject:
-                    verdict = "pass"
-                else:
-                    reason.append(f"slope {rc.slope:.3f} ± {rc.se:.3f}: growth of G as tau falls not shown "
-                                  f"(t = {rc.t:.2f}, needs < {-rc.critical:.2f})")
-        else:
-            x = np.log2(lv)
-            sel = lv >= cfg["k_trend_min"] if s == "k" else np.ones(lv.size, bool)
-            tt = trend_test(x[sel], blocks[:, sel], alternative="greater" if s == "k" else "two-sided")
-            grow = trend_test(x[sel], blocks[:, sel], alternative="greater")
-            mean_level = float(np.mean(mean_mcse(blocks[:, sel], axis=0)[0]))
-            out.update({
-                "trend": (tt.slope, a(f"slope of E[G] in log2 {s}", "nat",
-                                      "per doubling; mean of per-block OLS slopes" + (
-                                          f" over k >= {cfg['k_trend_min']}" if s == "k" else ""))),
-                "trend_se": (tt.se, a("SE of trend", "nat", "sd of the per-block slopes / sqrt(blocks)")),
-                "trend_t": (tt.t, a("t statistic", "1", "trend / SE")),
-                "trend_p": (tt.p, a("p-value", "1", "one-sided (H0: trend <= 0)" if s == "k" else "two-sided (H0: trend = 0)")),
-                "trend_detect": (tt.detect, a(f"trend detected with probability {POWER:g}", "nat",
-                                              "(t_(1-alpha) + t_power) SE" if s == "k" else "(t_(1-alpha/2) + t_power) SE")),
-                "trend_level": (mean_level, a("mean E[G] over the trend levels", "nat", "for relative statements")),
-                "growth_p": (grow.p, a("one-sided p-value of growth", "1", "H0: trend <= 0")),
-                "rel_trend": (tt.slope / mean_level, a("trend relative to E[G]", "1",
-                                                       "trend / trend_level: fraction of E[G] per doubling")),
-                "rel_trend_se": (tt.se / mean_level, a("SE of rel_trend", "1",
-                                                       "trend_se / trend_level (the level's own MCSE is ignored)")),
-            })
-            if s == "d" and np.isfinite(tt.slope):
-                # equivalence (two one-sided tests): |trend| < EQUIV_MARGIN * E[G] per doubling
-                margin = EQUIV_MARGIN * mean_level
-                t_lo, t_hi = (tt.slope + margin) / tt.se, (margin - tt.slope) / tt.se
-                crit = float(stats.t.isf(ALPHA, tt.df))
-                eq_pass = bool(min(t_lo, t_hi) > crit)
-                p_eq = float(max(stats.t.sf(t_lo, tt.df), stats.t.sf(t_hi, tt.df)))
-                # probability of passing if the trend were exactly 0 (t approximation, SE as estimated)
-                pw0 = float(max(0.0, 1.0 - 2.0 * stats.t.sf(margin / tt.se - crit, tt.df)))
-                out.update({
-                    "equiv_margin": (margin, a("equivalence margin", "nat",
-                                               f"{EQUIV_MARGIN:g} x E[G] per doubling of d")),
-                    "equiv_p": (p_eq, a("p-value of the equivalence test", "1",
-                                        "max of the two one-sided p-values (TOST); H0: |trend| >= margin")),
-                    "equiv_verdict": ("pass" if eq_pass else "fail", a("equivalence verdict", "1",
-                                      f"pass when both one-sided tests reject at {ALPHA:g}")),
-                    "equiv_power0": (pw0, a("probability of passing the equivalence test at trend 0", "1",
-                                            "t approximation with the estimated SE")),
-                })
-            if not np.isfinite(tt.slope):
-                reason.append("fewer than 3 finished blocks")
-            elif tt.reject:
-                reason.append(f"trend {tt.slope:+.4f} ± {tt.se:.4f} nat per doubling of {s} (t = {tt.t:.2f}, "
-                              f"critical {tt.critical:.2f})")
-            else:
-                verdict = "pass"
-        if err:
-            verdict = "error"
-            reason.insert(0, f"task errors: {err}")
-        out["verdict"] = (verdict, a(f"verdict of the {s}-sweep check", "1", "pass, fail or error (a task failed)"))
-        out["verdict_reason"] = ("; ".join(reason), a("why the check did not pass", "1", "empty when it passed"))
+                vals, reasons, verdict = _trend_sweep(s, lv, blocks, cfg["k_trend_min"])
+            err = "; ".join(f"{points[i]}: {errors[i]}" for i in idx if errors[i])
+            if err:
+                verdict = "error"
+                reasons.insert(0, f"task errors: {err}")
+            vals.update(verdict=verdict, verdict_reason="; ".join(reasons))
+            out.update({f"{s}_{key}": value for key, value in vals.items()})
         return out
 
-    # ------------------------------------------------------------------------------------------
-    def report(self, ds, path):
-        from simkit.report_generalisation import generalisation_report
-        generalisation_report(ds, path)
+    def attrs(self, cfg):
+        return {"alpha": ALPHA, "power": POWER, "lift_seed": LIFT_SEED, "seed_split": SEED_SPLIT}
 
     def report_sections(self, doc, ds):
-        from simkit.report_generalisation import generalisation_sections
+        from simkit.report.generalisation import generalisation_sections
         generalisation_sections(doc, ds)
 
     def claim_rows(self, ds) -> list[dict]:
-        """One check per sweep present: C3 (n-slope, k-growth), C5 (tau-slope), C6 (d-trend)."""
-        rows = []
-        v = lambda name: ds[name].values.item() if name in ds.variables else np.nan  # noqa: E731
-        if "n_verdict" in ds:
-            rows.append({
-                "claim": "C3",
-                "statistic": f"slope of log E[G] on log n (k = {int(ds['k'].values[list(ds['sweep'].values).index('n')])}"
-                             f", linear d = 3), one-sided t test of H0 slope <= -1/2 at {ALPHA:g} (jackknife SE)",
-                "estimate": float(v("n_slope")), "estimate_mcse": float(v("n_slope_se")),
-                "false_fail_rate": ALPHA, "verdict": str(v("n_verdict")),
-                "detail": f"n-slope {v('n_slope'):.3f} ± {v('n_slope_se'):.3f} (p of H0 <= -1/2: {v('n_slope_p'):.2g}; "
-                          f"a slope {v('n_slope_detect'):.3f} above -1/2 is detected with probability {POWER:g}); "
-                          f"sd(G) slope {v('n_sd_slope'):.3f} ± {v('n_sd_slope_se'):.3f}"
-                          + (f" -> {v('n_verdict')} ({v('n_verdict_reason')})" if v("n_verdict_reason") else ""),
-            })
-        if "k_verdict" in ds:
-            rows.append({
-                "claim": "C3",
-                "statistic": f"slope of E[G] per doubling of k over k >= {int(self._cfg(ds).get('k_trend_min', 0))}, "
-                             f"one-sided t test of H0 slope <= 0 at {ALPHA:g}",
-                "estimate": float(v("k_trend")), "estimate_mcse": float(v("k_trend_se")),
-                "false_fail_rate": ALPHA, "verdict": str(v("k_verdict")),
-                "detail": f"k-trend {v('k_trend'):+.4f} ± {v('k_trend_se'):.4f} nat per doubling (p {v('k_trend_p'):.2g}); "
-                          f"growth of {v('k_trend_detect'):.4f} nat per doubling ({100 * v('k_trend_detect') / v('k_trend_level'):.0f}% "
-                          f"of E[G] = {v('k_trend_level'):.4f}) is detected with probability {POWER:g}"
-                          + (f" -> {v('k_verdict')} ({v('k_verdict_reason')})" if v("k_verdict_reason") else ""),
-            })
-        if "tau_verdict" in ds:
-            rows.append({
-                "claim": "C5",
-                "statistic": f"slope of log E[G] on log tau (linear d = 3), one-sided t test of H0 slope >= 0 at "
-                             f"{ALPHA:g}: pass = G shown to grow as tau falls",
-                "estimate": float(v("tau_slope")), "estimate_mcse": float(v("tau_slope_se")),
-                "false_fail_rate": float(v("tau_false_fail")), "verdict": str(v("tau_verdict")),
-                "detail": f"tau-slope {v('tau_slope'):.3f} ± {v('tau_slope_se'):.3f} (p {v('tau_slope_p'):.2g}); "
-                          f"false-failure rate is the plug-in P(no rejection) at the estimated slope"
-                          + (f" -> {v('tau_verdict')} ({v('tau_verdict_reason')})" if v("tau_verdict_reason") else ""),
-            })
-        if "d_verdict" in ds:
-            rows.append({
-                "claim": "C6",
-                "statistic": f"slope of E[G] per doubling of d (Fourier lift, 9 parameters, Lipschitz 1/sqrt(3), d = "
-                             f"{int(np.min(self._levels(ds, 'd')))}..{int(np.max(self._levels(ds, 'd')))}), two-sided t test "
-                             f"of H0 slope = 0 at {ALPHA:g}",
-                "estimate": float(v("d_trend")), "estimate_mcse": float(v("d_trend_se")),
-                "false_fail_rate": ALPHA, "verdict": str(v("d_verdict")),
-                "detail": f"d-trend {v('d_trend'):+.4f} ± {v('d_trend_se'):.4f} nat per doubling (p {v('d_trend_p'):.2g}; "
-                          f"one-sided p of growth {v('d_growth_p'):.2g}); a trend of ±{v('d_trend_detect'):.4f} nat "
-                          f"({100 * v('d_trend_detect') / v('d_trend_level'):.0f}% of E[G] = {v('d_trend_level'):.4f}) per "
-                          f"doubling is detected with probability {POWER:g}; relative trend {100 * v('d_rel_trend'):+.1f}% "
-                          f"± {100 * v('d_rel_trend_se'):.1f}% per doubling, equivalence within ±{100 * EQUIV_MARGIN:g}% "
-                          f"(TOST, supplementary): {v('d_equiv_verdict')} (p {v('d_equiv_p'):.2g})"
-                          + (f" -> {v('d_verdict')} ({v('d_verdict_reason')})" if v("d_verdict_reason") else ""),
-            })
-        return rows
-
-    @staticmethod
-    def _cfg(ds) -> dict:
-        import json
-        try:
-            cfg = json.loads(ds.attrs.get("config", "{}"))
-        except (TypeError, ValueError):
-            return {}
-        return cfg if isinstance(cfg, dict) else {}
-
-    @staticmethod
-    def _levels(ds, s):
-        sel = ds["sweep"].values == s
-        return ds[{"n": "n", "k": "k", "tau": "tau", "d": "d"}[s]].values[sel]
+        """One row per sweep present (``<sweep>_verdict`` in ``ds``), from :data:`CHECKS`."""
+        return [check.row(ds) for s, check in zip(SWEEPS, self.checks) if f"{s}_verdict" in ds]
 
     def summary_text(self, ds) -> str:
         lines = [f"{'point':<12}{'n':>6}{'k':>6}{'tau':>7}{'d':>5}{'E[G] (cv)':>22}{'E[G] (plain)':>22}"
@@ -703,48 +764,6 @@ class Generalisation(Study):
             lines.append(f"{row['claim']}: {row['verdict']} -- {row['detail']}")
         return "\n".join(lines)
 
-
-#: per-block scalars returned by generate (NaN where not applicable)
-BLOCK_VARS = ("gap", "gap_cv", "gap_eval_mcse", "risk_excess", "train_risk", "train_risk_id", "n_eval", "excess",
-              "excess_cv", "excess_eval_mcse", "ce_excess", "gap_unpaired", "gap_unpaired_mcse", "converged",
-              "n_converged", "iterations", "grad_norm", "restart_spread", "lipschitz", "eff_dim",
-              "score_change", "isometry")
-
-#: block means reported with their MCSE: name -> (long_name, units, description)
-SUMMARY_VARS = {
-    "gap_cv": ("E[G], control variate", "nat", "mean over blocks of G + R_hat(id) - R_k(id) (exactly zero-mean "
-                                               "control); the main estimate of E[G]"),
-    "gap": ("E[G], plain", "nat", "mean over blocks of R_k(phi_hat) - R_hat(phi_hat), R_k paired with the identity"),
-    "gap_unpaired": ("E[G], unpaired population estimate", "nat",
-                     "simkit.population.generalisation's G (R_k on its own anchors, identity-CE control)"),
-    "excess_cv": ("E[E], control variate", "nat", "E = CE(phi_hat) - (R_hat - log k) plus the same control"),
-    "excess": ("E[E], plain", "nat", "CE(phi_hat) - (R_hat(phi_hat) - log k)"),
-    "risk_excess": ("R_k(phi_hat) - R_k(identity)", "nat", "paired on fresh tuples: approximation + estimation error"),
-    "ce_excess": ("CE(phi_hat) - CE(identity)", "nat", "quadrature CE with the identity control variate"),
-    "gap_eval_mcse": ("evaluation MCSE of G per block", "nat", "MCSE of the paired R_k difference within a block"),
-    "converged": ("fraction of trainings converged", "1", "L-BFGS-B success flag of the best start"),
-    "restart_spread": ("spread of final risks over starts", "nat", "max - min of R_hat over the restarts"),
-    "iterations": ("L-BFGS-B iterations", "1", "of the best start"),
-    "isometry": ("sigma_min / sigma_max of W", "1", "linear family: 1 for an isometry (the population optimum)"),
-    "lipschitz": ("parameter-Lipschitz constant of phi", "1",
-                  "sup over x and W of ||d phi_W(x) / d W||_2 (Fourier family: exact, 1/sqrt(3) for every d)"),
-    "eff_dim": ("effective dimension of phi_hat(x)", "1",
-                "participation ratio (sum lambda)^2 / sum lambda^2 of the covariance of phi_hat(x), x ~ pi"),
-    "score_change": ("score change against the largest d", "1",
-                     "mean over 1024 pairs x, y ~ pi of |phi_hat(x).phi_hat(y) - phi_ref(x).phi_ref(y)| / tau, phi_ref the "
-                     "largest d of the sweep with the same W: how much d changes the function at fixed parameters"),
-}
-
-RAW_DESCR = {name: (v[0], v[1], v[2]) for name, v in SUMMARY_VARS.items()}
-RAW_DESCR.update({
-    "train_risk": ("R_hat(phi_hat)", "nat", "empirical risk of the trained embedding"),
-    "train_risk_id": ("R_hat(identity)", "nat", "empirical risk of phi = identity on the same sample"),
-    "n_eval": ("evaluation tuples", "1", "fresh tuples of the paired R_k estimate"),
-    "excess_eval_mcse": ("evaluation MCSE of E per block", "nat", "MCSE of the CE estimate"),
-    "gap_unpaired_mcse": ("MCSE of the unpaired G", "nat", "from simkit.population"),
-    "n_converged": ("starts converged", "1", "of the restarts"),
-    "grad_norm": ("final gradient norm", "1", "max abs component, best start"),
-})
 
 STUDY = Generalisation()
 

@@ -37,6 +37,8 @@ Run it: ``simkit run rademacher`` or ``python studies/rademacher.py`` (same opti
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import sys
 import warnings
@@ -51,15 +53,15 @@ from threadpoolctl import threadpool_limits
 from simkit import Uniform, VMFKernel
 from simkit.analysis import fit_rate, mean_mcse
 from simkit.embedding import LinearEmbedding
-from simkit.engine import Param, Study
 from simkit.infonce import k_grid
+from simkit.runner import Check, Param, Study, Var
 from simkit.training import EmpiricalRisk, TrainingSample
 
-__all__ = ["LOSSES", "ALPHA", "PairwiseSumRisk", "box_bounds", "rademacher_sup", "STUDY"]
+__all__ = ["LOSSES", "ALPHA", "SCHEMA", "C3_CHECK", "PairwiseSumRisk", "box_bounds", "rademacher_sup", "STUDY"]
 
 #: level of every test of this study
 ALPHA = 1e-3
-#: a restart "improves" the best value when it raises it by more than this (nat)
+#: a restart "improves" the best value when it raises it by more than this (nats)
 IMPROVE_TOL = 1e-7
 #: the loss classes: name -> role
 LOSSES = {"infonce": "claim C3: InfoNCE l_k (log-sum-exp average over the negatives)",
@@ -187,17 +189,203 @@ def rademacher_sup(risk, template, starts: list[NDArray], lo: NDArray, hi: NDArr
 
 
 # ----------------------------------------------------------------------------------------------
-# the study
+# the dataset
 
-def _attrs(long_name: str, units: str, description: str) -> dict:
-    return {"long_name": long_name, "units": units, "description": description}
+LK, LKR, LO = ("loss", "k"), ("loss", "k", "restart"), ("loss",)
+NATS = "nats (dimensionless, udunits '1')"
+SE = "sd over blocks / sqrt(n_blocks)"
+JK = "delete-one-block jackknife"
 
+
+def _v(dims, long_name, description, units="1"):
+    return Var(dims, long_name, units, description)
+
+
+def _with_mcse(name, dims, long_name, description):
+    """``name`` and ``name_mcse`` (a block mean in nats and its MCSE)."""
+    return {name: _v(dims, f"{long_name}, in nats", description),
+            f"{name}_mcse": _v(dims, f"MCSE of {name}, in nats", SE)}
+
+
+#: every variable and coordinate of the dataset
+SCHEMA = {
+    "raw_excess": _v(("loss", "block", "draw", "k", "restart"), "per-block excess, in nats",
+                     "per draw, k and r: best-of-r centred supremum; " + NATS),
+    "raw_ref": _v(("loss", "block", "draw", "k"), "per-block ref, in nats",
+                  "(1/n) sum_i sigma_i l_i(theta_0): the uncentred supremum is excess + ref; " + NATS),
+    "raw_excess_n": _v(("loss", "block", "draw", "n", "kn", "restart"), "per-block excess_n, in nats",
+                       "as excess, for the n-curve; " + NATS),
+    "raw_ref_n": _v(("loss", "block", "draw", "n", "kn"), "per-block ref_n, in nats", "as ref, for the n-curve; " + NATS),
+    "raw_nfev": _v(("loss", "block", "k"), "per-block nfev", "objective evaluations of the block"),
+    "raw_not_converged": _v(("loss", "block", "k"), "per-block not_converged", "runs without convergence"),
+    **_with_mcse("complexity_by_restart", LKR, "hat R_n, best of the first r starts",
+                 "mean over samples and sigma draws of the centred supremum found by the best of the first r L-BFGS-B "
+                 "starts (a lower bound on the supremum)"),
+    **_with_mcse("complexity", LK, "empirical Rademacher complexity hat R_n (lower bound)",
+                 "E_sigma sup_theta (1/n) sum_i sigma_i [l_i(theta) - l_i(theta_0)] with the sup by the best of all "
+                 "starts; a lower bound on the supremum (optimisation may miss the global maximum)"),
+    **_with_mcse("complexity_uncentred", LK, "hat R_n without centring",
+                 "E_sigma sup_theta (1/n) sum_i sigma_i l_i(theta): same expectation, plus the mean-zero term "
+                 "(1/n) sum_i sigma_i l_i(theta_0)"),
+    **_with_mcse("restart_gain_last", LK, "gain of the last start",
+                 "best of all starts minus best of all but the last (paired over draws)"),
+    **_with_mcse("restart_gain_total", LK, "gain of starts 2..R over the first",
+                 "best of all starts minus the run from theta_0 alone"),
+    **_with_mcse("restart_shortfall", LKR, "shortfall of the best of the first r starts",
+                 "best of all starts minus best of the first r (paired over draws); 0 at r = restarts"),
+    "share_improved": _v(LKR, "share of suprema raised by start r",
+                         f"fraction of (sample, sigma) pairs where start r raised the best of the first r - 1 by more "
+                         f"than {IMPROVE_TOL:g} nats (NaN for r = 1)"),
+    "share_improved_last": _v(LK, "share of suprema raised by the last start", "share_improved at r = restarts"),
+    "nfev_per_run": _v(LK, "objective evaluations per L-BFGS-B run", "mean over runs"),
+    "not_converged": _v(LK, "L-BFGS-B runs without convergence",
+                        f"runs stopped by maxiter = {OPTIMISER['maxiter']} or a line-search failure (their value still "
+                        "enters, as a lower bound)"),
+    "slope": _v(LO, "exponent b of hat R_n ~ k^b", "WLS slope of log hat R_n on log k over k >= k_fit_min, jackknife SE"),
+    "slope_se": _v(LO, "jackknife SE of slope", JK),
+    "slope_df": _v(LO, "degrees of freedom of the slope tests", "finished blocks - 1 (Student t of slope_p, "
+                   "slope_upper and the detectable slopes)"),
+    "slope_upper": _v(LO, f"one-sided upper {1 - ALPHA:g} confidence bound of slope", "slope + t_(1-alpha, df) SE"),
+    "slope_p": _v(LO, "p-value of H0: slope <= 0", "one-sided Student t, slope_df df; small = growth in k"),
+    "slope_detect50": _v(LO, "growth exponent detected with probability 1/2", f"t_(1-{ALPHA:g}) x SE"),
+    "slope_detect80": _v(LO, "growth exponent detected with probability 0.8", "(t_(1-alpha) + z_0.8) x SE"),
+    "slope_by_restart": _v(("loss", "restart"), "k-slope using the best of the first r starts", "as slope, with "
+                           "fewer starts"),
+    "slope_by_restart_se": _v(("loss", "restart"), "jackknife SE of slope_by_restart", JK),
+    **_with_mcse("complexity_n", ("loss", "n", "kn"), "hat R_n against n (lower bound)",
+                 "as complexity, for the n-curve (InfoNCE only; NaN otherwise)"),
+    "n_slope": _v(("loss", "kn"), "exponent of hat R_n ~ n^b", "WLS slope of log hat R_n on log n over n_grid, "
+                  "jackknife SE"),
+    "n_slope_se": _v(("loss", "kn"), "jackknife SE of n_slope", JK),
+    "n_slope_p": _v(("loss", "kn"), "p-value of H0: n_slope <= -1/2", "one-sided Student t; small = decay slower than "
+                    "n^-1/2"),
+    "verdict": _v((), "verdict for C3 (complexity term)",
+                  f"pass when the one-sided test of k-slope <= 0 does not reject for InfoNCE at {ALPHA:g}, rejects for "
+                  f"the negative control, and no n-slope is significantly above -1/2 at {ALPHA:g}; error when a task "
+                  "failed"),
+    "verdict_reason": _v((), "why the study failed", "empty when it passed"),
+    "loss": _v(LO, "loss class", "; ".join(f"{k_}: {v}" for k_, v in LOSSES.items())),
+    "k": _v(("k",), "number of negatives k", "the first k of each tuple's k_max negatives"),
+    "restart": _v(("restart",), "number of optimiser starts r", "best of starts 1..r; start 1 is theta_0 = I"),
+    "draw": _v(("draw",), "Rademacher draw", "sign vector sigma (per sample)"),
+    "n": _v(("n",), "number of tuples n", "the first n tuples of the sample (n-curve)"),
+    "kn": _v(("kn",), "number of negatives k of the n-curve", "parameter k_for_n"),
+    "tau": _v(LO, "temperature tau", "s(x, y) = phi(x).phi(y)/tau"),
+    "kappa_m": _v(LO, "kernel concentration kappa_M", "x+ ~ vMF(x, kappa_M)"),
+    "radius": _v(LO, "parameter box half-width", "W = I + A, |A_ij| <= radius"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# the analysis
 
 def _nanmean(a: NDArray, axis: int) -> NDArray:
     """Mean ignoring NaN; all-NaN slices (the control's absent n-curve, failed blocks) give NaN silently."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmean(a, axis=axis)
+
+
+def _mean_mcse(out: dict, name: str, blocks: NDArray) -> None:
+    """``out[name], out[name_mcse]``: mean over the block axis (1) and its MCSE."""
+    with np.errstate(invalid="ignore"):
+        out[name], out[f"{name}_mcse"] = mean_mcse(blocks, axis=1)
+
+
+def _k_slopes(k: NDArray, blk: NDArray, kmin: int) -> dict:
+    """The k-exponent of every loss (best of all starts, with its one-sided test) and per number of starts."""
+    L, R = blk.shape[0], blk.shape[-1]
+    out = {n: np.full(L, np.nan) for n in ("slope", "slope_se", "slope_df", "slope_upper", "slope_p",
+                                           "slope_detect50", "slope_detect80")}
+    out["slope_by_restart"], out["slope_by_restart_se"] = np.full((L, R), np.nan), np.full((L, R), np.nan)
+    for i in range(L):
+        fit = fit_rate(k, blk[i, ..., -1], kmin, with_inverse=False)
+        out["slope"][i], out["slope_se"][i], out["slope_df"][i] = fit.slope, fit.slope_se, fit.df
+        if np.isfinite(fit.slope) and fit.slope_se > 0:
+            q = stats.t.isf(ALPHA, fit.df)
+            out["slope_upper"][i] = fit.slope + q * fit.slope_se
+            out["slope_p"][i] = stats.t.sf(fit.slope / fit.slope_se, fit.df)
+            out["slope_detect50"][i] = q * fit.slope_se
+            out["slope_detect80"][i] = (q + stats.norm.isf(0.2)) * fit.slope_se
+        for r in range(R):
+            fr = fit_rate(k, blk[i, :, :, r], kmin, with_inverse=False)
+            out["slope_by_restart"][i, r], out["slope_by_restart_se"][i, r] = fr.slope, fr.slope_se
+    return out
+
+
+def _n_slopes(ns: NDArray, exn: NDArray) -> dict:
+    """The n-exponent of every loss with an n-curve at every k of k_for_n, and the p-value of H0: <= -1/2."""
+    L, KN = exn.shape[0], exn.shape[-1]
+    out = {n: np.full((L, KN), np.nan) for n in ("n_slope", "n_slope_se", "n_slope_p")}
+    for i, j in itertools.product(range(L), range(KN)):
+        if not np.isfinite(exn[i, :, :, j]).any():
+            continue
+        fit = fit_rate(ns, exn[i, :, :, j], int(ns[0]), with_inverse=False)
+        out["n_slope"][i, j], out["n_slope_se"][i, j] = fit.slope, fit.slope_se
+        if np.isfinite(fit.slope) and fit.slope_se > 0:
+            out["n_slope_p"][i, j] = stats.t.sf((fit.slope + 0.5) / fit.slope_se, fit.df)
+    return out
+
+
+def _verdict(losses: list[str], out: dict, kn: NDArray, errors: list[str]) -> tuple[str, str]:
+    """C3: InfoNCE not flagged, every n-slope not slower than -1/2, the control flagged."""
+    problems = ["a task failed (see cell_error)"] if any(errors) else []
+    for i, name in enumerate(losses):
+        p, b = out["slope_p"][i], out["slope"][i]
+        if not np.isfinite(p):
+            problems.append(f"{name}: k-slope fit failed")
+        elif name == "infonce" and p < ALPHA:
+            problems.append(f"infonce: growth in k detected (slope {b:.4f}, p = {p:.2g})")
+        elif name == "pairsum" and not p < ALPHA:
+            problems.append(f"negative control not flagged (slope {b:.4f}, p = {p:.2g}): the test lacks power")
+        if name == "infonce":
+            for j, kk in enumerate(kn):
+                pj = out["n_slope_p"][i, j]
+                if not np.isfinite(pj):
+                    problems.append(f"infonce: n-slope fit at k = {int(kk)} failed")
+                elif pj < ALPHA:
+                    problems.append(f"infonce: decay in n slower than n^-1/2 at k = {int(kk)} "
+                                    f"(slope {out['n_slope'][i, j]:.3f}, p = {pj:.2g})")
+    if "infonce" not in losses:
+        problems.append("the InfoNCE loss class was not run")
+    verdict = "error" if any(errors) else ("pass" if not problems else "fail")
+    return verdict, "; ".join(problems)
+
+
+def _c3_check(ds: xr.Dataset) -> dict:
+    """The InfoNCE k-exponent (one-sided test), the control flagged, the n-exponents."""
+    losses = [str(v) for v in ds["loss"].values]
+    i = losses.index("infonce") if "infonce" in losses else 0
+    parts = [f"{name}: k-exponent {ds['slope'].values[j]:.4f} ± {ds['slope_se'].values[j]:.4f} "
+             f"(p of H0 <= 0: {ds['slope_p'].values[j]:.2g}), hat R_n at k = {int(ds['k'].values[-1])}: "
+             f"{ds['complexity'].values[j, -1]:.4f} ± {ds['complexity_mcse'].values[j, -1]:.4f}"
+             for j, name in enumerate(losses)]
+    parts += [f"n-exponent at k = {int(kk)}: {ds['n_slope'].values[i, j]:.3f} ± {ds['n_slope_se'].values[i, j]:.3f}"
+              for j, kk in enumerate(ds["kn"].values)]
+    reason = str(ds["verdict_reason"].values)
+    return {"estimate": ds["slope"].values[i], "estimate_mcse": ds["slope_se"].values[i],
+            "verdict": str(ds["verdict"].values),
+            "detail": "; ".join(parts) + (f" -> {ds['verdict'].values} ({reason})" if reason else "")}
+
+
+C3_CHECK = Check(
+    claim="C3",
+    statistic=lambda ds: (f"exponent b of hat R_n ~ k^b (InfoNCE, k >= {int(json_cfg(ds).get('k_fit_min', 16))}), "
+                          f"one-sided test of b <= 0 at {ALPHA:g}; negative control (sum over negatives) must be "
+                          f"flagged; n-exponent not above -1/2 (one-sided, {ALPHA:g}); hat R_n is a lower bound"),
+    evaluate=_c3_check,
+    false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** (1 + ds.sizes["kn"]),
+)
+
+
+def json_cfg(ds: xr.Dataset) -> dict:
+    """The configuration recorded in a dataset (empty dict if absent)."""
+    try:
+        cfg = json.loads(ds.attrs.get("config", "{}"))
+    except (TypeError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
 
 
 def _int_list(name: str, text: str, *, power_of_two: bool = False) -> list[int]:
@@ -230,6 +418,8 @@ class Rademacher(Study):
         "performance": "hat R_n and best-of-r with MCSE; one-sided t test of k-slope <= 0 (claim) and the same test on "
                        "the control (must reject); detectable slopes; n-slope against -1/2 (one-sided)",
     }
+    schema = SCHEMA
+    checks = (C3_CHECK,)
     params = {
         "losses": Param("losses", str, "infonce,pairsum", "loss classes (infonce; pairsum = negative control)",
                         choices=tuple(LOSSES), multi=True),
@@ -325,222 +515,42 @@ class Rademacher(Study):
         return out
 
     # ------------------------------------------------------------------------------------------
-    def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
-        ds = raw.copy()
+    # ------------------------------------------------------------------------------------------
+    def summarise(self, raw: xr.Dataset, cfg) -> dict:
         k = raw["k"].values.astype(float)
-        ns = raw["n"].values.astype(float)
-        L, R = raw.sizes["loss"], raw.sizes["restart"]
-        KN = raw.sizes["kn"]
-        a = _attrs
+        R = raw.sizes["restart"]
         exc = raw["raw_excess"].values  # (loss, block, draw, k, restart)
         blk = _nanmean(exc, axis=2)  # per block: mean over its sigma draws
-        best = blk[..., -1]  # (loss, block, k)
-        new = {}
-        m, se = mean_mcse(blk, axis=1)
-        new["complexity_by_restart"] = (("loss", "k", "restart"), m, a(
-            "hat R_n, best of the first r starts", "nat", "mean over samples and sigma draws of the centred supremum "
-            "found by the best of the first r L-BFGS-B starts (a lower bound on the supremum)"))
-        new["complexity_by_restart_mcse"] = (("loss", "k", "restart"), se, a(
-            "MCSE of complexity_by_restart", "nat", "sd over blocks / sqrt(n_blocks)"))
-        new["complexity"] = (("loss", "k"), m[..., -1], a(
-            "empirical Rademacher complexity hat R_n (lower bound)", "nat",
-            "E_sigma sup_theta (1/n) sum_i sigma_i [l_i(theta) - l_i(theta_0)] with the sup by the best of all starts; "
-            "a lower bound on the supremum (optimisation may miss the global maximum)"))
-        new["complexity_mcse"] = (("loss", "k"), se[..., -1], a("MCSE of complexity", "nat",
-                                                                 "sd over blocks / sqrt(n_blocks)"))
-        raw_unc = _nanmean(exc[..., -1] + raw["raw_ref"].values, axis=2)
-        m2, se2 = mean_mcse(raw_unc, axis=1)
-        new["complexity_uncentred"] = (("loss", "k"), m2, a(
-            "hat R_n without centring", "nat", "E_sigma sup_theta (1/n) sum_i sigma_i l_i(theta): same expectation, "
-            "plus the mean-zero term (1/n) sum_i sigma_i l_i(theta_0)"))
-        new["complexity_uncentred_mcse"] = (("loss", "k"), se2, a("MCSE of complexity_uncentred", "nat",
-                                                                  "sd over blocks / sqrt(n_blocks)"))
-        gain_last = _nanmean(exc[..., -1] - exc[..., -2], axis=2)
-        gain_all = _nanmean(exc[..., -1] - exc[..., 0], axis=2)
-        for name, arr, ln, desc in (
-                ("restart_gain_last", gain_last, "gain of the last start",
-                 "best of all starts minus best of all but the last (paired over draws)"),
-                ("restart_gain_total", gain_all, "gain of starts 2..R over the first",
-                 "best of all starts minus the run from theta_0 alone")):
-            mm, ss = mean_mcse(arr, axis=1)
-            new[name] = (("loss", "k"), mm, a(ln, "nat", desc))
-            new[f"{name}_mcse"] = (("loss", "k"), ss, a(f"MCSE of {name}", "nat", "sd over blocks / sqrt(n_blocks)"))
-        short = _nanmean(exc[..., -1:] - exc, axis=2)  # (loss, block, k, restart): best of all - best of r
-        ms, ss = mean_mcse(short, axis=1)
-        new["restart_shortfall"] = (("loss", "k", "restart"), ms, a(
-            "shortfall of the best of the first r starts", "nat",
-            "best of all starts minus best of the first r (paired over draws); 0 at r = restarts"))
-        new["restart_shortfall_mcse"] = (("loss", "k", "restart"), ss, a(
-            "MCSE of restart_shortfall", "nat", "sd over blocks / sqrt(n_blocks)"))
+        out = {}
+        _mean_mcse(out, "complexity_by_restart", blk)
+        out["complexity"], out["complexity_mcse"] = out["complexity_by_restart"][..., -1], \
+            out["complexity_by_restart_mcse"][..., -1]
+        _mean_mcse(out, "complexity_uncentred", _nanmean(exc[..., -1] + raw["raw_ref"].values, axis=2))
+        _mean_mcse(out, "restart_gain_last", _nanmean(exc[..., -1] - exc[..., -2], axis=2))
+        _mean_mcse(out, "restart_gain_total", _nanmean(exc[..., -1] - exc[..., 0], axis=2))
+        _mean_mcse(out, "restart_shortfall", _nanmean(exc[..., -1:] - exc, axis=2))  # best of all - best of r
         valid = np.isfinite(exc[..., -1])
         raised = np.concatenate([np.zeros_like(exc[..., :1]), exc[..., 1:] - exc[..., :-1] > IMPROVE_TOL], axis=-1)
-        n_valid = valid.sum(axis=(1, 2))
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = raised.sum(axis=(1, 2)) / n_valid[..., None]
+            share = raised.sum(axis=(1, 2)) / valid.sum(axis=(1, 2))[..., None]
         share[..., 0] = np.nan
-        new["share_improved"] = (("loss", "k", "restart"), share, a(
-            "share of suprema raised by start r", "1",
-            f"fraction of (sample, sigma) pairs where start r raised the best of the first r - 1 by more than "
-            f"{IMPROVE_TOL:g} nat (NaN for r = 1)"))
-        new["share_improved_last"] = (("loss", "k"), share[..., -1], a(
-            "share of suprema raised by the last start", "1", "share_improved at r = restarts"))
-        new["nfev_per_run"] = (("loss", "k"), np.nansum(raw["raw_nfev"].values, axis=1) / np.maximum(
-            valid.sum(axis=(1, 2)) * R, 1), a("objective evaluations per L-BFGS-B run", "1", "mean over runs"))
-        new["not_converged"] = (("loss", "k"), np.nansum(raw["raw_not_converged"].values, axis=1), a(
-            "L-BFGS-B runs without convergence", "1",
-            f"runs stopped by maxiter = {OPTIMISER['maxiter']} or a line-search failure (their value still enters, as "
-            "a lower bound)"))
+        out["share_improved"], out["share_improved_last"] = share, share[..., -1]
+        out["nfev_per_run"] = np.nansum(raw["raw_nfev"].values, axis=1) / np.maximum(valid.sum(axis=(1, 2)) * R, 1)
+        out["not_converged"] = np.nansum(raw["raw_not_converged"].values, axis=1)
+        out.update(_k_slopes(k, blk, cfg["k_fit_min"]))
+        exn = _nanmean(raw["raw_excess_n"].values[..., -1], axis=2)  # (loss, block, n, kn): the n-curve
+        _mean_mcse(out, "complexity_n", exn)
+        out.update(_n_slopes(raw["n"].values.astype(float), exn))
+        out["verdict"], out["verdict_reason"] = _verdict([str(v) for v in raw["loss"].values], out, raw["kn"].values,
+                                                         [str(e) for e in raw["cell_error"].values])
+        return out
 
-        # k-slope of log hat R_n on log k (k >= k_fit_min), per loss and per number of starts
-        kmin = cfg["k_fit_min"]
-        f = {n: np.full(L, np.nan) for n in ("slope", "slope_se", "slope_upper", "slope_p", "slope_detect50",
-                                              "slope_detect80")}
-        by_r, by_r_se = np.full((L, R), np.nan), np.full((L, R), np.nan)
-        df = raw.sizes["block"] - 1
-        for i in range(L):
-            fit = fit_rate(k, best[i], kmin, with_inverse=False)
-            f["slope"][i], f["slope_se"][i] = fit.slope, fit.slope_se
-            if np.isfinite(fit.slope) and fit.slope_se > 0:
-                q = stats.t.isf(ALPHA, fit.df)
-                f["slope_upper"][i] = fit.slope + q * fit.slope_se
-                f["slope_p"][i] = stats.t.sf(fit.slope / fit.slope_se, fit.df)
-                f["slope_detect50"][i] = q * fit.slope_se
-                f["slope_detect80"][i] = (q + stats.norm.isf(0.2)) * fit.slope_se
-                df = fit.df
-            for r in range(R):
-                fr = fit_rate(k, blk[i, :, :, r], kmin, with_inverse=False)
-                by_r[i, r], by_r_se[i, r] = fr.slope, fr.slope_se
-        new["slope"] = (("loss",), f["slope"], a("exponent b of hat R_n ~ k^b", "1",
-                                                f"WLS slope of log hat R_n on log k over k >= {kmin}, jackknife SE"))
-        new["slope_se"] = (("loss",), f["slope_se"], a("jackknife SE of slope", "1", "delete-one-block jackknife"))
-        new["slope_upper"] = (("loss",), f["slope_upper"], a(
-            f"one-sided upper {1 - ALPHA:g} confidence bound of slope", "1", "slope + t_(1-alpha, n_blocks-1) SE"))
-        new["slope_p"] = (("loss",), f["slope_p"], a("p-value of H0: slope <= 0", "1",
-                                                    "one-sided Student t, n_blocks - 1 df; small = growth in k"))
-        new["slope_detect50"] = (("loss",), f["slope_detect50"], a(
-            "growth exponent detected with probability 1/2", "1", f"t_(1-{ALPHA:g}) x SE"))
-        new["slope_detect80"] = (("loss",), f["slope_detect80"], a(
-            "growth exponent detected with probability 0.8", "1", "(t_(1-alpha) + z_0.8) x SE"))
-        new["slope_by_restart"] = (("loss", "restart"), by_r, a(
-            "k-slope using the best of the first r starts", "1", "as slope, with fewer starts"))
-        new["slope_by_restart_se"] = (("loss", "restart"), by_r_se, a("jackknife SE of slope_by_restart", "1",
-                                                                     "delete-one-block jackknife"))
-
-        # the n-curve (InfoNCE): complexity against n at each k of k_for_n; slope against -1/2
-        exn = _nanmean(raw["raw_excess_n"].values[..., -1], axis=2)  # (loss, block, n, kn)
-        with np.errstate(invalid="ignore"):
-            mn, sen = mean_mcse(exn, axis=1)
-        new["complexity_n"] = (("loss", "n", "kn"), mn, a(
-            "hat R_n against n (lower bound)", "nat", "as complexity, for the n-curve (InfoNCE only; NaN otherwise)"))
-        new["complexity_n_mcse"] = (("loss", "n", "kn"), sen, a("MCSE of complexity_n", "nat",
-                                                                "sd over blocks / sqrt(n_blocks)"))
-        ns_, nse, nsp = (np.full((L, KN), np.nan) for _ in range(3))
-        for i in range(L):
-            for j in range(KN):
-                blocks = exn[i, :, :, j]
-                if not np.isfinite(blocks).any():
-                    continue
-                fit = fit_rate(ns, blocks, int(ns[0]), with_inverse=False)
-                ns_[i, j], nse[i, j] = fit.slope, fit.slope_se
-                if np.isfinite(fit.slope) and fit.slope_se > 0:
-                    nsp[i, j] = stats.t.sf((fit.slope + 0.5) / fit.slope_se, fit.df)
-        new["n_slope"] = (("loss", "kn"), ns_, a("exponent of hat R_n ~ n^b", "1",
-                                                 "WLS slope of log hat R_n on log n over n_grid, jackknife SE"))
-        new["n_slope_se"] = (("loss", "kn"), nse, a("jackknife SE of n_slope", "1", "delete-one-block jackknife"))
-        new["n_slope_p"] = (("loss", "kn"), nsp, a("p-value of H0: n_slope <= -1/2", "1",
-                                                  "one-sided Student t; small = decay slower than n^-1/2"))
-
-        # verdict: InfoNCE not flagged, every n-slope not slower than -1/2, the control flagged
-        losses = [str(v) for v in raw["loss"].values]
-        problems = []
-        errs = [str(e) for e in raw["cell_error"].values]
-        if any(errs):
-            problems.append("a task failed (see cell_error)")
-        for i, name in enumerate(losses):
-            p = f["slope_p"][i]
-            if not np.isfinite(p):
-                problems.append(f"{name}: k-slope fit failed")
-            elif name == "infonce" and p < ALPHA:
-                problems.append(f"infonce: growth in k detected (slope {f['slope'][i]:.4f}, p = {p:.2g})")
-            elif name == "pairsum" and not p < ALPHA:
-                problems.append(f"negative control not flagged (slope {f['slope'][i]:.4f}, p = {p:.2g}): the test "
-                                "lacks power")
-            if name == "infonce":
-                for j in range(KN):
-                    if not np.isfinite(nsp[i, j]):
-                        problems.append(f"infonce: n-slope fit at k = {int(raw['kn'].values[j])} failed")
-                    elif nsp[i, j] < ALPHA:
-                        problems.append(f"infonce: decay in n slower than n^-1/2 at k = {int(raw['kn'].values[j])} "
-                                        f"(slope {ns_[i, j]:.3f}, p = {nsp[i, j]:.2g})")
-        if "infonce" not in losses:
-            problems.append("the InfoNCE loss class was not run")
-        verdict = "error" if any(errs) else ("pass" if not problems else "fail")
-        new["verdict"] = ((), np.array(verdict), a(
-            "verdict for C3 (complexity term)", "1",
-            f"pass when the one-sided test of k-slope <= 0 does not reject for InfoNCE at {ALPHA:g}, rejects for the "
-            f"negative control, and no n-slope is significantly above -1/2 at {ALPHA:g}; error when a task failed"))
-        new["verdict_reason"] = ((), np.array("; ".join(problems)), a("why the study failed", "1",
-                                                                      "empty when it passed"))
-        for name, (dims, values, at) in new.items():
-            ds[name] = (dims, values)
-            ds[name].attrs = at
-        for c, (ln, desc) in {
-                "loss": ("loss class", "; ".join(f"{k_}: {v}" for k_, v in LOSSES.items())),
-                "k": ("number of negatives k", "the first k of each tuple's k_max negatives"),
-                "restart": ("number of optimiser starts r", "best of starts 1..r; start 1 is theta_0 = I"),
-                "draw": ("Rademacher draw", "sign vector sigma (per sample)"),
-                "n": ("number of tuples n", "the first n tuples of the sample (n-curve)"),
-                "kn": ("number of negatives k of the n-curve", "parameter k_for_n"),
-                "tau": ("temperature tau", "s(x, y) = phi(x).phi(y)/tau"),
-                "kappa_m": ("kernel concentration kappa_M", "x+ ~ vMF(x, kappa_M)"),
-                "radius": ("parameter box half-width", "W = I + A, |A_ij| <= radius")}.items():
-            ds[c].attrs = a(ln, "1", desc)
-        units = {"excess": "nat", "ref": "nat", "excess_n": "nat", "ref_n": "nat", "nfev": "1", "not_converged": "1"}
-        descs = {"excess": "per draw, k and r: best-of-r centred supremum",
-                 "ref": "(1/n) sum_i sigma_i l_i(theta_0): the uncentred supremum is excess + ref",
-                 "excess_n": "as excess, for the n-curve", "ref_n": "as ref, for the n-curve",
-                 "nfev": "objective evaluations of the block", "not_converged": "runs without convergence"}
-        for v, u in units.items():
-            ds[f"raw_{v}"].attrs = a(f"per-block {v}", u, descs[v])
-        ds.attrs["alpha"] = ALPHA
-        ds.attrs["optimiser"] = f"scipy L-BFGS-B in the box, {OPTIMISER}"
-        ds.attrs["slope_df"] = int(df)
-        return ds
-
-    def report(self, ds, path):
-        from simkit.report_rademacher import rademacher_report
-        rademacher_report(ds, path)
+    def attrs(self, cfg):
+        return {"alpha": ALPHA, "optimiser": f"scipy L-BFGS-B in the box, {OPTIMISER}"}
 
     def report_sections(self, doc, ds):
-        from simkit.report_rademacher import rademacher_sections
+        from simkit.report.rademacher import rademacher_sections
         rademacher_sections(doc, ds)
-
-    def claim_rows(self, ds) -> list[dict]:
-        """One C3 check: the InfoNCE k-exponent (one-sided test), the control flagged, n-exponents."""
-        losses = [str(v) for v in ds["loss"].values]
-        i = losses.index("infonce") if "infonce" in losses else 0
-        parts = []
-        for j, name in enumerate(losses):
-            parts.append(f"{name}: k-exponent {ds['slope'].values[j]:.4f} ± {ds['slope_se'].values[j]:.4f} "
-                         f"(p of H0 <= 0: {ds['slope_p'].values[j]:.2g}), hat R_n at k = {int(ds['k'].values[-1])}: "
-                         f"{ds['complexity'].values[j, -1]:.4f} ± {ds['complexity_mcse'].values[j, -1]:.4f}")
-        for j, kk in enumerate(ds["kn"].values):
-            parts.append(f"n-exponent at k = {int(kk)}: {ds['n_slope'].values[i, j]:.3f} ± "
-                         f"{ds['n_slope_se'].values[i, j]:.3f}")
-        reason = str(ds["verdict_reason"].values)
-        detail = "; ".join(parts) + (f" -> {ds['verdict'].values} ({reason})" if reason else "")
-        n_tests = 1 + ds.sizes["kn"]
-        return [{
-            "claim": "C3",
-            "statistic": f"exponent b of hat R_n ~ k^b (InfoNCE, k >= {int(json_cfg(ds).get('k_fit_min', 16))}), "
-                         f"one-sided test of b <= 0 at {ALPHA:g}; negative control (sum over negatives) must be "
-                         f"flagged; n-exponent not above -1/2 (one-sided, {ALPHA:g}); hat R_n is a lower bound",
-            "estimate": float(ds["slope"].values[i]),
-            "estimate_mcse": float(ds["slope_se"].values[i]),
-            "false_fail_rate": float(1.0 - (1.0 - ALPHA) ** n_tests),
-            "verdict": str(ds["verdict"].values),
-            "detail": detail,
-        }]
 
     def summary_text(self, ds) -> str:
         lines = [f"{'loss':<9}{'hat R_n(k=1)':>20}{'hat R_n(k_max)':>20}{'k-exponent':>20}{'p(<=0)':>9}"
@@ -557,16 +567,6 @@ class Rademacher(Study):
                          f"{ds['n_slope_se'].values[i, j]:.3f} (p of H0 <= -1/2: {ds['n_slope_p'].values[i, j]:.2g})")
         lines.append(f"verdict: {ds['verdict'].values} {ds['verdict_reason'].values}")
         return "\n".join(lines)
-
-
-def json_cfg(ds: xr.Dataset) -> dict:
-    """The configuration recorded in a dataset (empty dict if absent)."""
-    import json
-    try:
-        cfg = json.loads(ds.attrs.get("config", "{}"))
-    except (TypeError, ValueError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
 
 
 STUDY = Rademacher()

@@ -1,8 +1,8 @@
 """PDF report of the generalisation study (``studies/generalisation.py``; claims C3, C5, C6), from its dataset.
 
-Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers); nothing is recomputed.
+Built from the generic pieces of :mod:`simkit.report.document` (:class:`~simkit.report.ReportDocument`,
+:func:`~simkit.report.format_pm` and its plotting helpers); nothing is recomputed. The study's
+``report()`` (:meth:`simkit.runner.Study.report`) adds the provenance pages and writes the PDF.
 
 Pages: (1) the claims, the design, the estimator, the checks with their verdicts, levels and power,
 and the runtime; (2) the design of the Fourier lift (C6) in words; then one figure page per sweep
@@ -15,7 +15,6 @@ every design point; (8) provenance.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import xarray as xr
@@ -24,9 +23,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from simkit.report.document import (COLORS, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _legend, _line, _marker,
-                           _power_label, format_pm, provenance_pages, write_report)
+                                    _power_label, format_pm)
 
-__all__ = ["generalisation_sections", "generalisation_report"]
+__all__ = ["generalisation_sections"]
 
 C3_TEXT = (
     "Claim C3 (generalisation, Theorem 1). For an embedding φ̂ that minimises the empirical InfoNCE risk R̂_{n,k} "
@@ -94,7 +93,7 @@ def _check_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict]:
               lambda: f"detects slope ≥ −1/2 + {_fin(_s(ds, 'n_slope_detect'), '.3f')} w.p. {power:g}"),
         "k": ("C3", f"slope of E[G] per doubling of k, k ≥ {cfg.get('k_trend_min', '?')}", "k_trend", "k_trend_se",
               f"one-sided t, H0: slope ≤ 0, level {alpha:g}",
-              lambda: f"detects growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nat per doubling "
+              lambda: f"detects growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
                       f"({_fin(100 * _s(ds, 'k_trend_detect') / _s(ds, 'k_trend_level'), '.0f')}% of E[G]) "
                       f"w.p. {power:g}"),
         "tau": ("C5", "slope of log E[G] on log τ", "tau_slope", "tau_slope_se",
@@ -103,7 +102,7 @@ def _check_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict]:
                         f"−{_fin(_s(ds, 'tau_slope_detect'), '.3f')} w.p. {power:g}"),
         "d": ("C6", "slope of E[G] per doubling of d (Fourier lift)", "d_trend", "d_trend_se",
               f"two-sided t, H0: slope = 0, level {alpha:g}",
-              lambda: f"detects |slope| ≥ {_fin(_s(ds, 'd_trend_detect'), '.4f')} nat per doubling "
+              lambda: f"detects |slope| ≥ {_fin(_s(ds, 'd_trend_detect'), '.4f')} nats per doubling "
                       f"({_fin(100 * _s(ds, 'd_trend_detect') / _s(ds, 'd_trend_level'), '.0f')}% of E[G]) "
                       f"w.p. {power:g}"),
     }
@@ -198,7 +197,8 @@ def _design_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         "(simkit.lifted.FourierEmbedding): φ_W(x) = (cos(A W x), sin(A W x))/√m on S^(d−1), d = 2m, with W ∈ R^{3×3} "
         "trainable (9 parameters at every d, as the linear family of the other sweeps) and fixed frequencies A ∈ "
         "R^{m×3}: the Parseval-scaled polar factor of the first m rows of one fixed Gaussian matrix (seed "
-        f"{ds.attrs.get('lift_seed', '?')}; a tight frame, AᵀA = (m/3) I; for m = 3 an orthogonal matrix). Then |φ| = 1 "
+        f"{ds.attrs.get('lift_seed', '?')}, attribute 'lift_seed': part of the design, the same frame for every study "
+        f"seed; a tight frame, AᵀA = (m/3) I; for m = 3 an orthogonal matrix). Then |φ| = 1 "
         "exactly and the Jacobian J in u = Wx satisfies JᵀJ = AᵀA/m = I/3 at every u, so |Δφ(x)| = |ΔW x|/√3: the "
         f"Lipschitz constant in the parameters is 1/√3 = {lip:.4f} for every d, W and x (stored per point as "
         "'lipschitz'). Scores stay bounded by 1/τ.")
@@ -263,18 +263,18 @@ def _n_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     _bars(ax, n, g, gs, color=COLORS["data"], log=True)
     _logx(ax, n, 2)
     _logy(ax, g, gp[gp > 0] if np.any(gp > 0) else g)
-    ax.set(xlabel="training tuples n", ylabel="E[G] (nat)", title="mean generalisation gap")
+    ax.set(xlabel="training tuples n", ylabel="E[G] (nats)", title="mean generalisation gap")
     ax = axes[0, 1]
     ax.plot(n, sd, "o-", color=COLORS["data"])
     ax.plot(n, sd[0] * (n[0] / n) ** 0.5, ":", color=COLORS["ref"])
     _logx(ax, n, 2)
     _logy(ax, sd)
-    ax.set(xlabel="training tuples n", ylabel="sd of G (nat)",
+    ax.set(xlabel="training tuples n", ylabel="sd of G (nats)",
            title=f"sd(G): slope {format_pm(_s(ds, 'n_sd_slope'), _s(ds, 'n_sd_slope_se'))}")
     ax = axes[0, 2]
     _excess_panel(ax, n, ds, i)
     _logx(ax, n, 2)
-    ax.set(xlabel="training tuples n", ylabel="E[E] (nat)", title="excess E = CE(φ̂) − (R̂ − log k)")
+    ax.set(xlabel="training tuples n", ylabel="E[E] (nats)", title="excess E = CE(φ̂) − (R̂ − log k)")
     _legend(fig, ly, [_marker(COLORS["data"], label="with control variate ± 2 MCSE"),
                       _marker(COLORS["plain"], "s", hollow=True, label="plain"),
                       _line(COLORS["fit"], lw=2, label="WLS fit"), _line(COLORS["ref"], ":", label="slope −1/2"),
@@ -320,8 +320,8 @@ def _k_page(doc: ReportDocument, ds: xr.Dataset) -> None:
            "and −gap_k(identity) (exact): E = G − gap_k(φ̂), so E → E[G] as the O(1/k) bias vanishes.")
     fig, axes, ly = doc.figure(f"C3: G against k (n = {int(ds['n'].values[i[0]])}, linear family, d = 3, τ = "
                                f"{ds['tau'].values[i[0]]:g})", 1, 3, caption=cap,
-                               subtitle=f"trend over k ≥ {kmin:g}: {format_pm(trend, _s(ds, 'k_trend_se'))} nat per "
-                                        f"doubling; growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nat per doubling "
+                               subtitle=f"trend over k ≥ {kmin:g}: {format_pm(trend, _s(ds, 'k_trend_se'))} nats per "
+                                        f"doubling; growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
                                         f"detected w.p. {ds.attrs.get('power', '?')}; verdict "
                                         f"{str(_s(ds, 'k_verdict')).upper()}")
     ax = axes[0, 0]
@@ -329,7 +329,7 @@ def _k_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     _logx(ax, k, 2)
     top = np.nanmax(g + 2 * gs)
     ax.set_ylim(0, 1.3 * top if np.isfinite(top) else 1)
-    ax.set(xlabel="negatives k", ylabel="E[G] (nat)", title="mean generalisation gap")
+    ax.set(xlabel="negatives k", ylabel="E[G] (nats)", title="mean generalisation gap")
     ax = axes[0, 1]
     if sel.any():
         j0 = int(np.argmax(sel))
@@ -346,11 +346,11 @@ def _k_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         if np.isfinite(lim) and lim > 0:
             ax.set_ylim(min(-3 * lim, 1.1 * np.nanmin(dm - 2 * dse)), 6 * lim)
     _logx(ax, k, 2)
-    ax.set(xlabel="negatives k", ylabel=f"E[G(k) − G({kmin:g})] (nat)", title="paired change from k_lo")
+    ax.set(xlabel="negatives k", ylabel=f"E[G(k) − G({kmin:g})] (nats)", title="paired change from k_lo")
     ax = axes[0, 2]
     _excess_panel(ax, k, ds, i)
     _logx(ax, k, 2)
-    ax.set(xlabel="negatives k", ylabel="E[E] (nat)", title="excess E = G − gap_k(φ̂)")
+    ax.set(xlabel="negatives k", ylabel="E[E] (nats)", title="excess E = G − gap_k(φ̂)")
     _legend(fig, ly, [_marker(COLORS["data"], label="estimate ± 2 MCSE"), _line(COLORS["fit"], lw=2, label="trend"),
                       _line(COLORS["ref"], "--", label="log k growth"), _line(COLORS["ref"], ":", label="√k growth"),
                       _line(COLORS["exact"], "-.", label="−gap_k(identity), exact"),
@@ -377,17 +377,17 @@ def _tau_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     _bars(ax, t, g, gs, color=COLORS["data"], log=True)
     _logx(ax, t, 10)
     _logy(ax, g)
-    ax.set(xlabel="temperature τ", ylabel="E[G] (nat)", title="mean generalisation gap")
+    ax.set(xlabel="temperature τ", ylabel="E[G] (nats)", title="mean generalisation gap")
     ax = axes[0, 1]
     sd = ds["gap_sd"].values[i]
     ax.plot(t, sd, "o-", color=COLORS["data"])
     _logx(ax, t, 10)
     _logy(ax, sd)
-    ax.set(xlabel="temperature τ", ylabel="sd of G (nat)", title="variability of G")
+    ax.set(xlabel="temperature τ", ylabel="sd of G (nats)", title="variability of G")
     ax = axes[0, 2]
     _excess_panel(ax, t, ds, i)
     _logx(ax, t, 10)
-    ax.set(xlabel="temperature τ", ylabel="E[E] (nat)", title="excess E")
+    ax.set(xlabel="temperature τ", ylabel="E[E] (nats)", title="excess E")
     _legend(fig, ly, [_marker(COLORS["data"], label="estimate ± 2 MCSE"), _line(COLORS["fit"], lw=2, label="WLS fit"),
                       _line(COLORS["exact"], "-.", label="−gap_k(identity), exact")])
     doc.save(fig)
@@ -410,7 +410,7 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     fig, axes, ly = doc.figure(f"C6: G against the embedding dimension d (Fourier lift, 9 parameters, n = "
                                f"{int(ds['n'].values[i[0]])}, k = {int(ds['k'].values[i[0]])}, τ = "
                                f"{ds['tau'].values[i[0]]:g})", 2, 3, caption=cap,
-                               subtitle=f"trend {format_pm(trend, _s(ds, 'd_trend_se'))} nat per doubling = "
+                               subtitle=f"trend {format_pm(trend, _s(ds, 'd_trend_se'))} nats per doubling = "
                                         f"{_fin(100 * _s(ds, 'd_rel_trend'), '+.1f')}% ± "
                                         f"{_fin(100 * _s(ds, 'd_rel_trend_se'), '.1f')}% of E[G] (two-sided p = "
                                         f"{_fin(_s(ds, 'd_trend_p'), '.2g')}); no-trend verdict "
@@ -421,7 +421,7 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     _logx(ax, d, 2)
     top = np.nanmax(g + 2 * gs)
     ax.set_ylim(0, 1.3 * top if np.isfinite(top) else 1)
-    ax.set(xlabel="embedding dimension d", ylabel="E[G] (nat)", title="mean generalisation gap")
+    ax.set(xlabel="embedding dimension d", ylabel="E[G] (nats)", title="mean generalisation gap")
     ax = axes[0, 1]
     dm, dse = _paired(ds, i, i[0])
     lx = np.log2(d) - np.log2(d[0])
@@ -441,8 +441,8 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     if math.isfinite(margin):
         lim = max(lim, margin * lx.max())
     ax.set_ylim(-1.5 * lim, 1.5 * lim if np.isfinite(lim) and lim > 0 else 1)
-    ax.set(xlabel="embedding dimension d", ylabel=f"E[G(d) − G({int(d[0])})] (nat)", title="paired change from d_min")
-    panels = [(axes[0, 2], "risk_excess", "R_k(φ̂) − R_k(id) (nat)", "population risk above the identity"),
+    ax.set(xlabel="embedding dimension d", ylabel=f"E[G(d) − G({int(d[0])})] (nats)", title="paired change from d_min")
+    panels = [(axes[0, 2], "risk_excess", "R_k(φ̂) − R_k(id) (nats)", "population risk above the identity"),
               (axes[1, 0], "score_change", "mean |Δ score|", "score change against the largest d, same W"),
               (axes[1, 1], "eff_dim", "participation ratio", "effective dimension of φ̂(x)")]
     for ax, name, ylab, title in panels:
@@ -460,7 +460,7 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         ax.axvline(0, color="0.3", lw=0.8)
         ax.axvline(trend, color=COLORS["fit"], lw=2)
         ax.xaxis.set_major_locator(MaxNLocator(4))
-    ax.set(xlabel="slope of G in log2 d (nat per doubling)", ylabel="training sets", title="per-training-set slopes")
+    ax.set(xlabel="slope of G in log2 d (nats per doubling)", ylabel="training sets", title="per-training-set slopes")
     _legend(fig, ly, [_marker(COLORS["data"], label="estimate ± 2 MCSE"), _line(COLORS["fit"], lw=2, label="trend"),
                       Patch(color=COLORS["band"], alpha=0.3, label="trends not detected w.p. 0.9"),
                       _line(COLORS["band"], "--", lw=0.8, label="±10% equivalence margin"),
@@ -495,41 +495,3 @@ def generalisation_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     for s in _sweeps(ds):
         pages[s](doc, ds)
     _table_page(doc, ds)
-
-
-def generalisation_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the generalisation study from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset (``simkit run generalisation``): per-point summaries with their MCSEs,
-        per-sweep fits and verdicts (``<sweep>_slope``, ``<sweep>_trend``, ``<sweep>_verdict``, ...)
-        and the provenance the engine records.
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not a generalisation dataset).
-
-    References
-    ----------
-    THEORY.md, claims C3, C5 and C6.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        generalisation_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="generalisation gap over n, k, tau and d")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'generalisation')} · claims {ds.attrs.get('claim', 'C3, C5, C6')} · "
-              f"dataset created {ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit generalisation report")), "Subject": "simkit claims C3, C5, C6"}
-    return write_report(path, build, footer=footer, metadata=meta)

@@ -1,8 +1,8 @@
 """PDF report of the C3 complexity study (``studies/rademacher.py``), read from its saved dataset alone.
 
-Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers); nothing is recomputed.
+Built from the generic pieces of :mod:`simkit.report.document` (:class:`~simkit.report.ReportDocument`,
+:func:`~simkit.report.format_pm` and its plotting helpers); nothing is recomputed. The study's
+``report()`` (:meth:`simkit.runner.Study.report`) adds the provenance pages and writes the PDF.
 
 Pages: (1) claim C3 (complexity term), the estimator and why it is a lower bound, the k- and
 n-exponents with their tests, power and verdict, the restart summary; (2) hat R_n against k for
@@ -13,7 +13,6 @@ estimator's variance reduction and the optimiser's work; (5) provenance.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import xarray as xr
@@ -22,10 +21,10 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend, _line,
-                           _log_axes, _marker, format_pm, provenance_pages, write_report)
+from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend,
+                                    _line, _log_axes, _marker, format_pm)
 
-__all__ = ["rademacher_sections", "rademacher_report"]
+__all__ = ["rademacher_sections"]
 
 C3_TEXT = (
     "Claim C3, complexity term (Theorem 1). For an ERM embedding over a class Lipschitz in its parameters, "
@@ -63,6 +62,12 @@ def _cfg(ds: xr.Dataset) -> dict:
 
 def _losses(ds: xr.Dataset) -> list[str]:
     return [str(v) for v in ds["loss"].values]
+
+
+def _df(ds: xr.Dataset) -> str:
+    """Degrees of freedom of the k-slope tests (variable ``slope_df``; one value when all losses agree)."""
+    df = sorted({int(v) for v in np.ravel(ds["slope_df"].values) if np.isfinite(v)}) if "slope_df" in ds else []
+    return " / ".join(map(str, df)) or "?"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -131,7 +136,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(
         f"Verdict rule (α = {alpha:g}, dataset attribute 'alpha'). The k-exponent b is the WLS slope of log R̂_n "
         f"on log k over k ≥ {cfg.get('k_fit_min', '?')}, with delete-one-block jackknife SE and Student t on "
-        f"{ds.attrs.get('slope_df', '?')} degrees of freedom. C3 passes when (i) the one-sided test of H0: b ≤ 0 "
+        f"{_df(ds)} degrees of freedom. C3 passes when (i) the one-sided test of H0: b ≤ 0 "
         f"(no growth) does not reject for InfoNCE at level α; (ii) the same test rejects for the negative control — "
         f"otherwise the test has no power and the study fails; (iii) for every k of the n-curve the one-sided test of "
         f"H0: n-exponent ≤ −1/2 does not reject at level α (a rejection would mean a decay slower than n^−1/2). "
@@ -230,7 +235,7 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         top = np.nanmax(ds["complexity"].values[j] + 2.5 * ds["complexity_mcse"].values[j])
         a.set_ylim(0, top * 1.1 if math.isfinite(top) else 1)
         a.set_title(f"InfoNCE: b = {format_pm(ds['slope'].values[j], ds['slope_se'].values[j])}")
-    a.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nat)")
+    a.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nats)")
     ys = []
     for j, name in enumerate(losses):
         _fit_line(b, ds, j, COLORS["fit"])
@@ -240,7 +245,7 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     _log_axes(b, k, *ys)
     b.set_title(" · ".join(f"{'control' if n == 'pairsum' else n}: b = {_g(ds['slope'].values[j], '.3f')}"
                            for j, n in enumerate(losses)), fontsize=8.5)
-    b.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nat)")
+    b.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nats)")
     ns = ds["n"].values.astype(float)
     if "infonce" in losses:
         j = losses.index("infonce")
@@ -258,7 +263,7 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         c.set_xlim(ns[0] / 1.3, ns[-1] * 1.3)
         c.set_xticks(ns, [str(int(n)) for n in ns])
         c.legend(loc="upper right", fontsize=7, frameon=False)
-    c.set(title="InfoNCE: R̂_n against n", xlabel=_label(ds, "n"), ylabel="R̂_n (nat)")
+    c.set(title="InfoNCE: R̂_n against n", xlabel=_label(ds, "n"), ylabel="R̂_n (nats)")
     _legend(fig, ly, [_marker(_COLOR["infonce"], label="InfoNCE, best of all starts"),
                       _marker("0.55", hollow=True, label="InfoNCE, first start only"),
                       _marker(_COLOR["pairsum"], "s", label="control (sum over negatives)"),
@@ -276,7 +281,7 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     cap = (f"Restart sensitivity, one row per loss class. Left: the shortfall of the best of the first r starts, "
            f"E[best of {R} − best of r] (paired over the same σ, so its MCSE is small), ±2 MCSE, r = 1 … {R - 1}; the "
            f"title gives the largest shortfall of r = {R - 1} relative to R̂_n. Middle: the share of suprema that "
-           f"start r raised by more than 1e−7 nat over the best of the starts before it. Right: the k-exponent b "
+           f"start r raised by more than 1e−7 nats over the best of the starts before it. Right: the k-exponent b "
            f"computed with the best of the first r starts, ±2 jackknife SE. Every value is still a lower bound of the "
            f"supremum; a shortfall that shrinks towards 0 as r grows suggests (it cannot prove) that the global "
            f"maximum is found.")
@@ -294,7 +299,7 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.nanmax(sf[:, R - 2] / full) if R >= 2 else np.nan
         a.set(title=f"{_SHORT.get(name, name)}: shortfall (r = {R - 1}: ≤ {100 * rel:.2g}%)", xlabel=_label(ds, "k"),
-              ylabel="shortfall (nat)")
+              ylabel="shortfall (nats)")
         share = ds["share_improved"].values[j]
         for r in range(1, R):
             ok = np.isfinite(share[:, r])
@@ -337,7 +342,7 @@ def _centring_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             b.plot(k, (um / cm) ** 2, _MARK.get(name, "o") + "-", color=col, ms=3.5)
         b.plot(k, ds["nfev_per_run"].values[j], _MARK.get(name, "o") + ":", color=col, ms=3, mfc="white")
     _log_axes(a, k, *ys)
-    a.set(title="MCSE of R̂_n", xlabel=_label(ds, "k"), ylabel="MCSE (nat)")
+    a.set(title="MCSE of R̂_n", xlabel=_label(ds, "k"), ylabel="MCSE (nats)")
     _log_axes(b, k)
     b.set_yscale("log")
     nc = int(np.nansum(ds["not_converged"].values)) if "not_converged" in ds else 0
@@ -356,41 +361,3 @@ def rademacher_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     _curves_page(doc, ds)
     _restart_page(doc, ds)
     _centring_page(doc, ds)
-
-
-def rademacher_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C3 complexity study (``studies/rademacher.py``) from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset (summaries over loss, k, restart, n with their MCSEs, exponents, verdict
-        and the provenance the engine records).
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages: title (more if it overflows), three figure pages, provenance.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not a rademacher dataset).
-
-    References
-    ----------
-    THEORY.md, claim C3.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        rademacher_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="the complexity term stabilises as k grows")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'rademacher')} · claim {ds.attrs.get('claim', 'C3')} · dataset "
-              f"created {ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit rademacher report")), "Subject": "simkit claim C3"}
-    return write_report(path, build, footer=footer, metadata=meta)
-
