@@ -317,6 +317,10 @@ class GapCurve:
         Number of outer nodes (exact) or Monte Carlo anchors with exact inner integrals.
     cross_entropy_mcse : float
         MCSE of ``cross_entropy`` (0 where exact).
+    gap_cov : ndarray or None
+        Covariance matrix (n_k, n_k) of the Monte Carlo error of ``gap`` across k (one sample of
+        anchors serves every k, so the errors are correlated); pass it to
+        :func:`simkit.truth_tests.curve_test` as ``exact_cov``. None where exact.
     """
 
     ks: NDArray[np.float64]
@@ -328,6 +332,7 @@ class GapCurve:
     exact: bool
     n_anchors: int
     cross_entropy_mcse: float = 0.0
+    gap_cov: NDArray[np.float64] | None = None
 
 
 _GL16 = np.polynomial.legendre.leggauss(16)  # 16-node rules are accurate to ~1e-16 in numpy
@@ -443,9 +448,48 @@ def _kernel_kappa(kernel) -> float:
     return 0.0
 
 
+def _discrete_embedded_curve(pi: Discrete, kernel: MarkovKernel, tau: float, kf: NDArray, embedding,
+                             n_sphere: int) -> GapCurve:
+    """Discrete pi with a general embedding phi on S^{p-1}, p in {2, 3}: negatives exact (the atoms),
+    the positive's law by the product rule of :func:`simkit.quadrature.sphere_rule` centred on the
+    kernel's mean direction, weighted by the kernel density."""
+    from simkit.quadrature import sphere_rule
+
+    p = pi.dim
+    if p not in (2, 3):
+        raise NotImplementedError(f"'embedding' is supported for Discrete pi on S^1 or S^2 (p = 2, 3), got p = {p}: "
+                                  f"the positive's law needs quadrature over S^{{p-1}}")
+    keep = pi.weights > 0
+    xs, wx = pi.points[keep], pi.weights[keep]
+    fx = np.asarray(embedding(xs), dtype=float)
+    fy = np.asarray(embedding(pi.points), dtype=float)
+    neg = fx @ fy.T / tau  # (b, m) exact negatives
+    with np.errstate(divide="ignore"):
+        log_wn = np.log(pi.weights)
+    log_z = logsumexp(log_wn[None, :] + neg, axis=1)
+    n_k = kf.size
+    gap_x = np.empty((xs.shape[0], n_k))
+    ell_x = np.empty(xs.shape[0])
+    for i, x in enumerate(xs):
+        pole = x @ kernel.rotation.T if isinstance(kernel, RotatedVMFKernel) else x
+        nodes, log_w = sphere_rule(p, n_sphere, pole=pole / np.linalg.norm(pole))
+        lw = log_w + kernel.logpdf(np.broadcast_to(x, nodes.shape), nodes)
+        prob = _normalise_log(lw)
+        big = prob > 1e-22  # atoms below change E log(.) by < 1e-22 x (score range): dropped
+        nodes, prob = nodes[big], prob[big] / prob[big].sum()
+        pos = (np.asarray(embedding(nodes), dtype=float) @ fx[i]) / tau
+        _, centred = expected_log_sum_parts(pos[None, :], prob[None, :], neg[i:i + 1], pi.weights, kf)
+        log_m1 = logsumexp(np.log(np.maximum(prob, 1e-300)) + pos)
+        gap_x[i] = np.log1p(np.exp(log_m1 - log_z[i]) / kf) + centred[0]
+        ell_x[i] = log_z[i] - float(prob @ pos)
+    gap = wx @ gap_x
+    ce = float(wx @ ell_x)
+    return GapCurve(kf, gap, gap + np.log(kf) + ce, None, None, ce, True, int(wx.size))
+
+
 def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: ArrayLike, *, rng=None,
               n_mc: int = 256, n_cv: int = 1 << 18, n_panels: int | None = None,
-              n_outer_panels: int | None = None) -> GapCurve:
+              n_outer_panels: int | None = None, embedding=None, n_sphere: int = 64) -> GapCurve:
     """The finite-k gap ``gap_k = R_k - log k - CE`` and ``R_k`` at every k, for phi = identity.
 
     Parameters
@@ -471,6 +515,13 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         the error by a factor ~3).
     n_cv : int
         Anchors of the control variate's mean.
+    embedding : callable, optional
+        ``phi``: (n, p) unit vectors -> (n, d) unit vectors (e.g. a :mod:`simkit.embedding` object),
+        for Discrete pi on S^1 or S^2 only (scores ``phi(x).phi(y)/tau``; the negatives stay exact
+        in any output dimension d, the positive's law uses ``sphere_rule(p, n_sphere)``). Default:
+        phi = identity.
+    n_sphere : int
+        Size parameter of that rule (2 n^2 nodes on S^2).
     n_panels, n_outer_panels : int, optional
         Panels (16 Gauss--Legendre nodes each) of the rule in the angle of the inner cosine laws
         and of the outer angle ``arccos(mu.x)`` (single vMF pi). Defaults scale with 1/tau and
@@ -499,6 +550,12 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         raise ValueError(f"'kernel' has dimension {kernel.dim} but 'pi' has dimension {pi.dim}")
     kf = _as_ks(ks)
     n_mc = check_int("n_mc", n_mc, low=2)
+    if embedding is not None:
+        if not isinstance(pi, Discrete):
+            raise ValueError(f"'embedding' is supported for Discrete pi only, got {type(pi).__name__}")
+        if not callable(embedding):
+            raise ValueError(f"'embedding' must be callable, got {type(embedding).__name__}")
+        return _discrete_embedded_curve(pi, kernel, tau, kf, embedding, check_int("n_sphere", n_sphere, low=2))
     d = pi.dim
     kap_k = _kernel_kappa(kernel)
     if isinstance(pi, Discrete):
@@ -538,8 +595,8 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         e2 = e1 + np.outer(c2x, k2)
         return np.concatenate([e1, e2, e1 + ell[:, None], e2 + ell[:, None], ell[:, None]], axis=1)
 
-    res_m, res_s, n_used = _stratified_mean(pi, curve_terms, n_mc, rng)
-    cv_m, cv_s, _ = _stratified_mean(pi, cv_terms, n_cv, rng)  # independent of the first sample
+    res_m, res_s, n_used, res_c = _stratified_mean(pi, curve_terms, n_mc, rng, with_cov=True)
+    cv_m, cv_s, _, cv_c = _stratified_mean(pi, cv_terms, n_cv, rng, with_cov=True)  # independent sample
     blk = lambda a, i: a[i * n_k:(i + 1) * n_k]  # noqa: E731
     # three unbiased estimators of gap_k: no control variate, c1(x)/k, c1(x)/k + c2(x)/k^2 (far from
     # the asymptotic range the expansion is a poor control); per k the one with the smallest MCSE
@@ -551,15 +608,21 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
     rses = np.stack([blk(res_s, 3), np.hypot(blk(res_s, 1), blk(cv_s, 2)), np.hypot(blk(res_s, 2), blk(cv_s, 3))])
     best = np.argmin(ses, axis=0)
     cols = np.arange(n_k)
+    # covariance of the reported gap curve across k: the two samples are independent
+    res_idx = best * n_k + cols
+    cv_idx = np.where(best == 0, -1, (best - 1) * n_k + cols)
+    cv_pad = np.zeros((cv_c.shape[0] + 1, cv_c.shape[0] + 1))
+    cv_pad[:-1, :-1] = cv_c  # index -1: the zero row of "no control variate"
+    gap_cov = res_c[np.ix_(res_idx, res_idx)] + cv_pad[np.ix_(cv_idx, cv_idx)]
     return GapCurve(kf, gaps[best, cols], risks[best, cols], ses[best, cols], rses[best, cols],
-                    float(cv_m[-1]), False, int(n_used), float(cv_s[-1]))
+                    float(cv_m[-1]), False, int(n_used), float(cv_s[-1]), gap_cov)
 
 
-def _stratified_mean(pi: SphereDistribution, h, n: int, rng) -> tuple[NDArray, NDArray, int]:
+def _stratified_mean(pi: SphereDistribution, h, n: int, rng, *, with_cov: bool = False):
     """Stratified (by mixture component, proportional allocation) Monte Carlo mean of h(x), x ~ pi:
-    (mean, mcse, number of draws)."""
+    (mean, mcse, number of draws) and, with ``with_cov``, the covariance matrix of the mean."""
     w, mus, kappas = pi.as_mixture()
-    mean, var, n_tot = 0.0, 0.0, 0
+    mean, var, cov, n_tot = 0.0, 0.0, 0.0, 0
     for wj, mu, kj in zip(w, mus, kappas):
         if wj == 0.0:
             continue
@@ -567,7 +630,11 @@ def _stratified_mean(pi: SphereDistribution, h, n: int, rng) -> tuple[NDArray, N
         hj = h(VonMisesFisher(mu, kj).rvs(nj, rng=rng))
         mean = mean + wj * hj.mean(axis=0)
         var = var + wj**2 * hj.var(axis=0, ddof=1) / nj
+        if with_cov:
+            cov = cov + wj**2 * np.atleast_2d(np.cov(hj, rowvar=False, ddof=1)) / nj
         n_tot += nj
+    if with_cov:
+        return np.asarray(mean), np.sqrt(np.asarray(var)), n_tot, np.asarray(cov)
     return np.asarray(mean), np.sqrt(np.asarray(var)), n_tot
 
 
