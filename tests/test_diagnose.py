@@ -234,6 +234,32 @@ def test_anchor_subsample_against_full_hand_computation():
     assert ds.attrs["n_anchors"] == 256
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
+def test_subsampled_gap_curves_against_full_exact_curve():
+    """N = 400 rows, 128 anchors, exact curve on 16 of them: the two-phase gap_exact and the Monte
+    Carlo gap (anchor blocks) against the exact curve averaged over all 400 rows (built here with
+    simkit.exact_curve). |z| <= 5 at 11 grid points, SEs from 15-16 df: false-failure rate
+    <= 2 * 11 * 2 * P(t_15 > 5) ~ 7e-3."""
+    from simkit.exact_curve import expected_log_sum_parts
+    rng = np.random.default_rng(21)
+    n, d, tau = 400, 8, 0.4
+    lab = rng.integers(0, 8, size=n)
+    x = _unit(rng.normal(size=(8, d)))[lab] + rng.normal(scale=0.4, size=(n, d))
+    ds = diagnose(x, labels=lab, tau=tau, n_anchors=128, n_exact_anchors=16, n_tuples=1 << 14, rng=8)
+    phi = _unit(x)
+    s = phi @ phi.T / tau
+    same = (lab[:, None] == lab[None, :]).astype(float)
+    pw = same / same.sum(axis=1, keepdims=True)
+    ks = ds["k"].values
+    _, centred = expected_log_sum_parts(s, pw, s, np.full(n, 1.0 / n), ks)
+    mu0 = (pw * np.exp(s)).sum(axis=1) / np.exp(s).mean(axis=1)
+    truth = (np.log1p(mu0[:, None] / ks[None, :]) + centred).mean(axis=0)
+    for name in ("gap_exact", "gap"):
+        z = (ds[name].values - truth) / ds[f"{name}_mcse"].values
+        assert np.all(np.isfinite(z)) and np.max(np.abs(z)) <= 5.0, (name, z)
+
+
 @pytest.mark.statistical
 def test_augmentation_views_against_brute_force_monte_carlo():
     """positive_embeddings: views v = normalise(x_i + 0.3 xi), xi standard normal, N = 12 rows in
