@@ -200,7 +200,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         InfoNCE tuples (anchor, positive, k_max negatives) of the Monte Carlo gap, spread evenly over
         the anchors (at least one per anchor).
     n_exact_anchors : int, optional
-        Anchors (the first of the random anchor sample) whose exact gap curve is computed; its cost
+        Anchors (a random subset of the anchor sample) whose exact gap curve is computed; its cost
         is ~40 microseconds per row per anchor (simkit.exact_curve; ~4 s per anchor at N = 10^5).
         Default ``min(n_anchors, max(3, 2**16 // N))`` (every anchor for N <= 256), and 0 (no exact
         curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed
@@ -209,8 +209,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         these anchors uses the per-anchor prediction c1/k + c2/k^2, known at every anchor, as a
         control variate (two-phase sampling) wherever that reduces the spread.
     n_blocks : int
-        Independent blocks (a random partition of the anchors, each with its own tuples) of the
-        Monte Carlo gap; its MCSE and the slope's jackknife interval come from them.
+        Independent blocks of the Monte Carlo gap (a random partition of the anchor subsample; when
+        every row is an anchor, a partition of each anchor's tuples); its MCSE and the slope's
+        jackknife interval come from them.
     block_size : int, optional
         Anchors per score block (memory ~ 3 * 8 * block_size * N bytes); default 2**23 // N, >= 1.
     rng : seed or numpy.random.Generator
@@ -246,6 +247,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     * The slope is the WLS slope of log gap on log k with a 1/k term (simkit.analysis.fit_rate) over
       k >= ``slope_k_min`` (16 times the expansion scale max(E Z2/Z^2, E m1/Z), or the 4 largest
       grid points if the grid does not reach it: then ``attrs['slope_pre_asymptotic'] = 1``).
+    * ``positive_embeddings``: the exact curve treats M(x_i, ·) as uniform over the m given views
+      (exact for that empirical kernel); ``gap_mcse`` and ``gap_exact_mcse`` add the views' own
+      sampling error to first order in 1/k (its part in E[W0]/k), CE, c1 and c2 carry theirs
+      exactly (they are linear in the view averages).
     * ``k_for_bias`` is the smallest k from which on the predicted bias c1/k + c2/k^2 stays within
       eps (point estimates of c1, c2; a prediction of the expansion, reliable beyond the
       expansion scale).
