@@ -1,0 +1,755 @@
+"""Claims C1, C2 and C3 on real data: scikit-learn's handwritten digits.
+
+ADEMP (Morris, White & Crowther 2019)
+-------------------------------------
+Aim        C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k)), C2 (D_k = R_k -
+           E CE(M_k, Q_k) = O(1/k)) and C3 (train/test gap of the InfoNCE ERM against n and k), THEORY.md
+           section 3, at real images and real encoders rather than phi = identity on synthetic laws.
+Data       ``sklearn.datasets.load_digits()``: 1,797 8x8 images (pixel values 0..16, shipped with
+           scikit-learn, no download), split in half, stratified by label, by a permutation of each
+           class from ``SPLIT_SEED`` (a fixed part of the design, the same for every study seed; the
+           SHA-256 of the test indices is a dataset attribute). pi = the uniform (empirical) law of
+           the 899 *test* images, each flattened and normalised onto S^63: the trained encoder is
+           then evaluated on images it was not fitted to, and Z(x), Z2(x), m1(x) are finite sums,
+           exact for any encoder. Kernels: ``label`` (M(x, .) uniform over the test images with x's
+           digit, x included: density N/N_c w.r.t. pi, so the ideal retrieval M_k is same-digit
+           retrieval) and ``augment`` (a uniform shift of -1, 0 or +1 pixel along each axis with zero
+           fill, then Gaussian pixel noise of sd ``aug_noise`` clipped at 0; sampling only).
+           Encoders: ``pixels`` (the normalised pixels, d = 64), ``rff`` (random Fourier features
+           cos(W u + b), D = 256, W ~ N(0, 1/RFF_BANDWIDTH^2), b ~ U[0, 2 pi) from ``RFF_SEED``, a
+           fixed part of the design; normalised) and ``mlp`` (simkit.embedding.TwoLayerEmbedding
+           64 -> mlp_hidden -> mlp_dim, tanh, trained by InfoNCE with the cell's kernel on the train
+           split by simkit.training.train, L-BFGS-B from an initialisation and a training sample drawn
+           from the prepare task's rng). Temperature per encoder (tau_pixels, tau_rff, tau_mlp).
+Estimand   gap_k on k = 1, 2, ..., k_max; its log-log slope; c1. D_k (label kernel). The train/test
+           gap G(n, k) = R_k,test(phi_hat) - R_hat_{n,k}(phi_hat) of MLPs trained on n tuples with
+           k negatives, and E(n, k) = CE_test(phi_hat) - (R_hat_{n,k} - log k).
+Methods    Exact quantities by simkit.diagnose on the test embeddings (CE, c1, c2, the exact gap
+           curve by simkit.exact_curve on a random subset of anchors with its MCSE, top-1 and
+           recall@10 of softmax retrieval against same-digit retrieval); for the augmentation kernel
+           CE, c1 and the exact curve are Monte Carlo over ``n_views`` sampled views per image (with
+           MCSE). Monte Carlo gap: per block, every test image is an anchor with
+           ``tuples_per_anchor`` tuples of k_max negatives drawn uniformly from the test images
+           (nested over the k grid: common random numbers), positive from the kernel (a fresh view
+           for ``augment``), estimator log((e^{s+} + S_k)/(k Z)) - (S_k/(k Z) - 1): the control
+           variate S_k/(k Z) - 1 has conditional mean exactly 0 (Z is exact), so the estimator is
+           exactly unbiased. D_k (label kernel, same negatives as the database): exact per-tuple
+           CE(M_k, Q_k) = log S_k - V_k/W_k on the finite database, the positive Rao-Blackwellised
+           over the digit class; the self-normalised term V_k/W_k - E_M s has conditional mean
+           exactly 0 (given the number of same-digit items in the database, they are uniform over
+           the class), so it is used as a control variate; a database without a same-digit item
+           has V_k/W_k := E_M s (probability (1 - N_c/N)^k; the convention does not change the
+           mean). Rate rule simkit.analysis.rate_verdict (shared with rate_k and search_ce).
+           C3: per block and per (n, k) of the grid an MLP is trained from a fresh initialisation on
+           n fresh train-split tuples (independent negatives), then R_k,test by the C1 estimator on
+           the test split (CE exact for label, Monte Carlo for augment).
+Performance  Slope with 95% and level-(1 - ALPHA) intervals, p-values of slope = -1/2 and -1, c1
+           estimate against c1 (z), gap against the exact curve (z), D_k slope and d1, top-1 and
+           recall@10, G and E with MCSE (sd over blocks / sqrt(blocks)) and the slope of log G on
+           log n per k (jackknife).
+
+Run it: ``simkit run digits`` or ``python studies/digits.py`` (same options).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import sys
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
+from simkit.diagnose import diagnose
+from simkit.embedding import TwoLayerEmbedding
+from simkit.runner import Check, Param, Study, Var
+from simkit.training import EmpiricalRisk, TrainingSample, train
+
+#: false-failure rate of each per-setting rate check (slope interval; c1 z-test for C1)
+ALPHA = 1e-3
+#: seed of the stratified train/test split (part of the design: the same for every study seed)
+SPLIT_SEED = 20261201
+#: seed of the random-feature map (part of the design)
+RFF_SEED = 20261202
+#: number of random Fourier features and their bandwidth on the unit sphere
+RFF_FEATURES = 256
+RFF_BANDWIDTH = 0.5
+#: share of each digit class in the test split (rounded up)
+TEST_FRACTION = 0.5
+
+ENCODERS = ("pixels", "rff", "mlp")
+KERNELS = ("label", "augment")
+SETTINGS = tuple(f"{e}-{m}" for e in ENCODERS for m in KERNELS)
+
+
+# ----------------------------------------------------------------------------------------------
+# the data, the split, the kernels and the encoders (the design)
+
+@functools.lru_cache(maxsize=1)
+def load_split() -> dict:
+    """The digits with the study's fixed stratified split (read-only arrays).
+
+    Returns
+    -------
+    dict
+        ``images`` (1797, 64) raw pixel values 0..16, ``unit`` the rows normalised onto S^63,
+        ``labels`` (1797,), ``train`` and ``test`` (sorted row indices), ``sha256`` of the test
+        indices (int64, little endian).
+    """
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    images = np.asarray(images, dtype=float)
+    labels = np.asarray(labels, dtype=np.int64)
+    gen = np.random.default_rng(SPLIT_SEED)
+    test = []
+    for c in range(10):
+        members = np.flatnonzero(labels == c)
+        test.append(gen.permutation(members)[: int(math.ceil(TEST_FRACTION * members.size))])
+    test = np.sort(np.concatenate(test))
+    train = np.setdiff1d(np.arange(labels.size), test)
+    out = {"images": images, "unit": _unit(images, "images"), "labels": labels, "train": train, "test": test,
+           "sha256": hashlib.sha256(test.astype("<i8").tobytes()).hexdigest()}
+    for v in out.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    return out
+
+
+def _unit(x: NDArray, name: str) -> NDArray[np.float64]:
+    norm = np.sqrt(np.einsum("...d,...d->...", x, x))
+    if np.any(norm == 0):
+        raise ValueError(f"'{name}' has a zero row: it has no direction on the sphere")
+    return x / norm[..., None]
+
+
+def augment(images: NDArray, noise: float, *, rng) -> NDArray[np.float64]:
+    """Augmented views of raw 8x8 images (rows of 64 pixels 0..16), normalised onto S^63.
+
+    Each view shifts its image by dy, dx ~ uniform{-1, 0, 1} (zero fill), adds i.i.d. N(0, noise^2)
+    pixel noise and clips at 0. Shape ``(..., 64)`` in and out.
+    """
+    rng = np.random.default_rng(rng)
+    flat = np.asarray(images, dtype=float).reshape(-1, 8, 8)
+    n = flat.shape[0]
+    pad = np.zeros((n, 10, 10))
+    pad[:, 1:9, 1:9] = flat
+    dy, dx = rng.integers(-1, 2, size=(2, n))
+    rows = np.arange(8)[None, :] - dy[:, None] + 1
+    cols = np.arange(8)[None, :] - dx[:, None] + 1
+    out = pad[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]].reshape(n, 64)
+    if noise > 0:
+        out = np.maximum(out + noise * rng.standard_normal(out.shape), 0.0)
+    return _unit(out, "augmented views").reshape(np.shape(images))
+
+
+@functools.lru_cache(maxsize=1)
+def rff_map() -> tuple[NDArray, NDArray]:
+    """(W, b) of the random Fourier features, from RFF_SEED."""
+    gen = np.random.default_rng(RFF_SEED)
+    w = gen.standard_normal((RFF_FEATURES, 64)) / RFF_BANDWIDTH
+    b = gen.uniform(0.0, 2.0 * np.pi, RFF_FEATURES)
+    return w, b
+
+
+def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
+    """phi: unit pixel vectors (n, 64) -> unit embeddings (n, d) for ``pixels``, ``rff`` or ``mlp``
+    (the MLP from its flat parameter vector ``theta``)."""
+    if encoder == "pixels":
+        return lambda u: np.array(u, dtype=float)
+    if encoder == "rff":
+        w, b = rff_map()
+        return lambda u: _unit(np.cos(u @ w.T + b), "random features")
+    if encoder == "mlp":
+        net = TwoLayerEmbedding.from_vector(theta, 64, cfg["mlp_dim"], cfg["mlp_hidden"])
+        return lambda u: net(u)
+    raise ValueError(f"'encoder' must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+
+
+def class_members(labels: NDArray) -> tuple[NDArray, NDArray]:
+    """Per row, the padded indices of the rows with its label (itself included) and their mask."""
+    counts = np.bincount(labels)
+    width = int(counts.max())
+    idx = np.zeros((labels.size, width), dtype=np.int64)
+    mask = np.zeros((labels.size, width), dtype=bool)
+    for c in np.unique(labels):
+        rows = np.flatnonzero(labels == c)
+        idx[rows, : rows.size] = rows
+        mask[rows, : rows.size] = True
+    return idx, mask
+
+
+def training_tuples(split: dict, rows: NDArray, kernel: str, n: int, k: int, noise: float, rng):
+    """n InfoNCE tuples on the rows ``rows`` (a split): anchors uniform with replacement, positives
+    from the kernel within the same rows, (n, k) independent uniform negatives."""
+    labels = split["labels"][rows]
+    a = rng.integers(0, rows.size, n)
+    if kernel == "label":
+        idx, mask = class_members(labels)
+        cnt = mask.sum(axis=1)
+        pos = rows[idx[a, (rng.random(n) * cnt[a]).astype(np.int64)]]
+        x_pos = split["unit"][pos]
+    else:
+        x_pos = augment(split["images"][rows[a]], noise, rng=rng)
+    neg = rows[rng.integers(0, rows.size, (n, k))]
+    return TrainingSample(split["unit"][rows[a]], x_pos, split["unit"][neg])
+
+
+def scores_and_log_z(emb: NDArray, tau: float) -> tuple[NDArray, NDArray]:
+    """Scores s = e.e'/tau (N, N) and log Z(x) = log mean_y e^{s(x, y)} (log-sum-exp, exact)."""
+    s = emb @ emb.T / tau
+    smax = s.max(axis=1)
+    log_z = np.log(np.mean(np.exp(s - smax[:, None]), axis=1)) + smax
+    return s, log_z
+
+
+def ratio_block(s: NDArray, log_z: NDArray, neg: NDArray, grid: NDArray) -> NDArray:
+    """T_k = S_k / Z(x) = sum_{i <= k} e^{s(x, y_i)} / Z(x) at every grid k, shape (N, r, G), for
+    negatives ``neg`` (N, r, K) (row indices; nested over the grid)."""
+    n, r, kk = neg.shape
+    e = np.exp(np.take_along_axis(s, neg.reshape(n, r * kk), axis=1).reshape(n, r, kk) - log_z[:, None, None])
+    return np.cumsum(e, axis=2)[:, :, grid - 1]
+
+
+def gap_terms(w_pos: NDArray, t_k: NDArray, grid: NDArray) -> tuple[NDArray, NDArray]:
+    """Per tuple: log((e^{s+} + S_k)/(k Z)) and the same minus the control variate S_k/(kZ) - 1.
+
+    ``w_pos`` = e^{s+}/Z (N, r), ``t_k`` = S_k/Z (N, r, G)."""
+    kf = grid.astype(float)
+    plain = np.log(w_pos[:, :, None] + t_k) - np.log(kf)
+    return plain, plain - (t_k / kf - 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# schema
+
+S, K = ("setting",), ("setting", "k")
+C3D = ("setting", "n_train", "k_train")
+NATS = "nats (dimensionless, udunits '1')"
+MCSE = "sd over blocks / sqrt(n_blocks)"
+
+
+def _v(dims, long_name, description, units="1"):
+    return Var(dims, long_name, units, description)
+
+
+def _rate_vars(prefix: str, what: str) -> dict:
+    p = prefix
+    return {
+        f"{p}slope": _v(S, f"log-log slope of {what}", "WLS of log curve on log k and 1/k over k >= k_min "
+                        "(simkit.analysis.rate_verdict); -1 under the claim, -1/2 under the 1/sqrt(k) alternative"),
+        f"{p}slope_se": _v(S, f"jackknife standard error of the {what} slope", "delete-one-block jackknife"),
+        f"{p}slope_ci_low": _v(S, f"95% interval for the {what} slope, lower", "Student t, n_blocks - 1 df"),
+        f"{p}slope_ci_high": _v(S, f"95% interval for the {what} slope, upper", "Student t, n_blocks - 1 df"),
+        f"{p}slope_p_half": _v(S, f"p-value of {what} slope = -1/2", "two-sided t test, jackknife SE"),
+        f"{p}slope_p_one": _v(S, f"p-value of {what} slope = -1", "two-sided t test, jackknife SE"),
+        f"{p}slope_verdict_low": _v(S, f"verdict interval for the {what} slope, lower", f"level 1 - {ALPHA:g}"),
+        f"{p}slope_verdict_high": _v(S, f"verdict interval for the {what} slope, upper", f"level 1 - {ALPHA:g}"),
+        f"{p}k_min": _v(S, f"smallest k in the {what} fits", "smallest grid k >= k_min_factor * expansion_scale"),
+        f"{p}fit": _v(K, f"fitted {what}, in nats", "exp of the WLS fit of log curve on log k and 1/k"),
+        f"{p}resid_rate": _v(K, f"standardised residual of the {what} rate fit", "(log curve - fit) / "
+                             "(mcse / curve); only k >= k_min enter the fit"),
+    }
+
+
+SCHEMA = {
+    # coordinates and design
+    "setting": _v(S, "design setting", "encoder-kernel: encoder pixels, rff or mlp; kernel label or augment"),
+    "encoder": _v(S, "encoder phi", "pixels (normalised pixels, S^63), rff (random Fourier features from RFF_SEED, "
+                  "S^255) or mlp (two-layer tanh network trained by InfoNCE on the train split)"),
+    "kernel": _v(S, "positive kernel M", "label: uniform over the test images of x's digit (x included); augment: "
+                 "shift by -1/0/+1 pixel per axis and clipped Gaussian pixel noise"),
+    "tau": _v(S, "temperature tau", "score s(x, y) = phi(x).phi(y) / tau"),
+    "dim": _v(S, "embedding dimension d", "phi maps into S^{d-1}"),
+    "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
+    "n_train": _v(("n_train",), "training tuples n (C3)", "size of each MLP's training sample"),
+    "k_train": _v(("k_train",), "training negatives k (C3)", "negatives per training tuple"),
+    # raw blocks
+    "raw_gap": _v(("setting", "block", "k"), "per-block gap estimate, in nats", "mean over the block's tuples of "
+                  "log((e^{s+} + S_k)/(kZ)) - (S_k/(kZ) - 1); " + NATS),
+    "raw_gap_plain": _v(("setting", "block", "k"), "per-block gap without the control variate, in nats",
+                        "mean of log((e^{s+} + S_k)/(kZ)); " + NATS),
+    "raw_ell_inf": _v(("setting", "block"), "per-block mean of -s(x,x+) + log Z(x), in nats",
+                      "Monte Carlo cross-entropy (the positives of the block); " + NATS),
+    "raw_d": _v(("setting", "block", "k"), "per-block D_k estimate, in nats", "label kernel: mean over queries of "
+                "E_{x+}[log(1 + e^{s+}/S_k)] (positive Rao-Blackwellised over the class; the zero-mean "
+                "self-normalised term removed); NaN for the augmentation kernel (no density w.r.t. pi); " + NATS),
+    "raw_d_plain": _v(("setting", "block", "k"), "per-block R_k - CE(M_k, Q_k) without control variate, in nats",
+                      "E_{x+}[l_k] - (log S_k - V_k/W_k) with the exact per-database CE; NaN for augment; " + NATS),
+    "raw_no_match": _v(("setting", "block", "k"), "share of databases without a same-digit item",
+                       "queries whose k database points hold no image of the query's digit (M_k undefined; "
+                       "V_k/W_k := E_M s there); NaN for augment"),
+    "raw_c3_risk_train": _v(("setting", "block", "n_train", "k_train"), "per-block empirical risk R_hat_{n,k} "
+                            "of the trained MLP, in nats", "value at the L-BFGS-B solution; NaN for the untrained "
+                            "encoders; " + NATS),
+    "raw_c3_risk_test": _v(("setting", "block", "n_train", "k_train"), "per-block test risk R_k of the trained "
+                           "MLP, in nats", "log k + CE_test + the C1 gap estimator on the test split; NaN for the "
+                           "untrained encoders; " + NATS),
+    "raw_c3_ce_test": _v(("setting", "block", "n_train", "k_train"), "per-block test CE of the trained MLP, in nats",
+                         "exact for label, Monte Carlo (one view per test image) for augment; NaN for the untrained "
+                         "encoders; " + NATS),
+    "raw_c3_converged": _v(("setting", "block", "n_train", "k_train"), "L-BFGS-B converged (1) or stopped at "
+                           "c3_maxiter (0)", "scipy's success flag; NaN for the untrained encoders"),
+    # prepared constants
+    **{f"prep_{n}": _v(S, f"per-setting constant {n}", "prepare stage (simkit.diagnose on the test embeddings; "
+                       "nats for ce, c1, c2, d1)") for n in
+       ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "scale", "d1", "top1", "top1_mcse", "recall10",
+        "recall10_mcse", "fit_risk", "fit_converged", "fit_iterations", "ratio2")},
+    "prep_gap_exact": _v(("setting", "gap_exact_dim0"), "exact gap on the k grid, in nats", "prepare stage"),
+    "prep_gap_exact_mcse": _v(("setting", "gap_exact_mcse_dim0"), "MCSE of the exact gap, in nats",
+                              "prepare stage"),
+    "prep_theta": _v(("setting", "theta_dim0"), "trained MLP parameters", "[W1.ravel(), b1, W2.ravel()] "
+                     "(simkit.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
+    # C1 summaries
+    "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator"),
+    "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", MCSE),
+    "gap_plain": _v(K, "gap without the control variate, in nats", "block mean"),
+    "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", MCSE),
+    "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
+    "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
+    "gap_exact": _v(K, "exact gap, in nats", "simkit.diagnose gap_exact: simkit.exact_curve per anchor on a random "
+                    "subset of test anchors (two-phase estimator); for augment exact given the sampled views"),
+    "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "anchor subsampling (and views for augment)"),
+    "gap_z": _v(K, "standardised difference of gap from gap_exact", "(gap - gap_exact) / sqrt(gap_mcse^2 + "
+                "gap_exact_mcse^2); a diagnostic, not in the verdict"),
+    "ce": _v(S, "cross-entropy CE(M, Q) on the test split, in nats", "simkit.diagnose; exact for label"),
+    "ce_mcse": _v(S, "MCSE of ce, in nats", "0 where exact; views for augment"),
+    "ce_estimate": _v(S, "Monte Carlo CE, in nats", "block mean of -s(x,x+) + log Z(x)"),
+    "ce_estimate_mcse": _v(S, "MCSE of ce_estimate, in nats", MCSE),
+    "c1_exact": _v(S, "predicted c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] by simkit.diagnose: exact for label, Monte "
+                   "Carlo over n_views views per image for augment"),
+    "c1_exact_mcse": _v(S, "MCSE of c1_exact, in nats", "0 where exact"),
+    "c2_exact": _v(S, "predicted second-order constant c2, in nats", "simkit.diagnose c2"),
+    "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
+    "c1_estimate": _v(S, "fitted c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
+    "c1_estimate_mcse": _v(S, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
+    "c2_estimate": _v(S, "fitted c2, in nats", "coefficient of 1/k^2"),
+    "c2_estimate_mcse": _v(S, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    "c1_z": _v(S, "standardised difference of c1_estimate from c1_exact", "compared with Student t on "
+               "n_blocks - 1 df"),
+    "expansion_scale": _v(S, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) (simkit.diagnose)"),
+    "resid_c1": _v(K, "standardised residual of the c1 fit", "(gap - c1/k - c2/k^2) / gap_mcse"),
+    "verdict": _v(S, "verdict for C1", f"pass when the level-{1 - ALPHA:g} slope interval contains -1, slope = -1/2 "
+                  f"is rejected at {ALPHA:g} and |c1_z| is within the two-sided level-{ALPHA:g} Student t critical "
+                  "value; fail otherwise; error if a task failed"),
+    "verdict_reason": _v(S, "why a setting failed C1", "empty when it passed"),
+    **_rate_vars("", "gap_k"),
+    # C2 summaries
+    "d": _v(K, "D_k = R_k - E CE(M_k, Q_k), in nats", "block mean of raw_d; NaN for augment"),
+    "d_mcse": _v(K, "MCSE of d, in nats", MCSE),
+    "d_plain": _v(K, "D_k without the control variate, in nats", "block mean of raw_d_plain"),
+    "d_plain_mcse": _v(K, "MCSE of d_plain, in nats", MCSE),
+    "no_match": _v(K, "share of databases without a same-digit item", "block mean of raw_no_match"),
+    "d1_exact": _v(S, "predicted d1 = E_x[m1/Z], in nats", "first-order constant of D_k for the label kernel (the "
+                   "self-normalised term has mean 0); exact; NaN for augment"),
+    "d1_estimate": _v(S, "fitted d1, in nats", "WLS of D_k on 1/k and 1/k^2 over k >= d_k_min"),
+    "d1_estimate_mcse": _v(S, "MCSE of d1_estimate, in nats", "delete-one-block jackknife"),
+    "d1_z": _v(S, "standardised difference of d1_estimate from d1_exact", "diagnostic, not in the C2 verdict"),
+    "d_verdict": _v(S, "verdict for C2", f"label kernel: pass when the level-{1 - ALPHA:g} slope interval of D_k "
+                    f"contains -1 and slope = -1/2 is rejected at {ALPHA:g}; n/a for augment"),
+    "d_verdict_reason": _v(S, "why a setting failed C2", "empty when it passed"),
+    **_rate_vars("d_", "D_k"),
+    "top1": _v(S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
+               "whole test split (anchor excluded); computed for both kernels (same-digit is the ideal retrieval of "
+               "the label kernel)"),
+    "top1_mcse": _v(S, "MCSE of top1", "0: every test image is an anchor"),
+    "recall10": _v(S, "recall@10 of softmax retrieval for same-digit retrieval", "simkit.diagnose recall10"),
+    "recall10_mcse": _v(S, "MCSE of recall10", "0: every test image is an anchor"),
+    # C3 summaries
+    "c3_gap": _v(C3D, "train/test gap R_k,test - R_hat_{n,k} of the trained MLP, in nats", "block mean; NaN for "
+                 "the untrained encoders"),
+    "c3_gap_mcse": _v(C3D, "MCSE of c3_gap, in nats", MCSE + " (training samples, initialisations and the test "
+                      "estimator)"),
+    "c3_ce_gap": _v(C3D, "CE_test - (R_hat_{n,k} - log k) of the trained MLP, in nats", "the quantity of Theorem 1 "
+                    "(C3): sample variability + complexity + the finite-k bias"),
+    "c3_ce_gap_mcse": _v(C3D, "MCSE of c3_ce_gap, in nats", MCSE),
+    "c3_risk_train": _v(C3D, "empirical risk R_hat_{n,k}, in nats", "block mean"),
+    "c3_risk_train_mcse": _v(C3D, "MCSE of c3_risk_train, in nats", MCSE),
+    "c3_risk_test": _v(C3D, "test risk R_k, in nats", "block mean"),
+    "c3_risk_test_mcse": _v(C3D, "MCSE of c3_risk_test, in nats", MCSE),
+    "c3_converged": _v(C3D, "share of converged trainings", "block mean of raw_c3_converged"),
+    "c3_slope_n": _v(("setting", "k_train"), "slope of log c3_gap on log n", "WLS with jackknife SE "
+                     "(simkit.analysis.fit_rate without the 1/k term); C3 predicts -1/2 or steeper; NaN with fewer "
+                     "than 3 sizes or a non-positive mean gap"),
+    "c3_slope_n_se": _v(("setting", "k_train"), "jackknife SE of c3_slope_n", "delete-one-block jackknife"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# checks
+
+def _rate_check(ds, prefix: str, verdict: str, reason: str, what: str) -> dict:
+    keep = [i for i, v in enumerate(ds[verdict].values) if str(v) != "n/a"]
+    slope, se = ds[f"{prefix}slope"].values[keep], ds[f"{prefix}slope_se"].values[keep]
+    verdicts = [str(ds[verdict].values[i]) for i in keep]
+    worst = worst_slope(slope, se)
+    detail = "; ".join(
+        f"{ds['setting'].values[i]}: {what} slope {ds[f'{prefix}slope'].values[i]:.4f} ± "
+        f"{ds[f'{prefix}slope_se'].values[i]:.4f} -> {ds[verdict].values[i]}"
+        + (f" ({ds[reason].values[i]})" if str(ds[reason].values[i]) else "") for i in keep)
+    return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
+            "detail": detail}
+
+
+def _n_label(ds) -> int:
+    return int(sum(str(v) != "n/a" for v in ds["d_verdict"].values))
+
+
+C1_CHECK = Check(
+    claim="C1",
+    statistic=lambda ds: (f"real data (digits): slope of log gap_k on log k (with 1/k term), {ds.sizes['setting']} "
+                          f"encoder x kernel settings on the empirical test-image law; -1 in the level-{1 - ALPHA:g} "
+                          "interval, -1/2 rejected, fitted c1 within the Student t critical value of c1"),
+    evaluate=lambda ds: _rate_check(ds, "", "verdict", "verdict_reason", "gap"),
+    false_fail_rate=lambda ds: 1.0 - (1.0 - 2 * ALPHA) ** ds.sizes["setting"],
+)
+
+C2_CHECK = Check(
+    claim="C2",
+    statistic=lambda ds: (f"real data (digits): slope of log D_k on log k, D_k = R_k - E CE(M_k, Q_k) with "
+                          f"same-digit ideal retrieval, {_n_label(ds)} label-kernel settings; -1 in the "
+                          f"level-{1 - ALPHA:g} interval, -1/2 rejected"),
+    evaluate=lambda ds: _rate_check(ds, "d_", "d_verdict", "d_verdict_reason", "D"),
+    false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** _n_label(ds),
+)
+
+
+def _grid(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals) or any(b <= a for a, b in zip(vals, vals[1:])):
+        raise ValueError(f"'{name}' must be increasing integers >= 1, got {text!r}")
+    return vals
+
+
+# ----------------------------------------------------------------------------------------------
+# the study
+
+class Digits(Study):
+    name = "digits"
+    claim = "C1,C2,C3"
+    title = "Claims C1, C2, C3 on real data: handwritten digits with pixel, random-feature and trained encoders"
+    cell_dim = "setting"
+    ademp = {
+        "aim": "C1 (gap_k = c1/k + O(1/k^2), not 1/sqrt(k)), C2 (D_k = O(1/k)) and C3 (train/test gap against n "
+               "and k) on real images and real encoders",
+        "data": "sklearn load_digits (1,797 8x8 images), stratified half split from SPLIT_SEED; pi = uniform over "
+                "the test images on S^63; kernels same-digit and augmentation (shifts, pixel noise); encoders "
+                "normalised pixels, random Fourier features (RFF_SEED), two-layer MLP trained by InfoNCE on the "
+                "train split",
+        "estimand": "gap_k and D_k on a geometric k grid, their log-log slopes, c1; train/test gap G(n, k)",
+        "methods": "simkit.diagnose for the exact CE, c1, c2, exact gap curve and retrieval metrics; Monte Carlo "
+                   "gap with an exactly zero-mean control variate, D_k with exact per-database CE; "
+                   "simkit.analysis.rate_verdict; simkit.training.train for the MLPs",
+        "performance": "slope with 95% CI, p of slope = -1/2, c1 z-score, D_k slope, top-1 and recall@10, G with "
+                       "MCSE; MCSE of every estimate",
+    }
+    schema = SCHEMA
+    checks = (C1_CHECK, C2_CHECK)
+    params = {
+        "settings": Param("settings", str, ",".join(SETTINGS), "comma-separated encoder-kernel settings",
+                          choices=SETTINGS, multi=True),
+        "k_max": Param("k_max", int, 2048, "negatives per tuple (power of two); grid 1, 2, ..., k_max", low=16,
+                       high=1 << 16, power_of_two=True, quick=1024),
+        "n_blocks": Param("n_blocks", int, 16, "independent replicate blocks per setting", low=4, high=10000,
+                          quick=8),
+        "tuples_per_anchor": Param("tuples_per_anchor", int, 2, "tuples per test image and block", low=1, high=64,
+                                   quick=1),
+        "tau_pixels": Param("tau_pixels", float, 0.3, "temperature of the pixel encoder", low=0.05),
+        "tau_rff": Param("tau_rff", float, 0.3, "temperature of the random-feature encoder", low=0.05),
+        "tau_mlp": Param("tau_mlp", float, 0.5, "temperature of the MLP (training and evaluation)", low=0.05),
+        "aug_noise": Param("aug_noise", float, 1.0, "sd of the augmentation's pixel noise (pixel values 0..16)",
+                           low=0.0, high=16.0),
+        "n_views": Param("n_views", int, 32, "sampled views per image for the augmentation kernel's c1, CE and "
+                         "exact curve", low=2, high=1024, quick=8),
+        "n_exact_anchors": Param("n_exact_anchors", int, 256, "test anchors with an exact gap curve", low=3,
+                                 high=1000, quick=24),
+        "mlp_hidden": Param("mlp_hidden", int, 16, "hidden width of the MLP", low=1, high=1024),
+        "mlp_dim": Param("mlp_dim", int, 8, "output dimension of the MLP", low=2, high=1024),
+        "fit_n": Param("fit_n", int, 1024, "training tuples of the evaluated MLP", low=8, high=1 << 16, quick=256),
+        "fit_k": Param("fit_k", int, 16, "negatives per training tuple of the evaluated MLP", low=1, high=4096,
+                       quick=8),
+        "fit_maxiter": Param("fit_maxiter", int, 200, "L-BFGS-B iterations of the evaluated MLP", low=1,
+                             high=100000, quick=60),
+        "c3_n": Param("c3_n", str, "32,64,128,256", "C3 training sizes n (comma-separated)", quick="32,128"),
+        "c3_k": Param("c3_k", str, "2,8,32", "C3 training negatives k (comma-separated)", quick="2,16"),
+        "c3_maxiter": Param("c3_maxiter", int, 50, "L-BFGS-B iterations of each C3 training", low=1, high=100000,
+                            quick=30),
+        "c3_test_tuples": Param("c3_test_tuples", int, 4, "test tuples per test image for R_k,test", low=1,
+                                high=256, quick=2),
+        "k_min_factor": Param("k_min_factor", float, 16.0, "fit k >= k_min_factor * expansion scale", low=0.0),
+    }
+
+    def check_config(self, cfg):
+        _grid(cfg["c3_n"], "c3_n")
+        _grid(cfg["c3_k"], "c3_k")
+
+    def cells(self, cfg):
+        out = []
+        for name in cfg["settings"].split(","):
+            enc, ker = name.split("-")
+            out.append({"setting": name, "encoder": enc, "kernel": ker, "tau": float(cfg[f"tau_{enc}"]),
+                        "dim": {"pixels": 64, "rff": RFF_FEATURES, "mlp": cfg["mlp_dim"]}[enc]})
+        return out
+
+    def block_dims(self, cfg):
+        k = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
+        dims = {n: ("k",) for n in ("gap", "gap_plain", "d", "d_plain", "no_match")}
+        dims["ell_inf"] = ()
+        for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
+            dims[n] = ("n_train", "k_train")
+        return dims, {"k": k, "n_train": np.array(_grid(cfg["c3_n"], "c3_n")),
+                      "k_train": np.array(_grid(cfg["c3_k"], "c3_k"))}
+
+    # -- prepare: the encoder and the exact constants -----------------------------------------------
+
+    def prepare(self, cell, cfg, rng):
+        split = load_split()
+        test, tau = split["test"], cell["tau"]
+        out = {}
+        theta = None
+        if cell["encoder"] == "mlp":
+            sample = training_tuples(split, split["train"], cell["kernel"], cfg["fit_n"], cfg["fit_k"],
+                                     cfg["aug_noise"], rng)
+            init = TwoLayerEmbedding.random(64, cfg["mlp_dim"], cfg["mlp_hidden"], rng=rng)
+            res = train(EmpiricalRisk(sample, tau), init, maxiter=cfg["fit_maxiter"])
+            theta = np.asarray(res.embedding.params)
+            out.update(theta=theta, fit_risk=np.array(res.report.value), fit_converged=np.array(float(res.converged)),
+                       fit_iterations=np.array(float(res.report.iterations)))
+        phi = make_encoder(cell["encoder"], cfg, theta)
+        emb = phi(split["unit"][test])
+        grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
+        common = dict(tau=tau, k_grid=grid, n_exact_anchors=cfg["n_exact_anchors"], n_tuples=1, n_blocks=3,
+                      rng=rng)
+        labels = split["labels"][test]
+        lab = diagnose(emb, labels=labels, **(common if cell["kernel"] == "label" else
+                                               {**common, "n_exact_anchors": 0, "k_grid": grid[:4]}))
+        if cell["kernel"] == "label":
+            dg = lab
+        else:
+            views = phi(augment(np.repeat(split["images"][test][:, None, :], cfg["n_views"], axis=1),
+                                cfg["aug_noise"], rng=rng).reshape(-1, 64)).reshape(test.size, cfg["n_views"], -1)
+            dg = diagnose(emb, positive_embeddings=views, **common)
+        for name in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "gap_exact", "gap_exact_mcse"):
+            out[name] = np.asarray(dg[name].values, dtype=float)
+        out["scale"] = np.asarray(dg["expansion_scale"].values, dtype=float)
+        for name in ("top1", "top1_mcse", "recall10", "recall10_mcse"):
+            out[name] = np.asarray(lab[name].values, dtype=float)
+        # E_x[m1/Z] and E_x[Z2/Z^2] of the label kernel (d1 of C2), finite sums in log space
+        s, log_z = scores_and_log_z(emb, tau)
+        idx, mask = class_members(labels)
+        w = np.where(mask, np.exp(np.take_along_axis(s, idx, axis=1) - log_z[:, None]), 0.0)
+        out["d1"] = np.array(np.mean(w.sum(axis=1) / mask.sum(axis=1)) if cell["kernel"] == "label" else np.nan)
+        out["ratio2"] = np.array(np.mean(np.mean(np.exp(2 * (s - log_z[:, None])), axis=1)))
+        return out
+
+    # -- generate: one replicate block ----------------------------------------------------------------
+
+    def generate(self, cell, cfg, prep, rng):
+        split = load_split()
+        test, tau, kernel = split["test"], cell["tau"], cell["kernel"]
+        theta = prep.get("theta") if cell["encoder"] == "mlp" else None
+        phi = make_encoder(cell["encoder"], cfg, theta)
+        emb = phi(split["unit"][test])
+        grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
+        out = self._c1_c2_block(split, emb, phi, kernel, tau, grid, cfg["tuples_per_anchor"], cfg["aug_noise"], rng)
+        shape = (len(_grid(cfg["c3_n"], "c3_n")), len(_grid(cfg["c3_k"], "c3_k")))
+        for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
+            out[n] = np.full(shape, np.nan)
+        if cell["encoder"] == "mlp":
+            self._c3_block(split, cell, cfg, rng, out)
+        return out
+
+    @staticmethod
+    def _c1_c2_block(split, emb, phi, kernel, tau, grid, r, noise, rng) -> dict:
+        test = split["test"]
+        n = test.size
+        labels = split["labels"][test]
+        s, log_z = scores_and_log_z(emb, tau)
+        idx, mask = class_members(labels)
+        cnt = mask.sum(axis=1)
+        if kernel == "label":
+            pick = idx[np.arange(n)[:, None], (rng.random((n, r)) * cnt[:, None]).astype(np.int64)]
+            s_pos = np.take_along_axis(s, pick, axis=1)
+        else:
+            views = phi(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), noise,
+                                rng=rng).reshape(-1, 64)).reshape(n, r, -1)
+            s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
+        neg = rng.integers(0, n, size=(n, r, int(grid[-1])))
+        t_k = ratio_block(s, log_z, neg, grid)
+        w_pos = np.exp(s_pos - log_z[:, None])
+        plain, cv = gap_terms(w_pos, t_k, grid)
+        out = {"gap": cv.mean(axis=(0, 1)), "gap_plain": plain.mean(axis=(0, 1)),
+               "ell_inf": np.array(np.mean(log_z[:, None] - s_pos))}
+        nan = np.full(grid.size, np.nan)
+        if kernel != "label":
+            return {**out, "d": nan, "d_plain": nan.copy(), "no_match": nan.copy()}
+        # C2: the database of query x is its tuple's negatives. E_{x+} over the class (Rao-Blackwell):
+        # log(e^{s+} + S_k) - log S_k = log1p(W0 / T_k), W0 = e^{s+}/Z, T_k = S_k/Z
+        s_mem = np.take_along_axis(s, idx, axis=1)
+        w_mem = np.where(mask, np.exp(s_mem - log_z[:, None]), 0.0)  # (n, C)
+        pos_term = np.zeros_like(t_k)
+        for c in range(idx.shape[1]):  # loop over class members keeps memory at O(n r G)
+            pos_term += np.where(mask[:, c, None, None], np.log1p(w_mem[:, c, None, None] / t_k), 0.0)
+        pos_term /= cnt[:, None, None]
+        mean_s = np.where(mask, s_mem, 0.0).sum(axis=1) / cnt  # E_M s(x, x+), exact
+        same = labels[neg] == labels[:, None, None]
+        s_neg = np.take_along_axis(s, neg.reshape(n, -1), axis=1).reshape(neg.shape)
+        v_k = np.cumsum(np.where(same, s_neg, 0.0), axis=2)[:, :, grid - 1]
+        w_k = np.cumsum(same, axis=2)[:, :, grid - 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            snis = np.where(w_k > 0, v_k / np.maximum(w_k, 1), mean_s[:, None, None])
+        out["d"] = pos_term.mean(axis=(0, 1))
+        out["d_plain"] = (pos_term + snis - mean_s[:, None, None]).mean(axis=(0, 1))
+        out["no_match"] = (w_k == 0).mean(axis=(0, 1)).astype(float)
+        return out
+
+    @staticmethod
+    def _c3_block(split, cell, cfg, rng, out) -> None:
+        test, tau, kernel = split["test"], cell["tau"], cell["kernel"]
+        n_test = test.size
+        labels = split["labels"][test]
+        idx, mask = class_members(labels)
+        cnt = mask.sum(axis=1)
+        r = cfg["c3_test_tuples"]
+        for i, n in enumerate(_grid(cfg["c3_n"], "c3_n")):
+            for j, k in enumerate(_grid(cfg["c3_k"], "c3_k")):
+                sample = training_tuples(split, split["train"], kernel, n, k, cfg["aug_noise"], rng)
+                init = TwoLayerEmbedding.random(64, cfg["mlp_dim"], cfg["mlp_hidden"], rng=rng)
+                res = train(EmpiricalRisk(sample, tau), init, maxiter=cfg["c3_maxiter"])
+                net = res.embedding
+                emb = net(split["unit"][test])
+                s, log_z = scores_and_log_z(emb, tau)
+                if kernel == "label":
+                    s_mem = np.where(mask, np.take_along_axis(s, idx, axis=1), 0.0)
+                    ce = float(np.mean(log_z - s_mem.sum(axis=1) / cnt))
+                    pick = idx[np.arange(n_test)[:, None], (rng.random((n_test, r)) * cnt[:, None]).astype(np.int64)]
+                    s_pos = np.take_along_axis(s, pick, axis=1)
+                else:
+                    views = net(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), cfg["aug_noise"],
+                                        rng=rng).reshape(-1, 64)).reshape(n_test, r, -1)
+                    s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
+                    ce = float(np.mean(log_z[:, None] - s_pos))
+                neg = rng.integers(0, n_test, size=(n_test, r, k))
+                kk = np.array([k])
+                t_k = ratio_block(s, log_z, neg, kk)
+                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), t_k, kk)
+                out["c3_risk_train"][i, j] = res.report.value
+                out["c3_risk_test"][i, j] = math.log(k) + ce + float(cv.mean())
+                out["c3_ce_test"][i, j] = ce
+                out["c3_converged"][i, j] = float(res.converged)
+
+    # -- summarise -----------------------------------------------------------------------------------
+
+    def summarise(self, raw, cfg) -> dict:
+        k = raw["k"].values
+        n_set = raw.sizes["setting"]
+        out = {}
+        for name in ("gap", "gap_plain", "d", "d_plain", "no_match"):
+            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{name}"].values, axis=1)
+        out.pop("no_match_mcse")
+        out["ce_estimate"], out["ce_estimate_mcse"] = mean_mcse(raw["raw_ell_inf"].values, axis=1)
+        out["k_gap"], out["k_gap_mcse"] = out["gap"] * k, out["gap_mcse"] * k
+        prep = {n: raw[f"prep_{n}"].values for n in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "scale",
+                                                     "d1", "top1", "top1_mcse", "recall10", "recall10_mcse")}
+        errors = [bool(str(e)) for e in raw["cell_error"].values]
+        rows = [rate_verdict(k, raw["raw_gap"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
+                             float(prep["c1"][i]), float(prep["c1_mcse"][i]), alpha=ALPHA, test_constant=True,
+                             failed_blocks=errors[i]) for i in range(n_set)]
+        c1_names = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
+                    "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
+                    "fit_abs": "fit", "resid_const": "resid_c1", "reason": "verdict_reason"}
+        self._fields(out, rows, c1_names, "")
+        label = [str(v) == "label" for v in raw["kernel"].values]
+        d_rows = []
+        for i in range(n_set):
+            if label[i]:
+                d_rows.append(rate_verdict(k, raw["raw_d"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
+                                           float(prep["d1"][i]), 0.0, alpha=ALPHA, test_constant=False,
+                                           failed_blocks=errors[i]))
+            else:
+                nan_k = np.full(k.size, np.nan)
+                d_rows.append({**{f: math.nan for f in RATE_FIELDS}, "fit_abs": nan_k, "resid_rate": nan_k,
+                               "resid_const": nan_k, "verdict": "n/a", "reason": ""})
+        d_names = {"const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
+                   "reason": "d_verdict_reason", "verdict": "d_verdict"}
+        self._fields(out, d_rows, d_names, "d_")
+        out["c1_exact"], out["c1_exact_mcse"] = prep["c1"], prep["c1_mcse"]
+        out["c2_exact"], out["c2_exact_mcse"] = prep["c2"], prep["c2_mcse"]
+        out["d1_exact"] = prep["d1"]
+        for name in ("ce", "ce_mcse", "top1", "top1_mcse", "recall10", "recall10_mcse"):
+            out[name] = prep[name]
+        out["expansion_scale"] = prep["scale"]
+        out["gap_exact"], out["gap_exact_mcse"] = raw["prep_gap_exact"].values, raw["prep_gap_exact_mcse"].values
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["gap_z"] = (out["gap"] - out["gap_exact"]) / np.hypot(out["gap_mcse"], out["gap_exact_mcse"])
+        # C3
+        tr, te, ce = (raw[f"raw_c3_{n}"].values for n in ("risk_train", "risk_test", "ce_test"))
+        logk = np.log(raw["k_train"].values.astype(float))[None, None, None, :]
+        gap_blocks = te - tr
+        for name, blocks in (("c3_gap", gap_blocks), ("c3_ce_gap", ce - (tr - logk)), ("c3_risk_train", tr),
+                             ("c3_risk_test", te)):
+            out[name], out[f"{name}_mcse"] = mean_mcse(blocks, axis=1)
+        out["c3_converged"], _ = mean_mcse(raw["raw_c3_converged"].values, axis=1)
+        n_grid = raw["n_train"].values
+        slope = np.full((n_set, raw.sizes["k_train"]), np.nan)
+        slope_se = slope.copy()
+        for i in range(n_set):
+            for j in range(raw.sizes["k_train"]):
+                b = gap_blocks[i, :, :, j]
+                if n_grid.size >= 3 and np.all(np.isfinite(b)):
+                    f = fit_rate(n_grid, b, int(n_grid[0]), with_inverse=False)
+                    slope[i, j], slope_se[i, j] = f.slope, f.slope_se
+        out["c3_slope_n"], out["c3_slope_n_se"] = slope, slope_se
+        return out
+
+    @staticmethod
+    def _fields(out: dict, rows: list[dict], renamed: dict, prefix: str) -> None:
+        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
+            name = renamed.get(field, f"{prefix}{field}" if field not in ("fit_abs",) else f"{prefix}fit")
+            if name in SCHEMA:
+                out[name] = [r[field] for r in rows]
+
+    def attrs(self, cfg):
+        split = load_split()
+        return {"alpha": ALPHA, "split_seed": SPLIT_SEED, "rff_seed": RFF_SEED, "rff_features": RFF_FEATURES,
+                "rff_bandwidth": RFF_BANDWIDTH, "test_fraction": TEST_FRACTION, "n_train_images": int(split["train"].size),
+                "n_test_images": int(split["test"].size), "test_index_sha256": split["sha256"],
+                "pi": "uniform over the test images (normalised pixels on S^63)"}
+
+    def report_sections(self, doc, ds):
+        from simkit.report.digits import digits_sections
+        digits_sections(doc, ds)
+
+    def summary_text(self, ds) -> str:
+        lines = [f"{'setting':<15}{'slope ± SE':>19}{'p(-1/2)':>10}{'c1 exact':>18}{'c1 fit':>18}{'z':>7}"
+                 f"{'D slope ± SE':>19}{'top1':>7}{'R@10':>7}  C1 / C2"]
+        for i, s in enumerate(ds["setting"].values):
+            v = lambda n: float(ds[n].values[i])  # noqa: E731
+            lines.append(f"{s:<15}{v('slope'):>10.4f} ± {v('slope_se'):<6.4f}{v('slope_p_half'):>10.1e}"
+                         f"{v('c1_exact'):>9.4f} ± {v('c1_exact_mcse'):<6.4f}{v('c1_estimate'):>9.4f} ± "
+                         f"{v('c1_estimate_mcse'):<6.4f}{v('c1_z'):>+7.2f}{v('d_slope'):>10.4f} ± "
+                         f"{v('d_slope_se'):<6.4f}{v('top1'):>7.3f}{v('recall10'):>7.3f}  {ds['verdict'].values[i]} / "
+                         f"{ds['d_verdict'].values[i]}")
+        lines.append("")
+        lines.append("C3 train/test gap R_k,test - R_hat_{n,k} (mlp settings), rows n, columns k = "
+                     + ", ".join(str(int(x)) for x in ds["k_train"].values))
+        for i, s in enumerate(ds["setting"].values):
+            if not np.any(np.isfinite(ds["c3_gap"].values[i])):
+                continue
+            for a, n in enumerate(ds["n_train"].values):
+                cells = "".join(f"{ds['c3_gap'].values[i, a, b]:>9.4f} ± {ds['c3_gap_mcse'].values[i, a, b]:<7.4f}"
+                                for b in range(ds.sizes["k_train"]))
+                lines.append(f"{s:<15} n = {int(n):<6}{cells}")
+        return "\n".join(lines)
+
+
+STUDY = Digits()
+
+if __name__ == "__main__":
+    from simkit.cli import main
+    sys.exit(main(["run", "digits", *sys.argv[1:]]))
