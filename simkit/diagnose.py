@@ -213,7 +213,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         every row is an anchor, a partition of each anchor's tuples); its MCSE and the slope's
         jackknife interval come from them.
     block_size : int, optional
-        Anchors per score block (memory ~ 3 * 8 * block_size * N bytes); default 2**23 // N, >= 1.
+        Anchors per score block (memory ~ 2 * 8 * block_size * N bytes); default 2**23 // N, >= 1.
     rng : seed or numpy.random.Generator
         Randomness of the anchor subsample, the block partition and the tuples (default seed 0:
         the diagnosis is reproducible).
@@ -350,11 +350,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         e = np.subtract(s, smax[:, None])
         np.exp(e, out=e)
         z1 = e.sum(axis=1)
-        e2 = e * e
-        z2 = e2.sum(axis=1)
-        e2 *= e
-        z3 = e2.sum(axis=1)
-        del e2
+        z2 = np.einsum("ij,ij->i", e, e)  # no (B, N) temporaries
+        z3 = np.einsum("ij,ij,ij->i", e, e, e)
         log_z[b0:b0 + idx.size] = np.log(z1) + smax - log_n
         ratio2[b0:b0 + idx.size] = n * z2 / z1**2
         ratio3[b0:b0 + idx.size] = n * n * z3 / z1**3

@@ -157,7 +157,7 @@ def _write_report(ds, path: Path) -> None:
 
     k = ds["k"].values.astype(float)
     gap, se = ds["gap"].values, ds["gap_mcse"].values
-    ex, pred = ds["gap_exact"].values, ds["gap_predicted"].values
+    ex = ds["gap_exact"].values
     eps = float(ds.attrs["eps"])
     k_for = float(ds["k_for_bias"])
     c1, c2 = float(ds["c1"]), float(ds["c2"])
