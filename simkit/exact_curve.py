@@ -15,7 +15,13 @@ Public functions:
 * :func:`expected_log_sum` -- that expectation per anchor, for scores with finitely many values
   (the building block; also used by :mod:`simkit.diagnose` for finite data sets);
 * :func:`expected_log_sum_parts` -- the same split as ``(log mu_k, E log(Y_k/mu_k))``: the second
-  part is the small quantity a gap is made of, computed to full relative accuracy.
+  part is the small quantity a gap is made of, computed to full relative accuracy;
+* :func:`gap_curve` -- the exact ``gap_k = R_k - log k - CE`` and ``R_k`` on a k grid for
+  (pi, M, tau) with phi = identity (or a general embedding for Discrete pi on S^1, S^2): exact for
+  uniform and single-vMF pi with isotropic kernels and for Discrete pi, Monte Carlo over x with
+  exact inner integrals otherwise (a :class:`GapCurve` with MCSEs and the covariance across k);
+* :func:`second_order_constant` -- ``c2`` of ``gap_k = c1/k + c2/k^2 + O(1/k^3)``
+  (docs/second-order.md).
 
 Numerics (see :func:`expected_log_sum_parts`, Notes): scores are shifted by the per-anchor
 maximum, the integral is taken in ``w = log t`` with the trapezoidal rule on a fixed step, and the
@@ -556,7 +562,6 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         if not callable(embedding):
             raise ValueError(f"'embedding' must be callable, got {type(embedding).__name__}")
         return _discrete_embedded_curve(pi, kernel, tau, kf, embedding, check_int("n_sphere", n_sphere, low=2))
-    d = pi.dim
     kap_k = _kernel_kappa(kernel)
     if isinstance(pi, Discrete):
         kap_pi = 0.0
