@@ -398,35 +398,39 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
             #       = log1p(m1 / (k Z)) + centred (no cancellation between large terms)
             _, centred = expected_log_sum_parts(p_s, p_w, s[sel], np.full(n, 1.0 / n), ks)
             gap_ex[b0 + sel] = np.log1p(mu0[b0 + sel][:, None] / ks[None, :]) + centred
-        # Monte Carlo InfoNCE tuples, in chunks of at most ~2**21 negative scores
-        chunk = max(1, (1 << 21) // (idx.size * k_max))
-        for r0 in range(0, per_anchor, chunk):
-            nr = min(chunk, per_anchor - r0)
-            neg = gen.integers(0, n, size=(idx.size, nr * k_max), dtype=np.int32 if n < 2**31 else np.int64)
-            s_neg = np.take_along_axis(s, neg, axis=1).reshape(idx.size, nr, k_max)
-            del neg
-            s_pos = np.empty((idx.size, nr))
-            for r in range(idx.size):
-                ps = pos_scores[r]
-                s_pos[r] = ps[gen.integers(0, ps.size, size=nr)]  # the weights are uniform
-            sh = smax[:, None, None]
-            with np.errstate(divide="ignore"):  # log 0 is caught below
-                cum = np.log(np.cumsum(np.add.reduceat(np.exp(s_neg - sh), seg_edges[:-1], axis=2), axis=2)) + sh
-            if not np.all(np.isfinite(cum)):  # e^{s - s_max} underflowed (tau < ~0.003): segment-wise logsumexp
-                seg = np.stack([logsumexp(s_neg[:, :, seg_edges[g]:seg_edges[g + 1]], axis=2)
-                                for g in range(ks.size)], axis=2)
-                cum = np.logaddexp.accumulate(seg, axis=2)
-            del s_neg
-            lse = np.logaddexp(cum, s_pos[:, :, None])  # log(e^{s+} + sum_{i<=k} e^{s_i}), (B, nr, K)
-            g_t = lse - np.log(ks)[None, None, :] - log_z[b0:b0 + idx.size][:, None, None]
-            l_t = lse - s_pos[:, :, None]
-            if census:  # blocks of tuples: block of tuple rep j is j mod n_blocks
-                blk = np.broadcast_to((r0 + np.arange(nr)) % n_blocks, (idx.size, nr))
-            else:  # blocks of anchors
-                blk = np.broadcast_to(block_of[b0:b0 + idx.size, None], (idx.size, nr))
-            np.add.at(gap_mc, blk.ravel(), g_t.reshape(-1, ks.size))
-            np.add.at(risk_mc, blk.ravel(), l_t.reshape(-1, ks.size))
-            np.add.at(cnt_mc, blk.ravel(), 1.0)
+        # Monte Carlo InfoNCE tuples, in chunks of at most ~2**21 negative scores (anchors x reps x k_max)
+        rb = max(1, (1 << 21) // k_max)
+        for q0 in range(0, idx.size, rb):
+            q = slice(q0, min(idx.size, q0 + rb))
+            nq = q.stop - q.start
+            chunk = max(1, (1 << 21) // (nq * k_max))
+            for r0 in range(0, per_anchor, chunk):
+                nr = min(chunk, per_anchor - r0)
+                neg = gen.integers(0, n, size=(nq, nr * k_max), dtype=np.int32 if n < 2**31 else np.int64)
+                s_neg = np.take_along_axis(s[q], neg, axis=1).reshape(nq, nr, k_max)
+                del neg
+                s_pos = np.empty((nq, nr))
+                for r in range(nq):
+                    ps = pos_scores[q0 + r]
+                    s_pos[r] = ps[gen.integers(0, ps.size, size=nr)]  # the weights are uniform
+                sh = smax[q, None, None]
+                with np.errstate(divide="ignore"):  # log 0 is caught below
+                    cum = np.log(np.cumsum(np.add.reduceat(np.exp(s_neg - sh), seg_edges[:-1], axis=2), axis=2)) + sh
+                if not np.all(np.isfinite(cum)):  # e^{s - s_max} underflowed (tau < ~0.003): segment-wise
+                    seg = np.stack([logsumexp(s_neg[:, :, seg_edges[g]:seg_edges[g + 1]], axis=2)
+                                    for g in range(ks.size)], axis=2)
+                    cum = np.logaddexp.accumulate(seg, axis=2)
+                del s_neg
+                lse = np.logaddexp(cum, s_pos[:, :, None])  # log(e^{s+} + sum_{i<=k} e^{s_i}), (nq, nr, K)
+                g_t = lse - np.log(ks)[None, None, :] - log_z[b0 + q0:b0 + q0 + nq][:, None, None]
+                l_t = lse - s_pos[:, :, None]
+                if census:  # blocks of tuples: block of tuple rep j is j mod n_blocks
+                    blk = np.broadcast_to((r0 + np.arange(nr)) % n_blocks, (nq, nr))
+                else:  # blocks of anchors
+                    blk = np.broadcast_to(block_of[b0 + q0:b0 + q0 + nq, None], (nq, nr))
+                np.add.at(gap_mc, blk.ravel(), g_t.reshape(-1, ks.size))
+                np.add.at(risk_mc, blk.ravel(), l_t.reshape(-1, ks.size))
+                np.add.at(cnt_mc, blk.ravel(), 1.0)
         # retrieval agreement (label and index kernels)
         if kind != "positive_embeddings":
             s[rows, idx] = -np.inf  # exclude the anchor itself
