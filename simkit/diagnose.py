@@ -204,9 +204,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         is ~40 microseconds per row per anchor (simkit.exact_curve; ~4 s per anchor at N = 10^5).
         Default ``min(n_anchors, max(3, 2**16 // N))`` (every anchor for N <= 256), and 0 (no exact
         curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed
-        64 MiB, nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an anchor costs ~4 s and ~1.3 GB
-        there, which would break the O(N d + block N) memory bound. The mean over
-        these anchors uses the per-anchor prediction c1/k + c2/k^2, known at every anchor, as a
+        32 MiB (~3.6 such arrays at its peak), nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an
+        anchor costs ~4 s and ~1.3 GB there, which would break the O(N d + block N) memory bound
+        (pass ``n_exact_anchors`` to have it anyway). The mean over these anchors uses the per-anchor prediction c1/k + c2/k^2, known at every anchor, as a
         control variate (two-phase sampling) wherever that reduces the spread.
     n_blocks : int
         Independent blocks of the Monte Carlo gap (a random partition of the anchor subsample; when
@@ -302,9 +302,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     anchors = np.arange(n) if n_a == n else np.sort(gen.choice(n, size=n_a, replace=False))
     if n_exact_anchors is None:
         # simkit.exact_curve holds (nodes x N) arrays per anchor, nodes ~ 8 (score range + 25 + log k_max):
-        # by default only while one such array stays within 64 MiB (N <~ 25,000 at tau = 0.2)
+        # (~3.6 of them at its peak): by default only while one stays within 32 MiB (N <~ 12,500 at tau = 0.2)
         nodes = 8.0 * (2.0 / tau + 25.0 + math.log(float(ks[-1])))
-        n_ex = min(n_a, max(3, (1 << 16) // n)) if n * nodes <= (1 << 23) else 0
+        n_ex = min(n_a, max(3, (1 << 16) // n)) if n * nodes <= (1 << 22) else 0
     else:
         n_ex = min(n_exact_anchors, n_a)
     exact_set = np.zeros(n_a, dtype=bool)
