@@ -382,12 +382,6 @@ def test_second_order_constant_is_the_limit_of_the_exact_curve(case):
     assert abs(f[-1] - c2) < 5e-3 * abs(c2)
 
 
-def test_second_order_constant_uniform_d3_value():
-    """uniform pi on S^2, vMF(10) kernel, tau = 0.1 (Q = M): c2 = -2.305556 (value recorded from
-    the exact curve's Richardson limit, which agrees with the closed form to 8 digits)."""
-    assert abs(second_order_constant(Uniform(3), VMFKernel(10.0), 0.1) - (-2.3055555)) < 1e-6
-
-
 # ----------------------------------------------------------------------------------------------
 # Discrete pi with a general embedding (p = 3)
 
@@ -468,3 +462,18 @@ def test_gap_curve_mpmath_frullani_uniform_d3(k):
     truth = _mp_uniform_d3_gap(k, 10.0)
     g = gap_curve(Uniform(3), VMFKernel(10.0), 0.1, [k]).gap[0]
     assert abs(g - truth) <= 1e-11 * abs(truth)
+
+
+@pytest.mark.parametrize("kappa", [3.0, 10.0, 25.0])
+def test_second_order_constant_uniform_d3_closed_form(kappa):
+    """Uniform pi on S^2, vMF kernel, tau = 1/kappa: with r2 = kappa coth kappa and
+    r3 = kappa^2 sinh(3 kappa) / (3 sinh^3 kappa) (= m2/Z^2), c2 = -r3/2 + r2 (r2 - 1) + (r3 - 3 r2 + 2)/3
+    - 3 (r2 - 1)^2/4 (docs/second-order.md section 4), evaluated in mpmath."""
+    with mp.workdps(30):
+        k = mp.mpf(kappa)
+        r2 = k * mp.coth(k)
+        r3 = k**2 * mp.sinh(3 * k) / (3 * mp.sinh(k) ** 3)
+        truth = float(-r3 / 2 + r2 * (r2 - 1) + (r3 - 3 * r2 + 2) / 3 - 3 * (r2 - 1) ** 2 / 4)
+    assert abs(second_order_constant(Uniform(3), VMFKernel(kappa), 1.0 / kappa) - truth) < 1e-11 * max(1.0, abs(truth))
+    if kappa == 10.0:
+        assert abs(truth - (kappa**2 / 36 - kappa / 2 - 1 / 12)) < 1e-6  # the large-kappa form
