@@ -509,6 +509,14 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     if np.sum(ks >= k_min) < 4:
         k_min = int(ks[-4])
     fit = fit_rate(ks, gap_blocks, k_min, with_inverse=True)
+    sel = ks >= k_min
+    if np.isfinite(fit.slope):
+        slope_note = "fitted"
+    elif np.any(gap[sel] <= 0):
+        slope_note = (f"the Monte Carlo gap is not positive at some k >= {k_min} (log scale impossible): "
+                      "more tuples (n_tuples) or a smaller k grid")
+    else:
+        slope_note = "too few blocks or no Monte Carlo variation for the jackknife"
     predicted = c1 / kf + c2 / kf**2
     bias_at_k = float(c1 / k + c2 / k**2) if k is not None else float("nan")
     k_for = _k_for_bias(c1, c2, eps)
@@ -594,6 +602,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         "tuples_per_anchor": int(per_anchor),
         "exact_curve": "simkit.exact_curve.expected_log_sum_parts",
         "slope_pre_asymptotic": pre_asymptotic,
+        "slope_note": slope_note,
         "n_anchors_no_other_positive": n_no_other,
         "n_positives_per_row": (int(views.shape[1]) if views is not None else int(pos.shape[1]) if pos is not None
                                 else -1),

@@ -124,7 +124,10 @@ def _summary(ds) -> str:
              f"(95%; p of slope = -1/2: {g('slope_p_half'):.2g})"]
     if ds.attrs["k"] >= 1:
         lines.append(f"  predicted bias at k = {ds.attrs['k']}: {g('bias_at_k'):.4g} nats")
-    lines.append(f"  negatives needed for |bias| <= {ds.attrs['eps']:g} nats: k = {int(g('k_for_bias'))}")
+    kb = g("k_for_bias")
+    lines.append(f"  negatives needed for |bias| <= {ds.attrs['eps']:g} nats: k = {int(kb) if np.isfinite(kb) else 'n/a'}")
+    if not np.isfinite(g("slope")):
+        lines.append(f"  slope not fitted: {ds.attrs.get('slope_note', '')}")
     if "top1" in ds:
         lines.append(f"  retrieval: top-1 = {g('top1'):.4g} ± {g('top1_mcse'):.2g}, recall@10 = {g('recall10'):.4g} "
                      f"± {g('recall10_mcse'):.2g}")

@@ -138,16 +138,17 @@ def test_same_label_ce_and_c1_larger_case_by_hand():
     assert float(ds["c1"]) == pytest.approx(c1, rel=1e-12)
 
 
-def test_c2_is_the_limit_of_the_exact_curve():
+@pytest.mark.parametrize("kernel", ["labels", "positives"])
+def test_c2_is_the_limit_of_the_exact_curve(kernel):
     """c2 (derived in simkit.diagnose) against the exact curve's limit k (k gap_k - c1): Richardson
     extrapolation 2 f(2k) - f(k) of f(k) = k^2 (gap_k - c1/k) from simkit.exact_curve at k = 2^14, 2^15,
     with the atoms built here (not by diagnose)."""
     from simkit.exact_curve import expected_log_sum_parts
     phi = _unit(SMALL_X)
-    plists = _positive_lists(6, labels=SMALL_LABELS)
+    plists = _positive_lists(6, SMALL_LABELS if kernel == "labels" else None, SMALL_POS if kernel != "labels" else None)
     ce, c1, c2, s = _hand_ce_c1_c2(phi, TAU, plists)
     s = np.array(s)
-    pw = np.array([[1.0 / len(pl) if j in pl else 0.0 for j in range(6)] for pl in plists])
+    pw = np.array([[pl.count(j) / len(pl) for j in range(6)] for pl in plists])
     ks = np.array([2**14, 2**15])
     _, centred = expected_log_sum_parts(s, pw, s, np.full(6, 1 / 6), ks)
     logz = np.log(np.exp(s).mean(axis=1))
@@ -155,7 +156,8 @@ def test_c2_is_the_limit_of_the_exact_curve():
     gap = (np.log1p(mu0[:, None] / ks[None, :]) + centred).mean(axis=0)
     f = ks**2 * (gap - c1 / ks)
     limit = 2 * f[1] - f[0]
-    ds = diagnose(SMALL_X, labels=SMALL_LABELS, tau=TAU, n_tuples=1 << 10, rng=0)
+    kw = {"labels": SMALL_LABELS} if kernel == "labels" else {"positives": SMALL_POS}
+    ds = diagnose(SMALL_X, **kw, tau=TAU, n_tuples=1 << 10, rng=0)
     assert float(ds["c2"]) == pytest.approx(limit, rel=1e-5)
     assert float(ds["c2"]) == pytest.approx(c2, rel=1e-12)
 
