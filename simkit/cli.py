@@ -127,18 +127,28 @@ def _connect(address: str | None):
 
 
 def _run(args) -> int:
-    from simkit.runner import get_study, resolve_config, run_study
+    from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config,
+                               run_study)
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
         out = _check_path("--out", args.out, ".nc") or Path("data") / f"{study.name}.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / f"{out.stem}.pdf"
+        check_writable("--out", out)  # the dataset and the checkpoint directory beside it
+        if not args.no_report:
+            check_writable("--report", report)
         executor = _connect(args.scheduler)  # last: it is the only check that contacts anything
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
         result = run_study(study, cfg, out, executor=executor, progress=not args.no_progress)
+    except OutputBusy as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    except (WriteFailed, ExecutorLost) as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 1
     finally:
         if executor is not None:
             executor.close()
@@ -149,7 +159,12 @@ def _run(args) -> int:
         print(f"simkit: {len(result.errors)} task(s) failed; see the dataset's cell_error and attrs['errors']",
               file=sys.stderr)
     if not args.no_report:
-        study.report(result.dataset, report)
+        try:
+            study.report(result.dataset, report)
+        except WriteFailed as exc:
+            print(f"simkit: error: {exc}; the dataset is written: 'simkit report {result.path}' retries",
+                  file=sys.stderr)
+            return 1
         print(f"simkit: wrote {report}")
     text = study.summary_text(result.dataset)
     if text:
@@ -158,7 +173,7 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from simkit.runner import get_study, read_dataset
+    from simkit.runner import WriteFailed, check_writable, get_study, read_dataset
     try:
         ds = read_dataset(args.dataset)
         try:
@@ -166,20 +181,28 @@ def _report(args) -> int:
         except ValueError:
             raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
         out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
+        check_writable("--out", out)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    study.report(ds, out)
+    try:
+        study.report(ds, out)
+    except WriteFailed as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 1
     print(f"simkit: wrote {out}")
     return 0
 
 
 def _validate(args) -> int:
+    from simkit.runner import ExecutorLost, OutputBusy, WriteFailed, check_writable
     from simkit.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
         out = _check_path("--out", args.out, ".nc") or Path("data") / "validation.nc"
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / "validation.pdf"
+        check_writable("--out", out)
+        check_writable("--report", report)
         executor = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
@@ -190,6 +213,12 @@ def _validate(args) -> int:
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
+    except OutputBusy as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    except (WriteFailed, ExecutorLost) as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 1
     finally:
         if executor is not None:
             executor.close()

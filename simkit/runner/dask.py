@@ -14,12 +14,13 @@ records it in the dataset and goes on.
 
 from __future__ import annotations
 
+import logging
 import socket
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from simkit.runner.executors import DependencyFailed
+from simkit.runner.executors import DependencyFailed, ExecutorLost
 
 __all__ = ["DaskExecutor"]
 
@@ -52,6 +53,15 @@ def _check_address(address: str) -> None:
         raise ValueError(f"'scheduler' {address!r} is not reachable ({reason})") from None
 
 
+def _silence(prefix: str) -> dict[str, int]:
+    """Silence the loggers under ``prefix`` (each may have its own level); returns their old levels."""
+    names = [prefix, *(n for n in logging.root.manager.loggerDict if n.startswith(prefix + "."))]
+    old = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
+    return old
+
+
 class DaskExecutor:
     """Executor that runs engine tasks on a ``distributed.Client``.
 
@@ -81,6 +91,7 @@ class DaskExecutor:
             except (ValueError, TypeError) as exc:  # malformed: no port, unknown scheme, ...
                 raise ValueError(f"'scheduler' {scheduler!r} is not a Dask scheduler address ({exc})") from None
         self.n_workers = len(self.client.scheduler_info().get("workers", {}))
+        self.address = str(getattr(self.client.scheduler, "address", scheduler))
         self._futures: list = []
 
     def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[Any, Any, BaseException | None]]:
@@ -106,9 +117,15 @@ class DaskExecutor:
             key = futures[fut]
             try:
                 result = fut.result()
-            except (KeyboardInterrupt, SystemExit):
+            except (KeyboardInterrupt, SystemExit, GeneratorExit):
                 raise
-            except Exception as exc:  # the task raised, or its worker failed too often
+            except BaseException as exc:  # the task raised, its worker failed too often, or the scheduler went
+                if fut.status == "cancelled" or self.client.status not in ("running", "connecting"):
+                    # nobody cancelled it here: the client lost its scheduler. Its reconnection attempts
+                    # would log tracebacks for CONNECT_TIMEOUT s: the one-line error says it all
+                    self._lost = True
+                    self._log_levels = _silence("distributed")
+                    raise ExecutorLost(f"the Dask scheduler {self.address} was lost ({type(exc).__name__})") from None
                 dep = deps.get(key)
                 yield key, None, (DependencyFailed(str(exc)) if dep is not None and dep.status == "error" else exc)
             else:
@@ -118,6 +135,16 @@ class DaskExecutor:
                     fut.release()  # results are checkpointed by the engine; keep only what others need
 
     def close(self) -> None:
+        if getattr(self, "_lost", False):  # nothing to cancel, nobody to tell
+            self._futures = []
+            if self._own:
+                try:
+                    self.client.close(timeout=2)
+                except Exception:  # noqa: BLE001 - the scheduler is gone; the client is discarded
+                    pass
+            for name, level in self._log_levels.items():
+                logging.getLogger(name).setLevel(level)
+            return
         for fut in self._futures:
             fut.cancel()
         self._futures = []

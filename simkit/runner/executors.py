@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-__all__ = ["Executor", "InProcessExecutor", "DependencyFailed"]
+__all__ = ["Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost"]
 
 
 class DependencyFailed(Exception):
     """A task was not run because the task it depends on (its cell's preparation) failed."""
+
+
+class ExecutorLost(RuntimeError):
+    """The executor itself failed (e.g. the Dask scheduler went away): no task result can arrive."""
 
 
 class Executor(Protocol):

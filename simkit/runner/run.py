@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from simkit.runner.executors import DependencyFailed, Executor, InProcessExecutor
+from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor
 from simkit.runner.params import resolve_config
 from simkit.runner.provenance import git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
-from simkit.runner.storage import Checkpoint, write_dataset
+from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
 __all__ = ["RunResult", "run_study", "execute_task", "make_executor", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
@@ -169,6 +169,16 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     if executor is None:
         executor = scheduler
     out = Path(out) if out is not None else Path("data") / f"{study.name}.nc"
+    check_writable("--out", out)  # before anything runs or is written
+    lock = RunLock(out)
+    lock.acquire()  # OutputBusy while another process runs the same output
+    try:
+        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after)
+    finally:
+        lock.release()
+
+
+def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after) -> RunResult:
     t0 = time.perf_counter()
     owned = executor is None or not hasattr(executor, "run")
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
@@ -251,6 +261,15 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
               f"run the same command again to resume", file=sys.stderr)
         return RunResult(None, out, False, n_tasks, done, errors, time.perf_counter() - t0)
+    except (WriteFailed, ExecutorLost) as exc:  # keep every finished task; the same command resumes
+        if bar is not None:
+            bar.close()
+            bar = None
+        if owned:
+            executor.close()
+        done = len(preps) + len(blocks)
+        raise type(exc)(f"{exc}; {done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command "
+                        "again to resume") from None
     finally:
         if bar is not None:
             bar.close()
@@ -263,7 +282,11 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     ds.attrs.update(study.attrs(cfg))
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
                                   resumed=resumed, errors=errors))
-    write_dataset(ds, out)
+    try:
+        write_dataset(ds, out)
+    except WriteFailed as exc:
+        raise WriteFailed(f"{exc}; all {n_tasks} tasks are kept in {ckpt.dir}; run the same command again to "
+                          "write it") from None
     if not errors and not keep_checkpoint:
         ckpt.remove()
     return RunResult(ds, out, True, n_tasks, len(preps) + len(blocks), errors, float(ds.attrs["wall_time_s"]))

@@ -14,10 +14,14 @@ carry no ``_FillValue``.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +30,8 @@ import xarray as xr
 
 from simkit.runner.seeds import canonical
 
-__all__ = ["atomic_write", "Checkpoint", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS"]
+__all__ = ["atomic_write", "Checkpoint", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS",
+           "OutputBusy", "WriteFailed", "RunLock", "check_writable"]
 
 #: attributes that describe a run rather than its results (excluded when comparing datasets)
 VOLATILE_ATTRS = ("created", "wall_time_s", "engine", "n_workers", "resumed_tasks", "history")
@@ -35,24 +40,109 @@ VOLATILE_ATTRS = ("created", "wall_time_s", "engine", "n_workers", "resumed_task
 LABELLED_DIMS = "simkit_labelled_dims"
 
 
+class OutputBusy(ValueError):
+    """Another running simkit process holds the lock of this output."""
+
+
+class WriteFailed(RuntimeError):
+    """A file could not be written (no space left, I/O error, permissions); no partial file is left."""
+
+
+def _describe(exc: OSError) -> str:
+    return exc.strerror or (errno.errorcode.get(exc.errno, "") if exc.errno else "") or type(exc).__name__
+
+
+def check_writable(option: str, path: str | os.PathLike) -> None:
+    """ValueError (naming ``option``) unless a file can be created in ``path``'s directory.
+
+    Probes the nearest existing ancestor with a temporary file that is removed at once, so that
+    nothing is left behind (missing directories are created only later, by the run).
+    """
+    p = Path(path)
+    parent = next((a for a in p.parents if a.exists()), Path("."))
+    if not parent.is_dir():
+        raise ValueError(f"'{option}' is inside {str(parent)!r}, which is not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".simkit-probe-", dir=parent)
+    except OSError as exc:
+        raise ValueError(f"'{option}' {str(p)!r} is not writable: cannot create a file in {str(parent)!r} "
+                         f"({_describe(exc)})") from None
+    os.close(fd)
+    os.remove(tmp)
+
+
+class RunLock:
+    """An exclusive lock on one output path, held by the process that runs it.
+
+    A file ``.<out>.lock`` beside the output, locked with ``flock`` and holding the owner's pid,
+    host and start time. The kernel releases the lock when its process ends, however it ends, so a
+    lock whose process is gone is simply taken over.
+    """
+
+    def __init__(self, out: str | os.PathLike):
+        self.out = Path(out)
+        self.path = self.out.parent / f".{self.out.name}.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                owner = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except (OSError, ValueError):
+                owner = {}
+            os.close(fd)
+            raise OutputBusy(f"'--out' {str(self.out)!r} is being written by a running "
+                             f"simkit (pid {owner.get('pid', '?')} on {owner.get('host', '?')}, started "
+                             f"{owner.get('started', '?')}); wait for it to finish or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)  # still ours: we hold the lock
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def atomic_write(path: str | os.PathLike, writer: Callable[[str], None], suffix: str = "") -> None:
     """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
 
     On any error the temporary file is removed and ``path`` is untouched.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+        os.close(fd)
         writer(tmp)
         umask = os.umask(0o022)  # mkstemp creates 0600; give the file the usual permissions
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(exc, OSError):  # no space left, I/O error, read-only file system, ...
+            raise WriteFailed(f"could not write {str(path)!r} ({_describe(exc)}); nothing partial was left") from None
         raise
 
 

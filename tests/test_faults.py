@@ -1,0 +1,285 @@
+"""Faults of a run (issue 15): a second run of the same output, unwritable outputs, failed writes
+(no space left, I/O error) of a checkpoint, the dataset and the report, a Dask scheduler lost
+mid-run, and a property test over argument vectors of every subcommand. Every check here is
+deterministic (no statistical assertion)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import simkit
+from simkit import runner
+from simkit.cli import main
+from simkit.runner import WriteFailed, read_dataset, resolve_config, results_identical, run_study
+from studies.rate_k import STUDY
+
+REPO_ROOT = Path(simkit.__file__).resolve().parent.parent
+SEED = 20261211
+TINY = {"settings": "uniform-d3,vmf-d3", "k_max": 256, "n_blocks": 8, "block_anchors": 64, "pilot_blocks": 1}
+N_TASKS = 2 * (1 + 8)
+SIMKIT = Path(sys.executable).parent / "simkit"
+
+
+def _cfg(**over):
+    return resolve_config(STUDY, {**TINY, **over}, seed=SEED)
+
+
+def _cli(*args):
+    return [str(SIMKIT)] if SIMKIT.exists() else [sys.executable, "-m", "simkit.cli"]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def _tiny_args():
+    return [a for n, v in TINY.items() for a in ("--set", f"{n}={v}")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "rate_k.nc"
+    res = run_study(STUDY, _cfg(), out, progress=False)
+    assert res.completed and not res.errors
+    return res.dataset
+
+
+def _same(a, b) -> bool:
+    """results_identical, except git_commit (engineers commit to a shared checkout during a test run)."""
+    a, b = a.copy(), b.copy()
+    for d in (a, b):
+        d.attrs.pop("git_commit", None)
+    return results_identical(a, b)
+
+
+def _leftovers(d: Path) -> list[str]:
+    return sorted(p.name for p in d.rglob("*") if p.is_file())
+
+
+# ----------------------------------------------------------------------------------------------
+# a second run of the same output
+
+HOLD = ("import sys, time\n"
+        "from simkit.runner import RunLock\n"
+        "lock = RunLock(sys.argv[1]); lock.acquire(); print('locked', flush=True); time.sleep(600)\n")
+
+
+def test_second_run_of_the_same_output_exits_2_naming_the_running_process(tmp_path):
+    out = tmp_path / "rate_k.nc"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = subprocess.run([*_cli(), "run", "rate_k", "--out", str(out), "--no-progress", *_tiny_args()],
+                              capture_output=True, text=True, env=_env(), timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr
+        assert f"pid {holder.pid}" in lines[0] and "'--out'" in lines[0] and "running simkit" in lines[0]
+        assert not out.exists() and not list(tmp_path.glob(".*.partial"))
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: its lock is stale and the next run takes it over
+    proc = subprocess.run([*_cli(), "run", "rate_k", "--out", str(out), "--no-progress", "--no-report",
+                           *_tiny_args(), "--seed", str(SEED)], capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and not (tmp_path / f".{out.name}.lock").exists()
+
+
+def test_run_study_refuses_a_locked_output(tmp_path):
+    out = tmp_path / "x.nc"
+    with runner.RunLock(out):
+        # flock is per open file description: a second lock in the same process is refused too
+        with pytest.raises(runner.OutputBusy, match=rf"pid {os.getpid()}"):
+            run_study(STUDY, _cfg(), out, progress=False)
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# unwritable outputs: refused before anything runs, nothing written
+
+@pytest.mark.parametrize("option,path", [("--out", "/proc/simkit-x.nc"), ("--report", "/proc/simkit-r.pdf"),
+                                         ("--out", "FILE/x.nc")])
+def test_unwritable_output_is_refused_before_any_task(tmp_path, monkeypatch, capsys, option, path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("a file, not a directory")
+    monkeypatch.setattr(runner, "run_study", lambda *a, **k: pytest.fail("a task ran"))
+    argv = ["run", "rate_k", "--no-progress", *_tiny_args(), "--out", str(tmp_path / "ok.nc")]
+    argv += [option, path]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"'{option}'" in err[0] and "Traceback" not in err[0]
+    assert _leftovers(tmp_path) == ["FILE"]
+
+
+# ----------------------------------------------------------------------------------------------
+# failed writes: one line, exit 1, no partial file, finished checkpoints kept, the same command resumes
+
+def _failing_after(real, n_ok: int, err: int):
+    calls = {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > n_ok:
+            raise OSError(err, os.strerror(err))
+        return real(*args, **kwargs)
+    return wrapped
+
+
+def test_checkpoint_write_fails_with_no_space_then_resumes(reference, tmp_path, monkeypatch):
+    out = tmp_path / "rate_k.nc"
+    monkeypatch.setattr(np, "savez", _failing_after(np.savez, 5, errno.ENOSPC))
+    with pytest.raises(WriteFailed, match=r"No space left on device.*5/18 finished tasks are kept"):
+        run_study(STUDY, _cfg(), out, progress=False)
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    assert len(list(partial.glob("*.npz"))) == 5 and not out.exists()
+    assert all(not p.name.startswith(".") for p in partial.iterdir())  # no temporary file left
+    monkeypatch.undo()
+    res = run_study(STUDY, _cfg(), out, progress=False)
+    assert res.completed and res.dataset.attrs["resumed_tasks"] == 5
+    assert _same(reference, res.dataset)
+
+
+def test_dataset_write_fails_with_io_error_then_resumes(reference, tmp_path, monkeypatch, capsys):
+    import xarray as xr
+    out = tmp_path / "rate_k.nc"
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", _failing_after(xr.Dataset.to_netcdf, 0, errno.EIO))
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Input/output error" in err[0] and f"all {N_TASKS} tasks are kept" in err[0]
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.suffix == ".nc"] == []
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    assert len(list(partial.glob("*.npz"))) == N_TASKS
+    monkeypatch.undo()
+    assert main(argv) == 0
+    assert _same(reference, read_dataset(out))
+
+
+def test_report_write_fails_one_line_exit_1_no_partial_pdf(tmp_path, monkeypatch, capsys):
+    from simkit.report import document
+    out, pdf = tmp_path / "rate_k.nc", tmp_path / "rate_k.pdf"
+
+    class FullDisk:
+        def __init__(self, *a, **k):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(document, "PdfPages", FullDisk)
+    argv = ["run", "rate_k", "--no-progress", *_tiny_args(), "--out", str(out), "--report", str(pdf)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "simkit report" in err[0]
+    assert out.exists() and not pdf.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".rate_k.pdf")]
+
+
+# ----------------------------------------------------------------------------------------------
+# the Dask scheduler lost mid-run
+
+def _spawn(*args):
+    return subprocess.Popen(list(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+                            start_new_session=True)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_scheduler_lost_mid_run_keeps_checkpoints_and_the_same_command_finishes(reference, tmp_path):
+    pytest.importorskip("distributed")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    py = sys.executable
+    sched = _spawn(py, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                   "--dashboard-address", "127.0.0.1:0", "--no-show")
+    worker = _spawn(py, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--nworkers", "1",
+                    "--no-dashboard")
+    out = tmp_path / "rate_k.nc"
+    # slow blocks so that the run is still going when the scheduler dies: many small blocks
+    args = [*_cli(), "run", "rate_k", "--out", str(out), "--no-progress", "--no-report", "--seed", str(SEED),
+            *_tiny_args()]
+    try:
+        deadline = time.time() + 120
+        run = None
+        while time.time() < deadline:  # wait for the scheduler and its worker
+            probe = subprocess.run([py, "-c", f"from distributed import Client; c = Client('{address}', timeout=5); "
+                                    "import sys; sys.exit(0 if c.scheduler_info()['workers'] else 1)"],
+                                   capture_output=True, env=_env(), timeout=60)
+            if probe.returncode == 0:
+                break
+            time.sleep(1)
+        run = subprocess.Popen([*args, "--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=_env())
+        partial = None
+        while time.time() < deadline and run.poll() is None:
+            found = list(tmp_path.glob(".rate_k.nc.*.partial"))
+            if found and len(list(found[0].glob("*.npz"))) >= 3:
+                partial = found[0]
+                break
+            time.sleep(0.05)
+        assert partial is not None, "the run finished before the scheduler could be killed"
+        os.killpg(sched.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate(timeout=180)
+    finally:
+        for p in (sched, worker):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if run is not None and run.poll() is None:
+            run.kill()
+    lines = stderr.strip().splitlines()
+    assert run.returncode == 1, stderr
+    assert len(lines) == 1 and "Traceback" not in stderr and re.search(r"scheduler .* was lost", lines[0])
+    kept = len(list(partial.glob("*.npz")))
+    assert kept >= 3 and f"{kept}/{N_TASKS} finished tasks are kept" in lines[0] and not out.exists()
+    # the same command, in-process this time, finishes with the reference dataset
+    again = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+    assert again.returncode == 0, again.stderr
+    ds = read_dataset(out)
+    assert ds.attrs["resumed_tasks"] == kept and _same(reference, ds)
+
+
+# ----------------------------------------------------------------------------------------------
+# no traceback, ever: argument vectors of every subcommand
+
+TOKENS = ["run", "report", "list", "validate", "diagnose", "rate_k", "search_ce", "nope", "--quick", "--full",
+          "--seed", "-1", "7", "x", "--out", "--report", "a.nc", "b.pdf", "/proc/z.nc", "--set", "k_max=16",
+          "k_max=-3", "n_blocks=abc", "=", "--scheduler", "tcp://127.0.0.1:1", "--no-report", "--no-progress",
+          "--tau", "0", "--k", "1e99", "--eps", "nan", "missing.npz", "", "\x00", "é", "--help", "-h"]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(argv=st.lists(st.sampled_from(TOKENS) | st.text(max_size=8), max_size=7))
+def test_no_traceback_for_any_argument_vector(argv, tmp_path, monkeypatch, capsys):
+    """Every argument vector ends in an exit status with at most one error line, never an exception.
+    Runs are replaced by stubs (a vector that would run a study returns 0 without running it)."""
+    monkeypatch.chdir(tmp_path)
+    from simkit import validate
+    monkeypatch.setattr(runner, "run_study", lambda *a, **k: runner.RunResult(None, Path("x"), False, 0, 0, [], 0.0))
+    monkeypatch.setattr(validate, "run_validation", lambda **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        code = exc.code
+    captured = capsys.readouterr()
+    assert isinstance(code, int) and code in (0, 1, 2, 130), (argv, code)
+    assert "Traceback" not in captured.err
+    if code == 2 and not any(a in ("--help", "-h") for a in argv):
+        assert len([ln for ln in captured.err.splitlines() if ln.startswith("simkit: error")]) == 1, captured.err
