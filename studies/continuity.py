@@ -13,7 +13,7 @@ Data       Pairs (phi, psi) of embeddings S^{p-1} -> S^{d-1}: phi random from it
            (x, x+, x-_1..x-_K), x ~ pi, x+ ~ vMF(x, kappa_M), negatives i.i.d. from pi, independent
            across tuples; every k = 1, 2, 4, ..., K uses the first k negatives (common random numbers).
            Settings: a two-layer tanh embedding in d = 16 with uniform pi, and a linear embedding in
-           d = 16 with the vMF mixture pi of studies/rate_k.py.
+           d = 16 with the vMF mixture pi of simkit.designs.
 Estimand   Per tuple and k: |l_k(psi) - l_k(phi)|, the averaging bound B_avg and the max bound
            B_max (below); their means over tuples and pairs as functions of k; the ratios
            E B_max / E B_avg, E B_avg / E|dl|, E B_max / E|dl|.
@@ -21,10 +21,10 @@ Methods    Exact evaluation per tuple (running log-sum-exp over the negatives, s
            grid comes from one pass); validity counted on every tuple; slope of log E[B] on log k
            over k >= k_fit_min (WLS, statsmodels, with delete-one-block jackknife SE: simkit.analysis
            .fit_rate); ratios of means with jackknife MCSE.
-Performance  Violations (must be 0 for both bounds); slope of the averaging bound with a two-sided
-           t test of slope = 0 at level ALPHA and its detectable slope (power); slope of the max
-           bound with a one-sided t test of slope <= 0 at level ALPHA; every mean and ratio with
-           its MCSE.
+Performance  Violations (must be 0 for every bound: a deterministic check of proved inequalities);
+           slope of the averaging bound with a two-sided t test of slope = 0 at level ALPHA and its
+           detectable slope (power); slope of the max bound with a one-sided t test of slope <= 0
+           at level ALPHA; every mean and ratio with its MCSE.
 
 The bounds (derived here; notation of THEORY.md section 1)
 ----------------------------------------------------------
@@ -88,12 +88,12 @@ from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
 from simkit.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
+from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.engine import Param, Study
 from simkit.infonce import k_grid
-from studies.rate_k import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
+from simkit.runner import Check, Param, Study, Var
 
-__all__ = ["loss_difference_bounds", "violations", "perturb", "SETTINGS", "STUDY", "ALPHA"]
+__all__ = ["loss_difference_bounds", "violations", "perturb", "SETTINGS", "SCHEMA", "STUDY", "ALPHA"]
 
 #: level of each per-(setting, eps) test (flatness two-sided, growth one-sided)
 ALPHA = 1e-3
@@ -211,10 +211,13 @@ def violations(delta: NDArray, bound: NDArray, loss: NDArray) -> NDArray[np.bool
     return np.abs(delta) > bound + TOL_ABS + TOL_REL * np.abs(loss)
 
 
-def perturb(phi, eps: float, *, rng=None):
-    """psi = phi with parameters ``theta + eps ||theta|| e``, e uniform on the unit sphere of R^{n_params}."""
+def perturb(phi, eps: float, *, rng):
+    """psi = phi with parameters ``theta + eps ||theta|| e``, e uniform on the unit sphere of R^{n_params}
+    drawn from ``rng`` (a seed or a numpy Generator; required: no hidden default seed)."""
     if not (isinstance(eps, (int, float, np.floating)) and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"'eps' must be a finite number >= 0, got {eps!r}")
+    if rng is None:
+        raise ValueError("'rng' is required: pass a seed or a numpy Generator (e.g. the study task's rng)")
     rng = np.random.default_rng(rng)
     e = rng.standard_normal(phi.n_params)
     e /= np.linalg.norm(e)
@@ -222,10 +225,179 @@ def perturb(phi, eps: float, *, rng=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# the study
+# the dataset's variables
 
-def _attrs(long_name: str, units: str, description: str) -> dict:
-    return {"long_name": long_name, "units": units, "description": description}
+S, SE, SEK, SBE, SBEK = ("setting",), ("setting", "eps"), ("setting", "eps", "k"), ("setting", "block", "eps"), \
+    ("setting", "block", "eps", "k")
+NATS = "in nats (dimensionless, udunits '1')"
+#: the per-block means summarised over blocks, with the bounds' and losses' unit note
+_MEANS = ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")
+#: ratios of means (jackknife MCSE): name -> (numerator, denominator, long name)
+RATIOS = {"ratio_max_avg": ("bound_max", "bound_avg", "E B_max / E B_avg"),
+          "ratio_avg_dl": ("bound_avg", "dl", "E B_avg / E |dl|"),
+          "ratio_max_dl": ("bound_max", "dl", "E B_max / E |dl|"),
+          "ratio_score_dl": ("bound_score", "dl", "E B_score / E |dl|"),
+          "ratio_negmax_negavg": ("neg_max", "neg_avg", "E max_j |dw_j| / E softmax-average |dw|")}
+#: slope fits of log mean on log k: name -> (per-block variable, what is fitted); "max" and
+#: "negmax" are tested one-sided (H0: slope <= 0), the others two-sided (H0: slope = 0)
+SLOPES = {"avg": ("bound_avg", "mean B_avg"), "max": ("bound_max", "mean B_max"),
+          "negavg": ("neg_avg", "mean softmax average of |dw|"), "negmax": ("neg_max", "mean max_j |dw_j|"),
+          "score": ("bound_score", "mean B_score"), "dl": ("dl", "mean |dl|")}
+_ONE_SIDED = ("max", "negmax")
+
+
+def _in_nats(name: str) -> bool:
+    return name.startswith(("dl", "bound"))
+
+
+def _mean_var(name: str, dims: tuple, text: str) -> dict:
+    short = text.replace("mean over the block's tuples of ", "").replace("mean of ", "")
+    nats = ", in nats" if _in_nats(name) else ""
+    return {name: Var(dims, f"mean {short}{nats}" if dims == SEK else name.replace("_", " "), "1",
+                      f"mean over tuples and blocks; {text}" if dims == SEK else text),
+            f"{name}_mcse": Var(dims, f"MCSE of {name}{nats}", "1", "sd over blocks / sqrt(n_blocks)")}
+
+
+def _slope_vars(name: str, text: str) -> dict:
+    sided = "one-sided, H0: slope <= 0" if name in _ONE_SIDED else "two-sided, H0: slope = 0"
+    return {f"slope_{name}": Var(SE, f"slope of log {text} on log k", "1", "WLS over k >= k_fit_min, "
+                                 "delete-one-block jackknife"),
+            f"slope_{name}_se": Var(SE, f"jackknife SE of slope_{name}", "1", "delete-one-block jackknife"),
+            f"slope_{name}_p": Var(SE, f"p-value for slope_{name}", "1", f"Student t with n_blocks - 1 df, {sided}"),
+            f"slope_{name}_detect50": Var(SE, f"slope detected with probability 1/2 ({text})", "1",
+                                          f"critical t at level {ALPHA:g} times the SE"),
+            f"slope_{name}_detect80": Var(SE, f"slope detected with probability 0.8 ({text})", "1",
+                                          "(critical t + z_0.8) times the SE")}
+
+
+#: every variable and coordinate of the dataset (the runner adds block, cell_error and cell_key)
+SCHEMA = {
+    "setting": Var(S, "design setting", "1", "name in studies/continuity.py SETTINGS"),
+    "family": Var(S, "embedding family", "1", "linear: Wx/|Wx|; two_layer: normalize(W2 tanh(W1 x + b1))"),
+    "p": Var(S, "input dimension p", "1", "points on S^{p-1}"),
+    "d": Var(S, "embedding dimension d", "1", "S^{d-1}"),
+    "hidden": Var(S, "hidden width m", "1", "0 for the linear family"),
+    "pi": Var(S, "data distribution family", "1", f"uniform or mixture (simkit.designs: weights {MIXTURE_WEIGHTS}, "
+              f"means from seed {MIXTURE_SEED})"),
+    "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of each mixture component"),
+    "kappa_m": Var(S, "kernel concentration kappa_M", "1", "x+ ~ vMF(x, kappa_M)"),
+    "tau": Var(S, "temperature tau", "1", "s(x, y) = phi(x).phi(y)/tau"),
+    "eps": Var(("eps",), "relative parameter perturbation eps", "1", "theta_psi = theta_phi + eps ||theta_phi|| e"),
+    "k": Var(("k",), "number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max; the first k of K negatives"),
+    **{f"raw_{n}": Var(SBEK, f"per-block {n}{', in nats' if _in_nats(n) else ''}", "1",
+                       text + (f"; {NATS}" if _in_nats(n) else "")) for n, text in BLOCK_VARS.items()},
+    **{f"raw_{n}": Var(SBE, f"per-block {n}", "1", text) for n, text in BLOCK_VARS_E.items()},
+    **{k: v for n in _MEANS for k, v in _mean_var(n, SEK, BLOCK_VARS[n]).items()},
+    **{k: v for n, text in BLOCK_VARS_E.items() for k, v in _mean_var(n, SE, text).items()},
+    **{f"violations_{t}": Var(SEK, f"tuples violating B_{t}", "1", "count over all blocks (attrs['tuples_per_k'] "
+                              "tuples per k and eps)") for t in ("score", "avg", "max")},
+    **{f"tightness_{t}": Var(SEK, f"largest |dl| / B_{t} over tuples", "1", "at most 1 when the bound holds; near "
+                             "1: tight on some tuple") for t in ("score", "avg", "max")},
+    **{k: v for name, (_, _, ln) in RATIOS.items() for k, v in {
+        name: Var(SEK, ln, "1", "ratio of means over tuples and blocks"),
+        f"{name}_mcse": Var(SEK, f"MCSE of {name}", "1", "delete-one-block jackknife")}.items()},
+    **{k: v for name, (_, text) in SLOPES.items() for k, v in _slope_vars(name, text).items()},
+    "verdict": Var(SE, "verdict for C4", "1", f"pass when no tuple violates any bound, the two-sided test of zero "
+                   f"slope for B_avg is not rejected at {ALPHA:g} and the one-sided test of positive slope for B_max "
+                   f"rejects at {ALPHA:g}; error when a task failed"),
+    "verdict_reason": Var(SE, "why a cell failed", "1", "empty when it passed"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# summaries
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
+    """Ratio of block means with its delete-one-block jackknife MCSE over the finite blocks (NaN if < 3)."""
+    blocks = np.stack([num, den], axis=1)
+    blocks = blocks[np.all(np.isfinite(blocks), axis=tuple(range(1, blocks.ndim)))]
+    if blocks.shape[0] < 3:
+        return np.full(num.shape[1:], np.nan), np.full(num.shape[1:], np.nan)
+    f, j, _ = jackknife(lambda m: m[0] / m[1], blocks)
+    return f, j
+
+
+def _slope(k: np.ndarray, blocks: np.ndarray, k_min: int, one_sided: bool) -> tuple[float, ...]:
+    """(slope, SE, p-value, slope detected with probability 1/2, with probability 0.8) of log mean on log k."""
+    fit = fit_rate(k, blocks, k_min, with_inverse=False)
+    b, se = fit.slope, fit.slope_se
+    if not (np.isfinite(b) and se > 0):
+        return b, se, np.nan, np.nan, np.nan
+    p = stats.t.sf(b / se, fit.df) if one_sided else 2 * stats.t.sf(abs(b / se), fit.df)
+    q = stats.t.isf(ALPHA if one_sided else ALPHA / 2, fit.df)
+    return b, se, p, q * se, (q + stats.norm.isf(0.2)) * se
+
+
+def _slope_problems(p_avg: float, p_max: float, b_avg: float, b_max: float) -> list[str]:
+    """The statistical part of a cell's verdict: B_avg flat (two-sided), B_max growing (one-sided)."""
+    if not np.isfinite(p_avg) or not np.isfinite(p_max):
+        return ["slope fit failed (too few blocks or non-positive means)"]
+    out = []
+    if p_avg < ALPHA:
+        out.append(f"B_avg slope {b_avg:.2e} != 0 (p = {p_avg:.2g})")
+    if not p_max < ALPHA:
+        out.append(f"B_max growth not detected (slope {b_max:.2e}, p = {p_max:.2g})")
+    return out
+
+
+def _cell_verdict(viol: dict, slope_probs: list[str], error: str) -> tuple[str, str]:
+    probs = [f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs
+    if error:
+        return "error", "; ".join(["a task failed (see cell_error)", *probs])
+    return ("pass" if not probs else "fail"), "; ".join(probs)
+
+
+# ----------------------------------------------------------------------------------------------
+# claim checks (claim rows of simkit validate)
+
+def _n_violations(ds: xr.Dataset) -> int:
+    return int(sum(int(ds[f"violations_{t}"].values.sum()) for t in ("avg", "max", "score")))
+
+
+def _bounds_check(ds: xr.Dataset) -> dict:
+    """Deterministic: B_score, B_avg and B_max are proved bounds, so no tuple may violate them."""
+    n = _n_violations(ds)
+    errors = "error" in [str(v) for v in ds["verdict"].values.ravel()]
+    detail = (f"{n} bound violations over {int(ds.attrs.get('tuples_per_k', 0))} tuples x {ds.sizes['k']} k x "
+              f"{ds.sizes['eps']} eps x {ds.sizes['setting']} settings; largest |dl|/B_avg "
+              f"{float(np.nanmax(ds['tightness_avg'].values)):.3g}, |dl|/B_max "
+              f"{float(np.nanmax(ds['tightness_max'].values)):.3g}")
+    return {"estimate": n, "estimate_mcse": 0.0, "verdict": "error" if errors else ("fail" if n else "pass"),
+            "detail": detail}
+
+
+def _slopes_check(ds: xr.Dataset) -> dict:
+    """Statistical: per (setting, eps), B_avg flat and B_max growing; estimate the B_avg slope farthest from 0."""
+    b, se = ds["slope_avg"].values, ds["slope_avg_se"].values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(np.isfinite(b), np.abs(b) / se, np.inf)
+    worst = np.unravel_index(int(np.argmax(z)), z.shape)
+    verdicts, parts = [], []
+    for i, s in enumerate(ds["setting"].values):
+        for j, e in enumerate(ds["eps"].values):
+            probs = _slope_problems(*(float(ds[n].values[i, j]) for n in ("slope_avg_p", "slope_max_p", "slope_avg",
+                                                                          "slope_max")))
+            v = "error" if str(ds["verdict"].values[i, j]) == "error" else ("fail" if probs else "pass")
+            verdicts.append(v)
+            parts.append(f"{s} eps {e:g}: B_avg slope {b[i, j]:.2e} ± {se[i, j]:.1e}, B_max slope "
+                         f"{ds['slope_max'].values[i, j]:.3f} ± {ds['slope_max_se'].values[i, j]:.3f}, "
+                         f"B_max/B_avg at k = {int(ds['k'].values[-1])}: {ds['ratio_max_avg'].values[i, j, -1]:.3f} "
+                         f"-> {v}" + (f" ({'; '.join(probs)})" if probs else ""))
+    return {"estimate": b[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
+            "detail": "; ".join(parts)}
+
+
+CHECKS = (
+    Check("C4", lambda ds: f"deterministic check: no tuple violates B_score, B_avg or B_max at any k (proved bounds; "
+                           f"rounding allowance {TOL_ABS:g} + {TOL_REL:g} |l_k|), "
+                           f"{ds.sizes['setting'] * ds.sizes['eps']} (setting, eps) cells; estimate: the number of "
+                           f"violations",
+          _bounds_check, None),
+    Check("C4", lambda ds: f"per (setting, eps), {ds.sizes['setting'] * ds.sizes['eps']} cells: slope of log E B_avg "
+                           f"on log k = 0 not rejected (two-sided, {ALPHA:g}); slope of log E B_max > 0 detected "
+                           f"(one-sided, {ALPHA:g})",
+          _slopes_check, lambda ds: 1.0 - (1.0 - ALPHA) ** (ds.sizes["setting"] * ds.sizes["eps"])),
+)
 
 
 def _parse_eps(text: str) -> list[float]:
@@ -240,11 +412,16 @@ def _parse_eps(text: str) -> list[float]:
     return sorted(vals)
 
 
+# ----------------------------------------------------------------------------------------------
+# the study
+
 class Continuity(Study):
     name = "continuity"
     claim = "C4"
     title = "Claim C4: softmax averages, not maxima, bound InfoNCE loss differences"
     cell_dim = "setting"
+    schema = SCHEMA
+    checks = CHECKS
     ademp = {
         "aim": "C4 (Prop. 4): |l_k(phi) - l_k(psi)| is bounded by a softmax-weighted average of "
                "||phi(x-_i) - psi(x-_i)|| over the negatives (flat in k); the Lipschitz bound with the max grows "
@@ -346,196 +523,44 @@ class Continuity(Study):
         out["param_dist"] = np.array([np.linalg.norm(psi.params - phi.params) for psi in psis])
         return out
 
-    # ------------------------------------------------------------------------------------------
-    def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
-        ds = raw.copy()
+    def summarise(self, raw: xr.Dataset, cfg) -> dict:
+        """Means and ratios with their MCSE, violation counts, slope fits and the verdict per (setting, eps)."""
         k = raw["k"].values.astype(float)
-        eps = raw["eps"].values
-        S, E, G = raw.sizes["setting"], eps.size, k.size
-        B = raw.sizes["block"]
-        n_tuples = B * cfg["block_anchors"]
-        a = _attrs
-        SEK, SE = ("setting", "eps", "k"), ("setting", "eps")
-        new = {}
-        for name in ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max"):
-            m, se = mean_mcse(raw[f"raw_{name}"].values, axis=1)
-            desc = BLOCK_VARS[name].replace("mean over the block's tuples of ", "").replace("mean of ", "")
-            new[name] = (SEK, m, a(f"mean {desc}", "nat" if name.startswith(("dl", "bound")) else "1",
-                                   f"mean over tuples and blocks; {BLOCK_VARS[name]}"))
-            new[f"{name}_mcse"] = (SEK, se, a(f"MCSE of {name}", "nat" if name.startswith(("dl", "bound")) else "1",
-                                              "sd over blocks / sqrt(n_blocks)"))
-        for name in ("anchor_term", "neg_plain", "param_dist"):
-            m, se = mean_mcse(raw[f"raw_{name}"].values, axis=1)
-            new[name] = (SE, m, a(name.replace("_", " "), "1", BLOCK_VARS_E[name]))
-            new[f"{name}_mcse"] = (SE, se, a(f"MCSE of {name}", "1", "sd over blocks / sqrt(n_blocks)"))
-        for tag in ("score", "avg", "max"):
-            v = raw[f"raw_viol_{tag}"].values
-            new[f"violations_{tag}"] = (SEK, np.nansum(v, axis=1), a(
-                f"tuples violating B_{tag}", "1", f"count over all blocks ({n_tuples} tuples per k and eps)"))
-            t = raw[f"raw_tight_{tag}"].values
-            tmax = np.nanmax(t, axis=1) if np.isfinite(t).any() else np.full((S, E, G), np.nan)
-            new[f"tightness_{tag}"] = (SEK, tmax, a(f"largest |dl| / B_{tag} over tuples", "1",
-                                                    "at most 1 when the bound holds; near 1: tight on some tuple"))
-        # ratios of means with jackknife MCSE
-        ratios = {"ratio_max_avg": ("bound_max", "bound_avg", "E B_max / E B_avg"),
-                  "ratio_avg_dl": ("bound_avg", "dl", "E B_avg / E |dl|"),
-                  "ratio_max_dl": ("bound_max", "dl", "E B_max / E |dl|"),
-                  "ratio_score_dl": ("bound_score", "dl", "E B_score / E |dl|"),
-                  "ratio_negmax_negavg": ("neg_max", "neg_avg", "E max_j |dw_j| / E softmax-average |dw|")}
-        for name, (num, den, ln) in ratios.items():
-            est, se = np.full((S, E, G), np.nan), np.full((S, E, G), np.nan)
-            for s in range(S):
-                for e in range(E):
-                    blocks = np.stack([raw[f"raw_{num}"].values[s, :, e], raw[f"raw_{den}"].values[s, :, e]], axis=1)
-                    blocks = blocks[np.all(np.isfinite(blocks), axis=(1, 2))]
-                    if blocks.shape[0] >= 3:
-                        f, j, _ = jackknife(lambda m: m[0] / m[1], blocks)
-                        est[s, e], se[s, e] = f, j
-            new[name] = (SEK, est, a(ln, "1", "ratio of means over tuples and blocks"))
-            new[f"{name}_mcse"] = (SEK, se, a(f"MCSE of {name}", "1", "delete-one-block jackknife"))
-        # slopes of log mean bound on log k over k >= k_fit_min
-        kmin = cfg["k_fit_min"]
-        fields = {}
-        for name in ("avg", "max", "negavg", "negmax", "score", "dl"):
-            for suffix in ("", "_se", "_p", "_detect50", "_detect80"):
-                fields[f"slope_{name}{suffix}"] = np.full((S, E), np.nan)
-        src = {"avg": "bound_avg", "max": "bound_max", "negavg": "neg_avg", "negmax": "neg_max",
-               "score": "bound_score", "dl": "dl"}
-        df = np.full(S, np.nan)
-        for s in range(S):
-            for e in range(E):
-                for name, var in src.items():
-                    blocks = raw[f"raw_{var}"].values[s, :, e]
-                    fit = fit_rate(k, blocks, kmin, with_inverse=False)
-                    b, se = fit.slope, fit.slope_se
-                    df[s] = fit.df
-                    fields[f"slope_{name}"][s, e], fields[f"slope_{name}_se"][s, e] = b, se
-                    if not (np.isfinite(b) and se > 0):
-                        continue
-                    if name == "max" or name == "negmax":  # one-sided: H0 slope <= 0
-                        p = stats.t.sf(b / se, fit.df)
-                        q = stats.t.isf(ALPHA, fit.df)
-                    else:  # two-sided: H0 slope = 0
-                        p = 2 * stats.t.sf(abs(b / se), fit.df)
-                        q = stats.t.isf(ALPHA / 2, fit.df)
-                    fields[f"slope_{name}_p"][s, e] = p
-                    fields[f"slope_{name}_detect50"][s, e] = q * se
-                    fields[f"slope_{name}_detect80"][s, e] = (q + stats.norm.isf(0.2)) * se
-        what = {"avg": "mean B_avg", "max": "mean B_max", "negavg": "mean softmax average of |dw|",
-                "negmax": "mean max_j |dw_j|", "score": "mean B_score", "dl": "mean |dl|"}
-        for name, text in what.items():
-            sided = "one-sided, H0: slope <= 0" if name in ("max", "negmax") else "two-sided, H0: slope = 0"
-            new[f"slope_{name}"] = (SE, fields[f"slope_{name}"], a(
-                f"slope of log {text} on log k", "1", f"WLS over k >= {kmin}, delete-one-block jackknife"))
-            new[f"slope_{name}_se"] = (SE, fields[f"slope_{name}_se"], a(
-                f"jackknife SE of slope_{name}", "1", "delete-one-block jackknife"))
-            new[f"slope_{name}_p"] = (SE, fields[f"slope_{name}_p"], a(
-                f"p-value for slope_{name}", "1", f"Student t with n_blocks - 1 df, {sided}"))
-            new[f"slope_{name}_detect50"] = (SE, fields[f"slope_{name}_detect50"], a(
-                f"slope detected with probability 1/2 ({text})", "1", f"critical t at level {ALPHA:g} times the SE"))
-            new[f"slope_{name}_detect80"] = (SE, fields[f"slope_{name}_detect80"], a(
-                f"slope detected with probability 0.8 ({text})", "1", "(critical t + z_0.8) times the SE"))
-        # verdicts per (setting, eps)
-        verdict = np.full((S, E), "fail", dtype=object)
-        reason = np.full((S, E), "", dtype=object)
-        for s in range(S):
-            err = str(raw["cell_error"].values[s])
-            for e in range(E):
-                problems = []
-                for tag in ("avg", "max", "score"):
-                    nv = int(new[f"violations_{tag}"][1][s, e].sum())
-                    if nv:
-                        problems.append(f"B_{tag} violated on {nv} (tuple, k) pairs")
-                pa, pm = fields["slope_avg_p"][s, e], fields["slope_max_p"][s, e]
-                if not np.isfinite(pa) or not np.isfinite(pm):
-                    problems.append("slope fit failed (too few blocks or non-positive means)")
-                else:
-                    if pa < ALPHA:
-                        problems.append(f"B_avg slope {fields['slope_avg'][s, e]:.2e} != 0 (p = {pa:.2g})")
-                    if not pm < ALPHA:
-                        problems.append(f"B_max growth not detected (slope {fields['slope_max'][s, e]:.2e}, "
-                                        f"p = {pm:.2g})")
-                verdict[s, e] = "pass" if not problems else "fail"
-                if err:
-                    verdict[s, e] = "error"
-                    problems.insert(0, "a task failed (see cell_error)")
-                reason[s, e] = "; ".join(problems)
-        new["verdict"] = (SE, verdict.astype(str), a(
-            "verdict for C4", "1", f"pass when no tuple violates any bound, the two-sided test of zero slope for "
-            f"B_avg is not rejected at {ALPHA:g} and the one-sided test of positive slope for B_max rejects at "
-            f"{ALPHA:g}; error when a task failed"))
-        new["verdict_reason"] = (SE, reason.astype(str), a("why a cell failed", "1", "empty when it passed"))
-        for name, (dims, values, at) in new.items():
-            ds[name] = (dims, values)
-            ds[name].attrs = at
-        ds["k"].attrs = a("number of negatives k", "1",
-                          "geometric grid 1, 2, 4, ..., k_max; the first k of K negatives")
-        ds["eps"].attrs = a("relative parameter perturbation eps", "1", "theta_psi = theta_phi + eps ||theta_phi|| e")
-        ds["setting"].attrs = a("design setting", "1", "name in studies/continuity.py SETTINGS")
-        for c, (ln, desc) in {"family": ("embedding family",
-                                         "linear: Wx/|Wx|; two_layer: normalize(W2 tanh(W1 x + b1))"),
-                              "p": ("input dimension p", "points on S^{p-1}"),
-                              "d": ("embedding dimension d", "S^{d-1}"),
-                              "hidden": ("hidden width m", "0 for the linear family"),
-                              "pi": ("data distribution family", f"uniform or mixture (rate_k's: weights "
-                                     f"{MIXTURE_WEIGHTS}, means from seed {MIXTURE_SEED})"),
-                              "kappa_pi": ("concentration of pi", "vMF concentration of each mixture component"),
-                              "kappa_m": ("kernel concentration kappa_M", "x+ ~ vMF(x, kappa_M)"),
-                              "tau": ("temperature tau", "s(x, y) = phi(x).phi(y)/tau")}.items():
-            ds[c].attrs = a(ln, "1", desc)
-        for v in [n for n in ds.data_vars if n.startswith("raw_")]:
-            base = v[4:]
-            ds[v].attrs = a(f"per-block {base}", "nat" if base.startswith(("dl", "bound")) else "1",
-                            BLOCK_VARS.get(base, BLOCK_VARS_E.get(base, "")))
-        ds.attrs["alpha"] = ALPHA
-        ds.attrs["tolerance"] = f"|dl| > B + {TOL_ABS:g} + {TOL_REL:g} |l_k| counts as a violation"
-        ds.attrs["tuples_per_k"] = int(n_tuples)
-        return ds
+        n_set, n_eps = raw.sizes["setting"], raw.sizes["eps"]
+        blocks = {n: raw[f"raw_{n}"].values for n in (*BLOCK_VARS, *BLOCK_VARS_E)}
+        out = {}
+        for name in (*_MEANS, *BLOCK_VARS_E):
+            out[name], out[f"{name}_mcse"] = mean_mcse(blocks[name], axis=1)
+        for t in ("score", "avg", "max"):
+            out[f"violations_{t}"] = np.nansum(blocks[f"viol_{t}"], axis=1)
+            tight = blocks[f"tight_{t}"]
+            out[f"tightness_{t}"] = (np.nanmax(tight, axis=1) if np.isfinite(tight).any()
+                                     else np.full(tight.shape[:1] + tight.shape[2:], np.nan))
+        for name, (num, den, _) in RATIOS.items():
+            pairs = [[_ratio(blocks[num][s, :, e], blocks[den][s, :, e]) for e in range(n_eps)] for s in range(n_set)]
+            out[name] = np.array([[p[0] for p in row] for row in pairs])
+            out[f"{name}_mcse"] = np.array([[p[1] for p in row] for row in pairs])
+        for name, (var, _) in SLOPES.items():
+            fits = np.array([[_slope(k, blocks[var][s, :, e], cfg["k_fit_min"], name in _ONE_SIDED)
+                              for e in range(n_eps)] for s in range(n_set)])
+            for i, suffix in enumerate(("", "_se", "_p", "_detect50", "_detect80")):
+                out[f"slope_{name}{suffix}"] = fits[..., i]
+        cells = [[_cell_verdict({t: int(out[f"violations_{t}"][s, e].sum()) for t in ("avg", "max", "score")},
+                                _slope_problems(out["slope_avg_p"][s, e], out["slope_max_p"][s, e],
+                                                out["slope_avg"][s, e], out["slope_max"][s, e]),
+                                str(raw["cell_error"].values[s]))
+                  for e in range(n_eps)] for s in range(n_set)]
+        out["verdict"] = np.array([[c[0] for c in row] for row in cells])
+        out["verdict_reason"] = np.array([[c[1] for c in row] for row in cells])
+        return out
 
-    def report(self, ds, path):
-        from simkit.report_continuity import continuity_report
-        continuity_report(ds, path)
+    def attrs(self, cfg):
+        return {"alpha": ALPHA, "tolerance": f"|dl| > B + {TOL_ABS:g} + {TOL_REL:g} |l_k| counts as a violation",
+                "tuples_per_k": int(cfg["n_blocks"] * cfg["block_anchors"])}
 
     def report_sections(self, doc, ds):
-        from simkit.report_continuity import continuity_sections
+        from simkit.report.continuity import continuity_sections
         continuity_sections(doc, ds)
-
-    def claim_rows(self, ds) -> list[dict]:
-        """One C4 check over every (setting, eps): no violation, B_avg flat, B_max growing.
-
-        The estimate is the B_avg slope farthest from 0 in standard errors.
-        """
-        b, se = ds["slope_avg"].values, ds["slope_avg_se"].values
-        with np.errstate(invalid="ignore", divide="ignore"):
-            z = np.where(np.isfinite(b), np.abs(b) / se, np.inf)
-        worst = np.unravel_index(int(np.argmax(z)), z.shape)
-        verdicts = ds["verdict"].values
-        flat = [str(v) for v in verdicts.ravel()]
-        overall = combine_verdicts(flat)
-        n = len(flat)
-        nviol = int(sum(int(ds[f"violations_{t}"].values.sum()) for t in ("avg", "max", "score")))
-        parts = []
-        for i, s in enumerate(ds["setting"].values):
-            for j, e in enumerate(ds["eps"].values):
-                reason = str(ds["verdict_reason"].values[i, j])
-                parts.append(f"{s} eps {e:g}: B_avg slope {b[i, j]:.2e} ± {se[i, j]:.1e}, B_max slope "
-                             f"{ds['slope_max'].values[i, j]:.3f} ± {ds['slope_max_se'].values[i, j]:.3f}, "
-                             f"B_max/B_avg at k = {int(ds['k'].values[-1])}: "
-                             f"{ds['ratio_max_avg'].values[i, j, -1]:.3f} -> {verdicts[i, j]}"
-                             + (f" ({reason})" if reason else ""))
-        detail = f"{nviol} bound violations over {int(ds.attrs.get('tuples_per_k', 0))} tuples x {ds.sizes['k']} k x " \
-                 f"{ds.sizes['eps']} eps x {ds.sizes['setting']} settings; " + "; ".join(parts)
-        return [{
-            "claim": "C4",
-            "statistic": f"per (setting, eps), {n} cells: no tuple violates B_avg or B_max; slope of log E B_avg on "
-                         f"log k = 0 not rejected (two-sided, {ALPHA:g}); slope of log E B_max > 0 detected "
-                         f"(one-sided, {ALPHA:g})",
-            "estimate": float(b[worst]),
-            "estimate_mcse": float(se[worst]),
-            "false_fail_rate": float(1.0 - (1.0 - ALPHA) ** n),
-            "verdict": overall,
-            "detail": detail,
-        }]
 
     def summary_text(self, ds) -> str:
         k = int(ds["k"].values[-1])

@@ -5,29 +5,31 @@ ADEMP (Morris, White & Crowther 2019)
 Aim        C5 (THEORY.md sections 2-3): higher tau keeps the softmax retrieval kernel Q(x, .) close to
            pi, KL(Q(x, .) || pi) <= 2/tau for every anchor x; as tau -> 0 the finite-k bias of InfoNCE
            (its constant c1 and the k needed to reach the 1/k regime) grows.
-Data       rate_k's settings on S^{d-1}, phi = identity, positives from a vMF kernel: uniform pi in
-           d = 3 (kappa_M = 10), a vMF pi in d = 8 (kappa_pi = 2, kappa_M = 10) and the vMF mixture
-           in d = 16 (kappa_pi = 6, kappa_M = 20); tau on a log grid from 0.02 to 10. Per cell,
-           replicate blocks of InfoNCE anchors sharing k_max negatives, and separate KL anchors
-           x ~ pi with draws y ~ pi and y ~ Q(x, .).
+Data       The C1 catalogue's settings (simkit.designs.RATE_SETTINGS) on S^{d-1}, phi = identity,
+           positives from a vMF kernel: uniform pi in d = 3 (kappa_M = 10), a vMF pi in d = 8
+           (kappa_pi = 2, kappa_M = 10) and the vMF mixture in d = 16 (kappa_pi = 6, kappa_M = 20); tau
+           on a log grid from 0.02 to 10. Per cell, replicate blocks of InfoNCE anchors sharing k_max
+           negatives, and separate KL anchors x ~ pi with draws y ~ pi and y ~ Q(x, .).
 Estimand   CE(tau) = CE(M, Q); c1(tau) and the expansion scales E[Z2/Z^2], E[m1/Z]; per-anchor
            KL(Q(x, .) || pi), its mean over x ~ pi and its maximum; gap_k = R_k - log k - CE at every
            k = 1, 2, ..., k_max (k_fixed and k_max shown).
 Methods    Exact: simkit.exact (CE, c1, scales, gap for uniform pi) and the closed form
-           KL = E_Q[x.y]/tau - log Z(x) with E_Q[x.y] = d/da log Z(a x) (simkit.softmax_kernel).
+           KL = E_Q[x.y]/tau - log Z(x) with E_Q[x.y] = d/da log Z(a x) (simkit.softmax_kernel); for
+           the mixture the averages over x are Monte Carlo from the cell's prepare task (its rng).
            Monte Carlo: CE as the block mean of l_inf = -s(x, x+) + log Z(x) and gap_k with control
            variates (simkit.infonce.GapEstimator); KL per anchor by importance sampling from pi
            (E_pi[q log q]) and by direct sampling from Q(x, .) (E_Q log q), each with its MCSE.
-Performance  CE Monte Carlo against exact (t test, Bonferroni over the grid); max over anchors of
-           KL_hat - z MCSE against 2/tau, and every exact per-anchor KL against 2/tau; monotonicity
-           of the expansion scale and |c1(tau_min)| against |c1| for tau >= 1/kappa_M; looseness
-           KL/(2/tau); every estimate with its MCSE.
+Performance  Every exact per-anchor KL against 2/tau (a deterministic check of the proved bound); max
+           over anchors of KL_hat - z MCSE against 2/tau; CE Monte Carlo against exact (t test,
+           Bonferroni over the grid); monotonicity of the expansion scale and |c1(tau_min)| against
+           |c1| for tau >= 1/kappa_M; looseness KL/(2/tau); every estimate with its MCSE.
 
 Run it: ``simkit run temperature`` or ``python studies/temperature.py`` (same options).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import warnings
@@ -39,13 +41,16 @@ from scipy import stats
 from simkit import VMFKernel, exact
 from simkit._special import log_vmf_norm, mean_resultant_length
 from simkit.analysis import combine_verdicts, mean_mcse
-from simkit.engine import Param, Study
+from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.infonce import TAU_MIN, GapEstimator, k_grid
+from simkit.runner import Check, Param, Study, Var
+from simkit.runner.run import ENGINE_SCHEMA
 from simkit.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
 from simkit.sphere import Uniform, VonMisesFisher
-from studies.rate_k import MIXTURE_SEED, MIXTURE_WEIGHTS, SETTINGS, build_pi
 
-#: family-wise false-failure rate of each of the three C5 checks (Bonferroni within a check)
+__all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "entropy_h", "kl_sup", "tau_grid"]
+
+#: family-wise false-failure rate of each statistical C5 check (Bonferroni within a check)
 ALPHA = 1e-3
 #: importance-form KL estimates with an effective sample size below this are flagged unreliable
 ESS_RELIABLE = 100.0
@@ -57,6 +62,8 @@ N_SUP_GRID = 2001
 N_SUP_PROBES = 8192
 #: names of the control-variate coefficients stored per k (simkit.infonce.GapEstimator.calibrate)
 CV_TERMS = ("b_A", "b_B", "b_C", "b_E")
+#: the catalogue the settings are drawn from (their tau is replaced by the grid)
+SETTINGS = RATE_SETTINGS
 
 
 def tau_grid(tau_min: float, tau_max: float, n: int) -> list[float]:
@@ -64,13 +71,20 @@ def tau_grid(tau_min: float, tau_max: float, n: int) -> list[float]:
     return [float(f"{t:.6g}") for t in np.geomspace(tau_min, tau_max, n)]
 
 
-def entropy_h(pi, kappa_m: float, *, n_mc: int = exact.DEFAULT_MC_SIZE, rng=exact.DEFAULT_MC_SEED):
+def _mc_rng(rng, what: str) -> np.random.Generator:
+    if rng is None:
+        raise ValueError(f"'rng' is required: {what} needs Monte Carlo for a mixture pi (no hidden default seed); "
+                         "pass a seed or a numpy Generator, e.g. the study task's rng")
+    return np.random.default_rng(rng)
+
+
+def entropy_h(pi, kappa_m: float, *, n_mc: int = exact.DEFAULT_MC_SIZE, rng=None):
     """``H = -E_x KL(M(x, .) || pi)`` for M = vMF(x, kappa_M): the lower bound of CE (THEORY.md section 2).
 
     Single vMF pi (or uniform): ``-[log C_d(kappa_M) + kappa_M A_d(kappa_M) - log C_d(kappa_pi)
     - kappa_pi A_d(kappa_M) A_d(kappa_pi)]`` (*derived here*: E_{y~M(x)} mu.y = A_d(kappa_M) mu.x and
     E_x mu.x = A_d(kappa_pi)), a float; for uniform pi this is -I(x; x+). Mixture: ``-E log m(x, x+)``
-    by Monte Carlo over (x, x+), an :class:`simkit.exact.Estimate`.
+    by Monte Carlo over (x, x+) from ``rng`` (required there), an :class:`simkit.exact.Estimate`.
     """
     d = pi.dim
     km = float(kappa_m)
@@ -79,19 +93,20 @@ def entropy_h(pi, kappa_m: float, *, n_mc: int = exact.DEFAULT_MC_SIZE, rng=exac
         am = float(mean_resultant_length(d, km))
         ap = float(mean_resultant_length(d, kp))
         return -float(log_vmf_norm(d, km) + km * am - log_vmf_norm(d, kp) - kp * am * ap)
-    r = np.random.default_rng(rng)
+    r = _mc_rng(rng, "entropy_h")
     kernel = VMFKernel(km)
     x = pi.rvs(n_mc, rng=r)
     v = exact.log_m(pi, kernel, x, kernel.sample(x, rng=r))
     return exact.Estimate(-float(v.mean()), float(v.std(ddof=1) / math.sqrt(n_mc)))
 
 
-def kl_sup(pi, tau: float) -> float:
+def kl_sup(pi, tau: float, *, rng=None) -> float:
     """Largest exact ``KL(Q(x, .) || pi)`` over x.
 
     Uniform pi: the constant value. Single vMF pi: the KL depends on x only through mu.x; the
     maximum over a grid of N_SUP_GRID values of mu.x in [-1, 1]. Mixture: the maximum over
-    N_SUP_PROBES fixed probe points (half from pi, half uniform), a lower bound on the supremum.
+    N_SUP_PROBES random probe points from ``rng`` (required there; half from pi, half uniform), a
+    lower bound on the supremum.
     """
     d = pi.dim
     if isinstance(pi, Uniform):
@@ -105,10 +120,168 @@ def kl_sup(pi, tau: float) -> float:
         theta = np.linspace(0.0, np.pi, N_SUP_GRID)
         x = np.cos(theta)[:, None] * mu + np.sin(theta)[:, None] * perp
         return float(np.max(kl_q_pi(pi, x, tau)))
-    r = np.random.default_rng(exact.DEFAULT_MC_SEED)
+    r = _mc_rng(rng, "kl_sup")
     x = np.concatenate([pi.rvs(N_SUP_PROBES // 2, rng=r), Uniform(d).rvs(N_SUP_PROBES // 2, rng=r)])
     return float(np.max(kl_q_pi(pi, x, tau)))
 
+
+def critical_values(cfg: dict) -> dict[str, float]:
+    """Critical values of the three statistical checks at family-wise rate ALPHA each (Bonferroni).
+
+    ce: two-sided Student t (n_blocks - 1 df) over the n_set * n_tau cells; kl: one-sided normal
+    over every (cell, anchor, estimator); c1: one-sided normal for the one comparison per setting.
+    """
+    n_set, n_tau, nb = len(cfg["settings"].split(",")), int(cfg["n_tau"]), int(cfg["n_blocks"])
+    m_kl = 2 * n_set * n_tau * max(nb * int(cfg["kl_anchors"]), 1)
+    return {"ce": float(stats.t.isf(ALPHA / (2 * n_set * n_tau), max(nb - 1, 1))),
+            "kl": float(stats.norm.isf(ALPHA / m_kl)),
+            "c1": float(stats.norm.isf(ALPHA / max(n_set, 1)))}
+
+
+# ----------------------------------------------------------------------------------------------
+# the dataset's variables
+
+S, T, ST = ("setting",), ("tau",), ("setting", "tau")
+STK, STB = ("setting", "tau", "k"), ("setting", "tau", "block")
+NATS = "in nats (dimensionless, udunits '1')"
+_RAW_KL = "per-anchor KL estimate (simkit.softmax_kernel)"
+
+#: every variable and coordinate of the dataset
+SCHEMA = {
+    # design coordinates
+    "setting": Var(S, "design setting", "1", "name of the setting in simkit.designs.RATE_SETTINGS (its tau unused)"),
+    "tau": Var(T, "temperature tau", "1", "score s(x, y) = x.y / tau; log grid"),
+    "k": Var(("k",), "number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max"),
+    "anchor": Var(("anchor",), "KL anchor within a block", "1",
+                  "x ~ pi, with kl_samples draws from pi and from Q(x,.)"),
+    "cv_term": Var(("cv_term",), "control-variate coefficient", "1", "b_A, b_B, b_C for gap_k and b_E for gap_k - "
+                   "gap_2k (simkit.infonce.GapEstimator.calibrate)"),
+    "pi": Var(S, "data distribution family", "1", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
+              f"means from seed {MIXTURE_SEED}; simkit.designs.build_pi)"),
+    "dim": Var(S, "ambient dimension d", "1", "points on S^{d-1} in R^d"),
+    "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of pi or of each mixture component"),
+    "kappa_m": Var(S, "kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)"),
+    "cell_error": ENGINE_SCHEMA["cell_error"].like(ST),
+    "cell_key": ENGINE_SCHEMA["cell_key"].like((*ST, "key_word")),
+    # raw blocks and prepared constants
+    **{f"raw_{n}": Var((*STB, "k"), f"per-block {n}, in nats", "1", "raw replicate-block InfoNCE results "
+                       f"(simkit.infonce.BLOCK_STATS); {NATS}") for n in ("gap_cv", "gap_plain", "loss")},
+    "raw_ell_inf": Var(STB, "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", "1", NATS),
+    "raw_kl_exact": Var((*STB, "anchor"), "exact KL(Q(x,.) || pi) at a KL anchor, in nats", "1",
+                        "closed form (simkit.softmax_kernel.kl_q_pi)"),
+    "raw_kl_q": Var((*STB, "anchor"), "direct KL estimate at a KL anchor, in nats", "1",
+                    f"mean of log q over y ~ Q(x,.); {_RAW_KL}"),
+    "raw_kl_q_mcse": Var((*STB, "anchor"), "MCSE of raw_kl_q, in nats", "1", "sd over draws / sqrt(kl_samples)"),
+    "raw_kl_is": Var((*STB, "anchor"), "importance KL estimate at a KL anchor, in nats", "1",
+                     f"mean of q log q over y ~ pi; {_RAW_KL}"),
+    "raw_kl_is_mcse": Var((*STB, "anchor"), "MCSE of raw_kl_is, in nats", "1", "sd over draws / sqrt(kl_samples)"),
+    "raw_kl_is_ess": Var((*STB, "anchor"), "effective sample size of the importance weights", "1",
+                         "(sum q)^2 / sum q^2 over the kl_samples draws y ~ pi"),
+    "prep_coef": Var((*STK, "cv_term"), "control-variate coefficients", "1", "from an independent pilot per cell"),
+    # cross-entropy
+    "ce_exact": Var(ST, "exact cross-entropy CE(M, Q), in nats", "1", "simkit.exact.cross_entropy"),
+    "ce_exact_mcse": Var(ST, "MCSE of ce_exact, in nats", "1", "0 where exact (quadrature); Monte Carlo over x "
+                         "(the cell's prepare rng) for mixtures"),
+    "ce_estimate": Var(ST, "Monte Carlo CE, in nats", "1", "block mean of l_inf = -s(x,x+) + log Z(x)"),
+    "ce_estimate_mcse": Var(ST, "MCSE of ce_estimate, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
+    "ce_z": Var(ST, "z-score of ce_estimate against ce_exact", "1",
+                "(ce_estimate - ce_exact) / sqrt(ce_estimate_mcse^2 + ce_exact_mcse^2)"),
+    "entropy": Var(ST, "H = -E_x KL(M(x,.) || pi), in nats", "1", "lower bound of CE, attained when Q = M; "
+                   "-I(x; x+) for uniform pi; closed form for a single vMF pi, Monte Carlo for mixtures "
+                   "(studies.temperature.entropy_h)"),
+    "entropy_mcse": Var(ST, "MCSE of entropy, in nats", "1", "0 where exact"),
+    # bias constant and expansion scales
+    "c1_exact": Var(ST, "exact c1, in nats", "1", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant)"),
+    "c1_exact_mcse": Var(ST, "MCSE of c1_exact, in nats", "1", "0 where exact; Monte Carlo over x (the cell's "
+                         "prepare rng, independent across tau) otherwise"),
+    "z2_ratio": Var(ST, "E_x[Z2/Z^2]", "1", "relative second moment of e^s/Z: the expansion scale of the negatives "
+                    "(simkit.exact.expansion_scales; nondecreasing in 1/tau)"),
+    "m1_ratio": Var(ST, "E_x[m1/Z]", "1", "weight scale of the positive (simkit.exact.expansion_scales)"),
+    "expansion_scale": Var(ST, "expansion scale", "1", "max(E[Z2/Z^2], E[m1/Z])"),
+    "k_onset": Var(ST, "predicted start of the 1/k regime", "1", f"{K_ONSET_FACTOR:g} x expansion_scale (rate_k's "
+                   "k_min rule); the expansion is in powers of the scale over k"),
+    "scale_bound": Var(T, "bound e^{2/tau} on Z2/Z^2", "1", "Z2/Z^2 = E_pi q^2 <= sup q <= e^{2/tau} for every pi "
+                       "and phi"),
+    # KL(Q || pi)
+    "kl_bound": Var(T, "bound 2/tau, in nats", "1", "KL(Q(x,.) || pi) <= 2/tau (THEORY.md section 2)"),
+    "kl_mean_exact": Var(ST, "exact E_x KL(Q(x,.) || pi), in nats", "1", "closed form per anchor "
+                         "(simkit.softmax_kernel.kl_q_pi) averaged over x ~ pi by quadrature (Monte Carlo for "
+                         "mixtures)"),
+    "kl_mean_exact_mcse": Var(ST, "MCSE of kl_mean_exact, in nats", "1", "0 where exact"),
+    "kl_sup_exact": Var(ST, "largest exact KL(Q(x,.) || pi) over x, in nats", "1", f"uniform: constant; vMF: max "
+                        f"over {N_SUP_GRID} values of mu.x; mixture: max over {N_SUP_PROBES} random probe points (a "
+                        "lower bound on the supremum)"),
+    "kl_max_anchor_exact": Var(ST, "largest exact KL over the sampled KL anchors, in nats", "1",
+                               "closed form at the same anchors as kl_max"),
+    "kl_ratio": Var(ST, "looseness: kl_max / (2/tau)", "1", "how far below the bound the largest measured KL lies"),
+    "kl_ratio_mcse": Var(ST, "MCSE of kl_ratio", "1", "kl_max_mcse / (2/tau)"),
+    "kl_is_ess_min": Var(ST, "smallest effective sample size of the importance weights", "1",
+                         f"(sum q)^2 / sum q^2 over the anchors; below {ESS_RELIABLE:g} the importance estimate and "
+                         "its MCSE are unreliable"),
+    # finite-k gap
+    "gap": Var(STK, "finite-k gap R_k - log k - CE, in nats", "1", "block mean of the control-variate estimator "
+               "(simkit.infonce.GapEstimator)"),
+    "gap_mcse": Var(STK, "MCSE of gap, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
+    "gap_plain": Var(STK, "gap without control variates, in nats", "1", "block mean of l_k - log k - l_inf"),
+    "gap_plain_mcse": Var(STK, "MCSE of gap_plain, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
+    "k_gap": Var(STK, "k times gap, in nats", "1", "approaches c1 once k >> expansion scale"),
+    "k_gap_mcse": Var(STK, "MCSE of k_gap, in nats", "1", "k * gap_mcse"),
+    "gap_exact": Var(STK, "exact gap, in nats", "1", "simkit.exact.gap_exact; uniform pi only, NaN otherwise"),
+    "gap_z": Var(STK, "z-score of gap against gap_exact", "1", "(gap - gap_exact) / gap_mcse; diagnostic, uniform "
+                 "pi only"),
+    "loss": Var(STK, "InfoNCE risk R_k, in nats", "1", "block mean of l_k"),
+    "loss_mcse": Var(STK, "MCSE of loss, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
+    # per-setting descriptive fields
+    "tau_c1_peak": Var(S, "tau at which c1 is largest on the grid", "1", "descriptive"),
+    "tau_c1_zero": Var(S, "tau at which c1 changes sign", "1", "log-linear interpolation between the grid points "
+                       "of the last sign change; NaN if c1 keeps one sign"),
+    "scale_slope": Var(S, "log-log slope of E[Z2/Z^2] at the two smallest tau", "1",
+                       "descriptive: Z2/Z^2 grows like tau^{-(d-1)/2} for a continuous pi"),
+    "scale_slope_predicted": Var(S, "-(d-1)/2", "1", "Laplace approximation of Z and Z2 at small tau"),
+    "c1_ratio": Var(S, "|c1(tau_min)| / max |c1| over tau >= 1/kappa_M", "1", "inflation of the bias constant"),
+    "c1_ratio_mcse": Var(S, "MCSE of c1_ratio", "1", "delta method from c1_exact_mcse; 0 where c1 is exact"),
+    "ce_max_abs_z": Var(S, "largest |ce_z| over tau", "1", "check (ii) requires <= attrs['z_ce']"),
+    "kl_ratio_max": Var(S, "largest kl_ratio over tau", "1", "looseness of 2/tau at its tightest"),
+    # verdicts
+    "verdict_kl_exact": Var(S, "verdict of check (i), exact part", "1", "deterministic: pass when every exact "
+                            "per-anchor KL (sampled anchors and kl_sup_exact) is finite and <= 2/tau"),
+    "verdict_kl_mc": Var(S, "verdict of check (i), Monte Carlo part", "1", "pass when, for both Monte Carlo "
+                         "estimators, kl_upper <= 2/tau at every tau (z = attrs['z_kl'])"),
+    "verdict_kl": Var(S, "verdict of check kl", "1", "pass when verdict_kl_exact and verdict_kl_mc pass"),
+    "verdict_ce": Var(S, "verdict of check ce", "1", f"pass when |ce_z| <= attrs['z_ce'] at every tau (two-sided t, "
+                      f"n_blocks - 1 df, Bonferroni over the cells at {ALPHA:g})"),
+    "verdict_c1": Var(S, "verdict of check c1", "1", "pass when E[Z2/Z^2] is nondecreasing as tau decreases and "
+                      "|c1(tau_min)| - z MCSE exceeds max over tau >= 1/kappa_M of |c1| + z MCSE (z = attrs['z_c1'])"),
+    **{f"verdict_{c}_reason": Var(S, f"why check {c} failed", "1", "empty when it passed") for c in ("kl", "ce", "c1")},
+}
+for _est, _suffix, _what in (("q", "", "direct: y ~ Q(x,.), mean of log q"),
+                             ("is", "_is", "importance: y ~ pi, mean of q log q")):
+    SCHEMA.update({
+        f"kl_mean{_suffix}": Var(ST, f"Monte Carlo E_x KL(Q(x,.) || pi), {_est}, in nats", "1",
+                                 f"mean over the KL anchors of the per-anchor estimate ({_what})"),
+        f"kl_mean{_suffix}_mcse": Var(ST, f"MCSE of kl_mean{_suffix}, in nats", "1",
+                                      "sd of block means / sqrt(n_blocks): anchors and draws"),
+        f"kl{_suffix}_z": Var(ST, f"z-score of the {_est} estimates against the closed form", "1",
+                              "block mean of (estimate - exact KL) over the same anchors, over its MCSE; diagnostic "
+                              "of the closed form"),
+        f"kl_max{_suffix}": Var(ST, f"largest per-anchor Monte Carlo KL, {_est}, in nats", "1",
+                                f"max over the n_blocks x kl_anchors KL anchors ({_what})"),
+        f"kl_max{_suffix}_mcse": Var(ST, f"MCSE of kl_max{_suffix}, in nats", "1",
+                                     "the per-anchor MCSE (sd over draws / sqrt(kl_samples)) of that anchor"),
+        f"kl_upper{_suffix}": Var(ST, f"max over anchors of KL_hat - z MCSE, {_est}, in nats", "1",
+                                  f"z = attrs['z_kl'] (one-sided, Bonferroni over every cell, anchor and estimator "
+                                  f"at {ALPHA:g}); C5 requires kl_upper <= 2/tau"),
+    })
+
+#: per-cell constants of the prepare stage and their shapes after the cell dimension (for runs
+#: in which no preparation finished)
+_PREP = {"c1": (2,), "ce": (2,), "rho": (), "mbar": (), "kl_mean": (2,), "kl_sup": (), "entropy": (2,)}
+_RAW = {**{n: ("k",) for n in ("gap_cv", "gap_plain", "loss")}, "ell_inf": (),
+        **{n: ("anchor",) for n in ("kl_exact", "kl_q", "kl_q_mcse", "kl_is", "kl_is_mcse", "kl_is_ess")}}
+
+
+# ----------------------------------------------------------------------------------------------
+# summaries (arrays over (setting, tau, ...)); the study's summarise assembles them
 
 def _nan_reduce(fn, a: np.ndarray, axis: int = -1) -> np.ndarray:
     """``fn`` (np.nanmax or np.nanmin) over ``axis`` ignoring non-finite entries; NaN where none is finite."""
@@ -122,9 +295,237 @@ def _value_se(v) -> tuple[float, float]:
     return (float(v.value), float(v.mcse)) if isinstance(v, exact.Estimate) else (float(v), 0.0)
 
 
-def _attrs(long_name: str, units: str, description: str) -> dict:
-    return {"long_name": long_name, "units": units, "description": description}
+def _grid(raw: xr.Dataset, n_set: int, n_tau: int, shapes: dict):
+    """``grid(name)``: a raw variable (cell, ...) as (setting, tau, ...); NaN of the given shape if absent."""
+    def grid(name):
+        if name not in raw:
+            return np.full((n_set, n_tau, *shapes.get(name, ())), np.nan)
+        v = raw[name].values
+        return v.reshape(n_set, n_tau, *v.shape[1:])
+    return grid
 
+
+def _ce_summary(ell_inf: np.ndarray, ce: np.ndarray, entropy: np.ndarray) -> dict:
+    est, se = mean_mcse(ell_inf, axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (est - ce[..., 0]) / np.sqrt(se**2 + ce[..., 1] ** 2)
+    return {"ce_exact": ce[..., 0], "ce_exact_mcse": ce[..., 1], "ce_estimate": est, "ce_estimate_mcse": se,
+            "ce_z": z, "entropy": entropy[..., 0], "entropy_mcse": entropy[..., 1]}
+
+
+def _bias_summary(p: dict, taus: np.ndarray) -> dict:
+    scale = np.maximum(p["rho"], p["mbar"])
+    return {"c1_exact": p["c1"][..., 0], "c1_exact_mcse": p["c1"][..., 1], "z2_ratio": p["rho"],
+            "m1_ratio": p["mbar"], "expansion_scale": scale, "k_onset": K_ONSET_FACTOR * scale,
+            "scale_bound": np.exp(2.0 / taus)}
+
+
+def _kl_summary(blocks: dict, p: dict, bound: np.ndarray, z_kl: float) -> dict:
+    """KL(Q || pi): exact mean and supremum, both estimators' means, maxima and one-sided upper values."""
+    n_set, n_tau = p["kl_sup"].shape
+    out = {"kl_bound": bound, "kl_mean_exact": p["kl_mean"][..., 0], "kl_mean_exact_mcse": p["kl_mean"][..., 1],
+           "kl_sup_exact": p["kl_sup"]}
+    for est, suffix in (("q", ""), ("is", "_is")):
+        v, se = blocks[f"kl_{est}"], blocks[f"kl_{est}_mcse"]
+        out[f"kl_mean{suffix}"], out[f"kl_mean{suffix}_mcse"] = mean_mcse(v.mean(axis=3), axis=2)
+        dm, dm_se = mean_mcse((v - blocks["kl_exact"]).mean(axis=3), axis=2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"kl{suffix}_z"] = dm / dm_se
+        flat, flat_se = v.reshape(n_set, n_tau, -1), se.reshape(n_set, n_tau, -1)
+        j = np.argmax(np.where(np.isfinite(flat), flat, -np.inf), axis=2)[..., None]
+        out[f"kl_max{suffix}"] = np.take_along_axis(flat, j, 2)[..., 0]
+        out[f"kl_max{suffix}_mcse"] = np.take_along_axis(flat_se, j, 2)[..., 0]
+        out[f"kl_upper{suffix}"] = _nan_reduce(np.nanmax, flat - z_kl * flat_se)
+    out["kl_max_anchor_exact"] = _nan_reduce(np.nanmax, blocks["kl_exact"].reshape(n_set, n_tau, -1))
+    out["kl_ratio"], out["kl_ratio_mcse"] = out["kl_max"] / bound, out["kl_max_mcse"] / bound
+    out["kl_is_ess_min"] = _nan_reduce(np.nanmin, blocks["kl_is_ess"].reshape(n_set, n_tau, -1))
+    return out
+
+
+def _gap_summary(blocks: dict, gap_exact: np.ndarray, k: np.ndarray) -> dict:
+    out = {}
+    for name, var in (("gap", "gap_cv"), ("gap_plain", "gap_plain"), ("loss", "loss")):
+        out[name], out[f"{name}_mcse"] = mean_mcse(blocks[var], axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["gap_z"] = (out["gap"] - gap_exact) / out["gap_mcse"]
+    out["k_gap"], out["k_gap_mcse"] = out["gap"] * k, out["gap_mcse"] * k
+    out["gap_exact"] = gap_exact
+    return out
+
+
+def _kl_problems(kl_exact: np.ndarray, sup: np.ndarray, up: np.ndarray, up_is: np.ndarray, bound: np.ndarray,
+                 taus: np.ndarray, z_kl: float) -> tuple[list[str], list[str]]:
+    """Check (i) for one setting: (problems of the exact part, problems of the Monte Carlo part)."""
+    exact_probs, mc_probs = [], []
+    if not (np.all(np.isfinite(kl_exact)) and np.all(np.isfinite(sup))):
+        exact_probs.append("missing exact KL values")
+    elif np.any(kl_exact > bound[:, None]) or np.any(sup > bound):
+        exact_probs.append("an exact per-anchor KL exceeds 2/tau")
+    for u, what in ((up, "direct"), (up_is, "importance")):
+        if not np.all(np.isfinite(u)):
+            mc_probs.append(f"{what}: no finite estimates at some tau")
+        elif np.any(u > bound):
+            mc_probs.append(f"{what}: KL_hat - {z_kl:.2f} MCSE exceeds 2/tau at tau = "
+                            f"{', '.join(f'{t:g}' for t in taus[u > bound])}")
+    return exact_probs, mc_probs
+
+
+def _ce_problems(z: np.ndarray, taus: np.ndarray, z_ce: float) -> list[str]:
+    """Check (ii) for one setting."""
+    if not np.all(np.isfinite(z)):
+        return ["no finite z-score at some tau"]
+    bad = np.abs(z) > z_ce
+    if np.any(bad):
+        return [f"|z| > {z_ce:.2f} at tau = " + ", ".join(f"{t:g} (z = {zz:+.2f})" for t, zz in zip(taus[bad], z[bad]))]
+    return []
+
+
+def _c1_problems(c1: np.ndarray, c1_se: np.ndarray, rho: np.ndarray, taus: np.ndarray, kappa_m: float,
+                 z_c1: float) -> tuple[list[str], float, float]:
+    """Check (iii) for one setting: (problems, |c1(tau_min)| / max |c1(tau >= 1/kappa_M)|, its MCSE)."""
+    probs, ratio, ratio_se = [], math.nan, math.nan
+    r_seq = rho[np.argsort(taus)[::-1]]  # by decreasing tau
+    if not np.all(np.isfinite(r_seq)):
+        probs.append("missing expansion scales")
+    elif np.any(np.diff(r_seq) < -1e-12 * np.abs(r_seq[1:])):
+        probs.append("E[Z2/Z^2] decreases as tau decreases somewhere on the grid")
+    ref = taus >= 1.0 / kappa_m
+    small = int(np.argmin(taus))
+    if not ref.any() or taus[small] >= 1.0 / kappa_m:
+        probs.append(f"the grid must reach both sides of 1/kappa_M = {1 / kappa_m:g}")
+    elif not np.all(np.isfinite(c1)):
+        probs.append("missing c1 values")
+    else:
+        jr = int(np.argmax(np.abs(c1) * ref))
+        ratio = abs(c1[small]) / abs(c1[jr])
+        ratio_se = ratio * math.hypot(c1_se[small] / c1[small], c1_se[jr] / c1[jr])
+        if not abs(c1[small]) - z_c1 * c1_se[small] > np.max(np.abs(c1[ref]) + z_c1 * c1_se[ref]):
+            probs.append(f"|c1(tau_min)| = {abs(c1[small]):.4g} does not exceed max |c1| = "
+                         f"{np.max(np.abs(c1[ref])):.4g} over tau >= 1/kappa_M (with {z_c1:.2f} MCSE margins)")
+    return probs, ratio, ratio_se
+
+
+def _c1_shape(c1: np.ndarray, rho: np.ndarray, taus: np.ndarray, dim: int) -> dict:
+    """Descriptive fields of one setting: where c1 peaks and changes sign; growth of the expansion scale."""
+    out = {"tau_c1_peak": math.nan, "tau_c1_zero": math.nan, "scale_slope": math.nan,
+           "scale_slope_predicted": -(dim - 1) / 2}
+    if np.all(np.isfinite(c1)):
+        out["tau_c1_peak"] = taus[int(np.argmax(c1))]
+        ch = np.nonzero(np.sign(c1)[:-1] != np.sign(c1)[1:])[0]
+        if ch.size:
+            j = int(ch[-1])
+            c, lt = c1[j:j + 2], np.log(taus[j:j + 2])
+            out["tau_c1_zero"] = float(np.exp(lt[0] - c[0] * (lt[1] - lt[0]) / (c[1] - c[0])))
+    if taus.size >= 2 and np.all(rho[:2] > 0):
+        out["scale_slope"] = np.log(rho[1] / rho[0]) / np.log(taus[1] / taus[0])
+    return out
+
+
+def _verdict(problems: list[str], errors: list[str]) -> tuple[str, str]:
+    if errors:
+        head = f"{len(errors)} cell(s) with task errors (see cell_error); "
+        return "error", (head + "; ".join(problems)).rstrip("; ")
+    return ("pass" if not problems else "fail"), "; ".join(problems)
+
+
+def _setting_verdicts(i: int, s: dict, ex: np.ndarray, cell_error: np.ndarray, taus: np.ndarray, kappa_m: float,
+                      dim: int, crit: dict) -> dict:
+    """Verdicts, reasons and descriptive fields of setting ``i`` from the summaries ``s``."""
+    errors = [str(e) for e in cell_error[i] if str(e)]
+    exact_probs, mc_probs = _kl_problems(ex[i], s["kl_sup_exact"][i], s["kl_upper"][i], s["kl_upper_is"][i],
+                                         s["kl_bound"], taus, crit["kl"])
+    c1_probs, ratio, ratio_se = _c1_problems(s["c1_exact"][i], s["c1_exact_mcse"][i], s["z2_ratio"][i], taus,
+                                             kappa_m, crit["c1"])
+    out = {"c1_ratio": ratio, "c1_ratio_mcse": ratio_se, **_c1_shape(s["c1_exact"][i], s["z2_ratio"][i], taus, dim),
+           "ce_max_abs_z": _nan_reduce(np.nanmax, np.abs(s["ce_z"][i]), axis=0),
+           "kl_ratio_max": _nan_reduce(np.nanmax, s["kl_ratio"][i], axis=0)}
+    out["verdict_kl_exact"] = _verdict(exact_probs, errors)[0]
+    out["verdict_kl_mc"] = _verdict(mc_probs, errors)[0]
+    for c, probs in (("kl", exact_probs + mc_probs), ("ce", _ce_problems(s["ce_z"][i], taus, crit["ce"])),
+                     ("c1", c1_probs)):
+        out[f"verdict_{c}"], out[f"verdict_{c}_reason"] = _verdict(probs, errors)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# claim checks (claim rows of simkit validate)
+
+def _why(ds: xr.Dataset, c: str, n: int) -> str:
+    r = str(ds[f"verdict_{c}_reason"].values[n])
+    return f" ({r})" if r else ""
+
+
+def _argmax2(a: np.ndarray) -> tuple[int, int]:
+    return np.unravel_index(int(np.argmax(np.where(np.isfinite(a), a, -np.inf))), a.shape)
+
+
+def _kl_exact_check(ds: xr.Dataset) -> dict:
+    bound = ds["kl_bound"].values
+    ratio = np.fmax(ds["kl_max_anchor_exact"].values, ds["kl_sup_exact"].values) / bound
+    i, j = _argmax2(ratio)
+    detail = "; ".join(
+        f"{s}: largest exact KL/(2/tau) = {float(_nan_reduce(np.nanmax, ratio[n], axis=0)):.3g} -> "
+        f"{ds['verdict_kl_exact'].values[n]}"
+        f"{_why(ds, 'kl', n) if str(ds['verdict_kl_exact'].values[n]) != 'pass' else ''}"
+        for n, s in enumerate(ds["setting"].values))
+    return {"estimate": ratio[i, j], "estimate_mcse": 0.0, "verdict": combine_verdicts(ds["verdict_kl_exact"].values),
+            "detail": detail}
+
+
+def _kl_mc_check(ds: xr.Dataset) -> dict:
+    ratio = ds["kl_ratio"].values
+    i, j = _argmax2(ratio)
+    detail = "; ".join(
+        f"{s}: max KL/(2/tau) = {float(ds['kl_ratio_max'].values[n]):.3g}, at tau_min KL max "
+        f"{float(ds['kl_max'].values[n, 0]):.3g} ± {float(ds['kl_max_mcse'].values[n, 0]):.2g} vs 2/tau = "
+        f"{float(ds['kl_bound'].values[0]):.3g} -> {ds['verdict_kl_mc'].values[n]}"
+        f"{_why(ds, 'kl', n) if str(ds['verdict_kl_mc'].values[n]) != 'pass' else ''}"
+        for n, s in enumerate(ds["setting"].values))
+    return {"estimate": ratio[i, j], "estimate_mcse": ds["kl_ratio_mcse"].values[i, j],
+            "verdict": combine_verdicts(ds["verdict_kl_mc"].values), "detail": detail}
+
+
+def _ce_check(ds: xr.Dataset) -> dict:
+    z = ds["ce_z"].values
+    i, j = _argmax2(np.abs(z))
+    detail = "; ".join(f"{s}: max |z| = {float(ds['ce_max_abs_z'].values[n]):.2f} -> {ds['verdict_ce'].values[n]}"
+                       f"{_why(ds, 'ce', n)}" for n, s in enumerate(ds["setting"].values))
+    return {"estimate": z[i, j], "estimate_mcse": 1.0, "verdict": combine_verdicts(ds["verdict_ce"].values),
+            "detail": detail}
+
+
+def _c1_check(ds: xr.Dataset) -> dict:
+    f = {n: ds[n].values for n in ("tau_c1_peak", "tau_c1_zero", "c1_ratio", "scale_slope", "scale_slope_predicted")}
+    detail = "; ".join(
+        f"{s}: c1 peaks at tau = {f['tau_c1_peak'][n]:.3g}, changes sign at tau = {f['tau_c1_zero'][n]:.3g}, "
+        f"|c1(tau_min)| / max |c1(tau >= 1/kappa_M)| = {f['c1_ratio'][n]:.3g}, E[Z2/Z^2] slope "
+        f"{f['scale_slope'][n]:.2f} (-(d-1)/2 = {f['scale_slope_predicted'][n]:.1f}) -> {ds['verdict_c1'].values[n]}"
+        f"{_why(ds, 'c1', n)}" for n, s in enumerate(ds["setting"].values))
+    w = int(np.argmin(np.where(np.isfinite(f["c1_ratio"]), f["c1_ratio"], np.inf)))
+    return {"estimate": f["c1_ratio"][w], "estimate_mcse": ds["c1_ratio_mcse"].values[w],
+            "verdict": combine_verdicts(ds["verdict_c1"].values), "detail": detail}
+
+
+def _cells_text(ds: xr.Dataset) -> str:
+    return f"{ds.sizes['setting']} settings x {ds.sizes['tau']} tau"
+
+
+CHECKS = (
+    Check("C5", lambda ds: f"deterministic check: every exact per-anchor KL(Q(x,.)||pi) (sampled anchors and the "
+                           f"largest over x) <= 2/tau, {_cells_text(ds)}; estimate: the largest exact KL / (2/tau)",
+          _kl_exact_check, None),
+    Check("C5", lambda ds: f"max over anchors of KL(Q(x,.)||pi) / (2/tau), {_cells_text(ds)}; Monte Carlo: "
+                           f"KL_hat - {ds.attrs['z_kl']:.2f} MCSE <= 2/tau for both estimators",
+          _kl_mc_check, ALPHA),
+    Check("C5", lambda ds: f"CE Monte Carlo (block mean of l_inf) against exact CE at every tau: |z| <= "
+                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", _ce_check, ALPHA),
+    Check("C5", "small tau inflates the bias: E[Z2/Z^2] nondecreasing as tau decreases; |c1(tau_min)| > max |c1| "
+                "over tau >= 1/kappa_M (estimate: the smallest ratio of the two over settings)", _c1_check, ALPHA),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# the study
 
 class Temperature(Study):
     name = "temperature"
@@ -133,20 +534,23 @@ class Temperature(Study):
     cell_dim = "cell"
     ademp = {
         "aim": "C5: KL(Q(x,.) || pi) <= 2/tau for every x; small tau inflates the finite-k bias (c1, expansion scale)",
-        "data": "uniform pi (d = 3), vMF pi (d = 8) and rate_k's vMF mixture (d = 16); vMF positive kernel; "
-                "phi = identity; tau on a log grid",
+        "data": "uniform pi (d = 3), vMF pi (d = 8) and the vMF mixture of simkit.designs (d = 16); vMF positive "
+                "kernel; phi = identity; tau on a log grid",
         "estimand": "CE(tau), c1(tau), E[Z2/Z^2], per-anchor KL(Q(x,.) || pi) with its mean and maximum over x, "
                     "gap_k at every k of the grid",
         "methods": "exact formulas (simkit.exact, closed-form KL of simkit.softmax_kernel); Monte Carlo CE and gap_k "
                    "(GapEstimator, control variates); KL by importance sampling from pi and by exact sampling from "
                    "Q(x,.); MCSE over independent blocks (or over draws, per anchor)",
-        "performance": "CE t test against exact (Bonferroni); max_x (KL_hat - z MCSE) and exact KL against 2/tau; "
-                       "monotone expansion scale and |c1| growth below 1/kappa_M; looseness KL/(2/tau); MCSE of "
-                       "every estimate",
+        "performance": "exact KL against 2/tau (deterministic); max_x (KL_hat - z MCSE) against 2/tau; CE t test "
+                       "against exact (Bonferroni); monotone expansion scale and |c1| growth below 1/kappa_M; "
+                       "looseness KL/(2/tau); MCSE of every estimate",
     }
+    schema = SCHEMA
+    checks = CHECKS
     params = {
-        "settings": Param("settings", str, "uniform-d3,vmf-d8,mixture-d16", "comma-separated settings (rate_k's)",
-                          choices=tuple(SETTINGS), multi=True, quick="uniform-d3,vmf-d8"),
+        "settings": Param("settings", str, "uniform-d3,vmf-d8,mixture-d16", "comma-separated settings "
+                          "(simkit.designs.RATE_SETTINGS)", choices=tuple(SETTINGS), multi=True,
+                          quick="uniform-d3,vmf-d8"),
         "tau_min": Param("tau_min", float, 0.02, "smallest temperature of the log grid", low=TAU_MIN),
         "tau_max": Param("tau_max", float, 10.0, "largest temperature of the log grid", low=TAU_MIN, high=1e4),
         "n_tau": Param("n_tau", int, 14, "number of temperatures on the grid", low=2, high=200, quick=8),
@@ -186,27 +590,22 @@ class Temperature(Study):
         return GapEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["k_max"])
 
     def block_dims(self, cfg):
-        dims = {n: ("k",) for n in ("gap_cv", "gap_plain", "loss")}
-        dims["ell_inf"] = ()
-        for n in ("kl_exact", "kl_q", "kl_q_mcse", "kl_is", "kl_is_mcse", "kl_is_ess"):
-            dims[n] = ("anchor",)
-        return dims, {"k": k_grid(cfg["k_max"]), "anchor": np.arange(cfg["kl_anchors"])}
+        return dict(_RAW), {"k": k_grid(cfg["k_max"]), "anchor": np.arange(cfg["kl_anchors"])}
 
     def prepare(self, cell, cfg, rng):
+        """Control-variate pilot, then every exact constant; Monte Carlo (mixtures) from ``rng`` only."""
         est = self._estimator(cell, cfg)
-        pi, kernel, tau = est.pi, est.kernel, est.tau
+        pi, kernel, tau, n_mc = est.pi, est.kernel, est.tau, cfg["n_mc"]
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
-        n_mc = cfg["n_mc"]
-        c1 = _value_se(exact.bias_constant(pi, kernel, tau, n_mc=n_mc))
-        ce = _value_se(exact.cross_entropy(pi, kernel, tau, n_mc=n_mc))
-        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=n_mc)
-        klm = _value_se(exact._expect_x(pi, lambda x: kl_q_pi(pi, x, tau), isotropic=True, n_mc=n_mc,
-                                        rng=exact.DEFAULT_MC_SEED))
-        h = _value_se(entropy_h(pi, cell["kappa_m"], n_mc=n_mc))
+        c1 = _value_se(exact.bias_constant(pi, kernel, tau, n_mc=n_mc, rng=rng))
+        ce = _value_se(exact.cross_entropy(pi, kernel, tau, n_mc=n_mc, rng=rng))
+        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=n_mc, rng=rng)
+        klm = _value_se(exact._expect_x(pi, lambda x: kl_q_pi(pi, x, tau), isotropic=True, n_mc=n_mc, rng=rng))
+        h = _value_se(entropy_h(pi, cell["kappa_m"], n_mc=n_mc, rng=rng))
         gex = (exact.gap_exact(kernel, pi.dim, tau, est.grid) if isinstance(pi, Uniform)
                else np.full(est.grid.size, np.nan))
         return {"coef": coef, "c1": np.array(c1), "ce": np.array(ce), "rho": np.array(rho), "mbar": np.array(mbar),
-                "kl_mean": np.array(klm), "kl_sup": np.array(kl_sup(pi, tau)), "entropy": np.array(h),
+                "kl_mean": np.array(klm), "kl_sup": np.array(kl_sup(pi, tau, rng=rng)), "entropy": np.array(h),
                 "gap_exact": gex}
 
     def generate(self, cell, cfg, prep, rng):
@@ -221,365 +620,50 @@ class Temperature(Study):
                 "ell_inf": out["ell_inf"], "kl_exact": kl_q_pi(pi, x, tau), "kl_q": kl_q, "kl_q_mcse": kl_q_se,
                 "kl_is": kl_is, "kl_is_mcse": kl_is_se, "kl_is_ess": ess}
 
-    # ------------------------------------------------------------------------------------------
-    @staticmethod
-    def critical_values(n_set: int, n_tau: int, n_blocks: int, n_anchor_total: int) -> dict[str, float]:
-        """Critical values of the three checks at family-wise rate ALPHA each (Bonferroni).
-
-        ce: two-sided Student t (n_blocks - 1 df) over the n_set * n_tau cells; kl: one-sided normal
-        over every (cell, anchor, estimator); c1: one-sided normal for the one comparison per setting.
-        """
-        m_ce = n_set * n_tau
-        m_kl = 2 * n_set * n_tau * max(n_anchor_total, 1)
-        return {"ce": float(stats.t.isf(ALPHA / (2 * m_ce), max(n_blocks - 1, 1))),
-                "kl": float(stats.norm.isf(ALPHA / m_kl)),
-                "c1": float(stats.norm.isf(ALPHA / max(n_set, 1)))}
-
     def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
+        """The raw cells laid out over (setting, tau), the summaries with their MCSE, and the verdicts."""
         settings = cfg["settings"].split(",")
         taus = np.array(tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]))
-        S, T = len(settings), taus.size
-        nb = raw.sizes["block"]
         k = raw["k"].values
-        kf = k.astype(float)
-        n_anchor = raw.sizes["anchor"]
-
-        # shapes of the prepared constants, for a run in which no preparation finished
-        prep_shapes = {"prep_coef": (k.size, len(CV_TERMS)), "prep_gap_exact": (k.size,), "prep_c1": (2,),
-                       "prep_ce": (2,), "prep_kl_mean": (2,), "prep_entropy": (2,)}
-
-        def grid(name):  # (cell, ...) -> (setting, tau, ...)
-            if name not in raw:
-                return np.full((S, T, *prep_shapes.get(name, ())), np.nan)
-            v = raw[name].values
-            return v.reshape(S, T, *v.shape[1:])
-
+        n_set, n_tau = len(settings), taus.size
+        shapes = {"prep_coef": (k.size, len(CV_TERMS)), "prep_gap_exact": (k.size,),
+                  **{f"prep_{n}": s for n, s in _PREP.items()}}
+        grid = _grid(raw, n_set, n_tau, shapes)
+        crit = critical_values(cfg)
         ds = xr.Dataset(coords={"setting": np.array(settings), "tau": taus, "block": raw["block"].values, "k": k,
                                 "anchor": raw["anchor"].values, "cv_term": np.array(CV_TERMS)})
         for key in ("pi", "dim", "kappa_pi", "kappa_m"):
             ds.coords[key] = ("setting", grid(key)[:, 0])
-        raw_dims = {"gap_cv": ("k",), "gap_plain": ("k",), "loss": ("k",), "ell_inf": ()}
-        raw_dims.update({n: ("anchor",) for n in ("kl_exact", "kl_q", "kl_q_mcse", "kl_is", "kl_is_mcse",
-                                                   "kl_is_ess")})
-        for n, dims in raw_dims.items():
-            ds[f"raw_{n}"] = (("setting", "tau", "block", *dims), grid(f"raw_{n}"))
-        ds["prep_coef"] = (("setting", "tau", "k", "cv_term"), grid("prep_coef"))
-        ds["cell_error"] = (("setting", "tau"), grid("cell_error").astype(str))
-        ds["cell_key"] = (("setting", "tau", "key_word"), grid("cell_key"))
+        for n, dims in _RAW.items():
+            ds[f"raw_{n}"] = ((*STB, *dims), grid(f"raw_{n}"))
+        ds["prep_coef"] = ((*STK, "cv_term"), grid("prep_coef"))
+        ds["cell_error"] = (ST, grid("cell_error").astype(str))
+        ds["cell_key"] = ((*ST, "key_word"), grid("cell_key"))
 
-        p = {n: grid(f"prep_{n}") for n in ("c1", "ce", "rho", "mbar", "kl_mean", "kl_sup", "entropy", "gap_exact")}
-        crit = self.critical_values(S, T, nb, nb * n_anchor)
-        a = _attrs
-        ST, STK = ("setting", "tau"), ("setting", "tau", "k")
-        new = {}
-
-        # cross-entropy: Monte Carlo l_inf against exact
-        ce_est, ce_se = mean_mcse(grid("raw_ell_inf"), axis=2)
-        ce_x, ce_xs = p["ce"][..., 0], p["ce"][..., 1]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ce_z = (ce_est - ce_x) / np.sqrt(ce_se**2 + ce_xs**2)
-        new["ce_exact"] = (ST, ce_x, a("exact cross-entropy CE(M, Q)", "nat", "simkit.exact.cross_entropy"))
-        new["ce_exact_mcse"] = (ST, ce_xs, a("MCSE of ce_exact", "nat", "0 where exact (quadrature); Monte Carlo "
-                                             "over x for mixtures"))
-        new["ce_estimate"] = (ST, ce_est, a("Monte Carlo CE", "nat", "block mean of l_inf = -s(x,x+) + log Z(x)"))
-        new["ce_estimate_mcse"] = (ST, ce_se, a("MCSE of ce_estimate", "nat", "sd over blocks / sqrt(n_blocks)"))
-        new["ce_z"] = (ST, ce_z, a("z-score of ce_estimate against ce_exact", "1",
-                                   "(ce_estimate - ce_exact) / sqrt(ce_estimate_mcse^2 + ce_exact_mcse^2)"))
-        new["entropy"] = (ST, p["entropy"][..., 0], a("H = -E_x KL(M(x,.) || pi)", "nat",
-                          "lower bound of CE, attained when Q = M; -I(x; x+) for uniform pi; closed form for a "
-                          "single vMF pi, Monte Carlo for mixtures (studies.temperature.entropy_h)"))
-        new["entropy_mcse"] = (ST, p["entropy"][..., 1], a("MCSE of entropy", "nat", "0 where exact"))
-
-        # bias constant and expansion scales
-        new["c1_exact"] = (ST, p["c1"][..., 0], a("exact c1", "nat", "E[m1/Z - (Z2/Z^2 - 1)/2] "
-                                                  "(simkit.exact.bias_constant)"))
-        new["c1_exact_mcse"] = (ST, p["c1"][..., 1], a("MCSE of c1_exact", "nat", "0 where exact; Monte Carlo "
-                                                       "over x (common random numbers across tau) otherwise"))
-        new["z2_ratio"] = (ST, p["rho"], a("E_x[Z2/Z^2]", "1", "relative second moment of e^s/Z: the expansion "
-                           "scale of the negatives (simkit.exact.expansion_scales; nondecreasing in 1/tau)"))
-        new["m1_ratio"] = (ST, p["mbar"], a("E_x[m1/Z]", "1", "weight scale of the positive "
-                                            "(simkit.exact.expansion_scales)"))
-        scale = np.maximum(p["rho"], p["mbar"])
-        new["expansion_scale"] = (ST, scale, a("expansion scale", "1", "max(E[Z2/Z^2], E[m1/Z])"))
-        new["k_onset"] = (ST, K_ONSET_FACTOR * scale, a("predicted start of the 1/k regime", "1",
-                          f"{K_ONSET_FACTOR:g} x expansion_scale (rate_k's k_min rule); the expansion is in powers "
-                          f"of the scale over k"))
-        new["scale_bound"] = (("tau",), np.exp(2.0 / taus), a("bound e^{2/tau} on Z2/Z^2", "1",
-                              "Z2/Z^2 = E_pi q^2 <= sup q <= e^{2/tau} for every pi and phi"))
-
-        # KL(Q || pi)
-        bound = 2.0 / taus
-        new["kl_bound"] = (("tau",), bound, a("bound 2/tau", "nat", "KL(Q(x,.) || pi) <= 2/tau (THEORY.md section 2)"))
-        new["kl_mean_exact"] = (ST, p["kl_mean"][..., 0], a("exact E_x KL(Q(x,.) || pi)", "nat",
-                                "closed form per anchor (simkit.softmax_kernel.kl_q_pi) averaged over x ~ pi by "
-                                "quadrature (Monte Carlo for mixtures)"))
-        new["kl_mean_exact_mcse"] = (ST, p["kl_mean"][..., 1], a("MCSE of kl_mean_exact", "nat", "0 where exact"))
-        new["kl_sup_exact"] = (ST, p["kl_sup"], a("largest exact KL(Q(x,.) || pi) over x", "nat",
-                               f"uniform: constant; vMF: max over {N_SUP_GRID} values of mu.x; mixture: max over "
-                               f"{N_SUP_PROBES} probe points (a lower bound on the supremum)"))
-        blocks = {n: grid(f"raw_{n}") for n in ("kl_exact", "kl_q", "kl_q_mcse", "kl_is", "kl_is_mcse", "kl_is_ess")}
-        for est, what in (("q", "direct: y ~ Q(x,.), mean of log q"), ("is", "importance: y ~ pi, mean of q log q")):
-            v, se = blocks[f"kl_{est}"], blocks[f"kl_{est}_mcse"]
-            m, m_se = mean_mcse(v.mean(axis=3), axis=2)
-            dm, dm_se = mean_mcse((v - blocks["kl_exact"]).mean(axis=3), axis=2)
-            flat, flat_se = v.reshape(S, T, -1), se.reshape(S, T, -1)
-            fin = np.where(np.isfinite(flat), flat, -np.inf)
-            j = np.argmax(fin, axis=2)
-            mx = np.take_along_axis(flat, j[..., None], 2)[..., 0]
-            mx_se = np.take_along_axis(flat_se, j[..., None], 2)[..., 0]
-            upper = _nan_reduce(np.nanmax, flat - crit["kl"] * flat_se)
-            suffix = "" if est == "q" else "_is"
-            new[f"kl_mean{suffix}"] = (ST, m, a(f"Monte Carlo E_x KL(Q(x,.) || pi), {est}", "nat",
-                                       f"mean over the KL anchors of the per-anchor estimate ({what})"))
-            new[f"kl_mean{suffix}_mcse"] = (ST, m_se, a(f"MCSE of kl_mean{suffix}", "nat",
-                                            "sd of block means / sqrt(n_blocks): anchors and draws"))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                new[f"kl{suffix}_z"] = (ST, dm / dm_se, a(f"z-score of the {est} estimates against the closed form",
-                                        "1", "block mean of (estimate - exact KL) over the same anchors, over its "
-                                        "MCSE; diagnostic of the closed form"))
-            new[f"kl_max{suffix}"] = (ST, mx, a(f"largest per-anchor Monte Carlo KL, {est}", "nat",
-                                      f"max over the {nb * n_anchor} KL anchors ({what})"))
-            new[f"kl_max{suffix}_mcse"] = (ST, mx_se, a(f"MCSE of kl_max{suffix}", "nat",
-                                           "the per-anchor MCSE (sd over draws / sqrt(kl_samples)) of that anchor"))
-            new[f"kl_upper{suffix}"] = (ST, upper, a(f"max over anchors of KL_hat - z MCSE, {est}", "nat",
-                                        f"z = {crit['kl']:.3f} (one-sided, Bonferroni over every cell, anchor and "
-                                        f"estimator at {ALPHA:g}); C5 requires kl_upper <= 2/tau"))
-        ex = blocks["kl_exact"].reshape(S, T, -1)
-        new["kl_max_anchor_exact"] = (ST, _nan_reduce(np.nanmax, ex), a("largest exact KL over the sampled KL anchors", "nat",
-                                        "closed form at the same anchors as kl_max"))
-        new["kl_ratio"] = (ST, new["kl_max"][1] / bound, a("looseness: kl_max / (2/tau)", "1",
-                           "how far below the bound the largest measured KL lies"))
-        new["kl_ratio_mcse"] = (ST, new["kl_max_mcse"][1] / bound, a("MCSE of kl_ratio", "1", "kl_max_mcse / (2/tau)"))
-        ess = blocks["kl_is_ess"].reshape(S, T, -1)
-        new["kl_is_ess_min"] = (ST, _nan_reduce(np.nanmin, ess), a("smallest effective sample size of the importance weights", "1",
-                                  f"(sum q)^2 / sum q^2 over the anchors; below {ESS_RELIABLE:g} the importance "
-                                  "estimate and its MCSE are unreliable"))
-
-        # finite-k gap
-        gap, gap_se = mean_mcse(grid("raw_gap_cv"), axis=2)
-        plain, plain_se = mean_mcse(grid("raw_gap_plain"), axis=2)
-        loss, loss_se = mean_mcse(grid("raw_loss"), axis=2)
-        gex = p["gap_exact"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            gap_z = (gap - gex) / gap_se
-        new["gap"] = (STK, gap, a("finite-k gap R_k - log k - CE", "nat", "block mean of the control-variate "
-                                  "estimator (simkit.infonce.GapEstimator)"))
-        new["gap_mcse"] = (STK, gap_se, a("MCSE of gap", "nat", "sd over blocks / sqrt(n_blocks)"))
-        new["gap_plain"] = (STK, plain, a("gap without control variates", "nat", "block mean of l_k - log k - l_inf"))
-        new["gap_plain_mcse"] = (STK, plain_se, a("MCSE of gap_plain", "nat", "sd over blocks / sqrt(n_blocks)"))
-        new["k_gap"] = (STK, gap * kf, a("k times gap", "nat", "approaches c1 once k >> expansion scale"))
-        new["k_gap_mcse"] = (STK, gap_se * kf, a("MCSE of k_gap", "nat", "k * gap_mcse"))
-        new["gap_exact"] = (STK, gex, a("exact gap", "nat", "simkit.exact.gap_exact; uniform pi only, NaN otherwise"))
-        new["gap_z"] = (STK, gap_z, a("z-score of gap against gap_exact", "1", "(gap - gap_exact) / gap_mcse; "
-                                      "diagnostic, uniform pi only"))
-        new["loss"] = (STK, loss, a("InfoNCE risk R_k", "nat", "block mean of l_k"))
-        new["loss_mcse"] = (STK, loss_se, a("MCSE of loss", "nat", "sd over blocks / sqrt(n_blocks)"))
-
-        # verdicts per setting
-        c1x, c1s = p["c1"][..., 0], p["c1"][..., 1]
-        fields = {n: np.full(S, np.nan) for n in ("tau_c1_peak", "tau_c1_zero", "scale_slope", "scale_slope_predicted",
-                                                  "c1_ratio", "c1_ratio_mcse", "ce_max_abs_z", "kl_ratio_max")}
-        verdict = {c: np.array(["fail"] * S, dtype=object) for c in ("kl", "ce", "c1")}
-        reason = {c: np.array([""] * S, dtype=object) for c in ("kl", "ce", "c1")}
-        for i in range(S):
-            err = [str(e) for e in ds["cell_error"].values[i] if str(e)]
-            d = int(ds["dim"].values[i])
-            km = float(ds["kappa_m"].values[i])
-            # (i) KL bound
-            probs = []
-            if not (np.all(np.isfinite(ex[i])) and np.all(np.isfinite(p["kl_sup"][i]))):
-                probs.append("missing exact KL values")
-            elif np.any(ex[i] > bound[:, None]) or np.any(p["kl_sup"][i] > bound):
-                probs.append("an exact per-anchor KL exceeds 2/tau")
-            for suffix, what in (("", "direct"), ("_is", "importance")):
-                up = new[f"kl_upper{suffix}"][1][i]
-                if not np.all(np.isfinite(up)):
-                    probs.append(f"{what}: no finite estimates at some tau")
-                elif np.any(up > bound):
-                    t_bad = taus[up > bound]
-                    probs.append(f"{what}: KL_hat - {crit['kl']:.2f} MCSE exceeds 2/tau at tau = "
-                                 f"{', '.join(f'{t:g}' for t in t_bad)}")
-            fields["kl_ratio_max"][i] = _nan_reduce(np.nanmax, new["kl_ratio"][1][i], axis=0)
-            verdict["kl"][i], reason["kl"][i] = ("pass" if not probs else "fail"), "; ".join(probs)
-            # (ii) CE Monte Carlo against exact
-            z = ce_z[i]
-            fields["ce_max_abs_z"][i] = _nan_reduce(np.nanmax, np.abs(z), axis=0)
-            if not np.all(np.isfinite(z)):
-                verdict["ce"][i], reason["ce"][i] = "fail", "no finite z-score at some tau"
-            elif np.any(np.abs(z) > crit["ce"]):
-                bad = np.abs(z) > crit["ce"]
-                verdict["ce"][i] = "fail"
-                reason["ce"][i] = (f"|z| > {crit['ce']:.2f} at tau = "
-                                   + ", ".join(f"{t:g} (z = {zz:+.2f})" for t, zz in zip(taus[bad], z[bad])))
-            else:
-                verdict["ce"][i] = "pass"
-            # (iii) small tau inflates the bias: monotone expansion scale; |c1(tau_min)| beyond |c1(tau >= 1/kappa_M)|
-            probs = []
-            rho = p["rho"][i]
-            order = np.argsort(taus)[::-1]  # decreasing tau
-            r_seq = rho[order]
-            if not np.all(np.isfinite(r_seq)):
-                probs.append("missing expansion scales")
-            elif np.any(np.diff(r_seq) < -1e-12 * np.abs(r_seq[1:])):
-                probs.append("E[Z2/Z^2] decreases as tau decreases somewhere on the grid")
-            ref = taus >= 1.0 / km
-            small = int(np.argmin(taus))
-            if not ref.any() or taus[small] >= 1.0 / km:
-                probs.append(f"the grid must reach both sides of 1/kappa_M = {1 / km:g}")
-            elif not np.all(np.isfinite(c1x[i])):
-                probs.append("missing c1 values")
-            else:
-                hi_ref = np.max(np.abs(c1x[i][ref]) + crit["c1"] * c1s[i][ref])
-                lo_small = abs(c1x[i][small]) - crit["c1"] * c1s[i][small]
-                jr = int(np.argmax(np.abs(c1x[i]) * ref))
-                ratio = abs(c1x[i][small]) / abs(c1x[i][jr])
-                fields["c1_ratio"][i] = ratio
-                fields["c1_ratio_mcse"][i] = ratio * math.hypot(c1s[i][small] / c1x[i][small],
-                                                                c1s[i][jr] / c1x[i][jr])
-                if not lo_small > hi_ref:
-                    probs.append(f"|c1(tau_min)| = {abs(c1x[i][small]):.4g} does not exceed max |c1| = "
-                                 f"{np.max(np.abs(c1x[i][ref])):.4g} over tau >= 1/kappa_M (with {crit['c1']:.2f} MCSE "
-                                 f"margins)")
-            verdict["c1"][i], reason["c1"][i] = ("pass" if not probs else "fail"), "; ".join(probs)
-            # descriptive: where c1 peaks and changes sign, growth exponent of the expansion scale
-            if np.all(np.isfinite(c1x[i])):
-                fields["tau_c1_peak"][i] = taus[int(np.argmax(c1x[i]))]
-                sgn = np.sign(c1x[i])
-                ch = np.nonzero(sgn[:-1] != sgn[1:])[0]
-                if ch.size:
-                    j = int(ch[-1])
-                    c, lt = c1x[i][j:j + 2], np.log(taus[j:j + 2])
-                    fields["tau_c1_zero"][i] = float(np.exp(lt[0] - c[0] * (lt[1] - lt[0]) / (c[1] - c[0])))
-            if T >= 2 and np.all(rho[:2] > 0):
-                fields["scale_slope"][i] = np.log(rho[1] / rho[0]) / np.log(taus[1] / taus[0])
-            fields["scale_slope_predicted"][i] = -(d - 1) / 2
-            for c in verdict:
-                if err:
-                    verdict[c][i] = "error"
-                    reason[c][i] = (f"{len(err)} cell(s) with task errors (see cell_error); "
-                                    + reason[c][i]).rstrip("; ")
-
-        descr = {
-            "tau_c1_peak": ("tau at which c1 is largest on the grid", "1", "descriptive"),
-            "tau_c1_zero": ("tau at which c1 changes sign", "1", "log-linear interpolation between the grid points "
-                            "of the last sign change; NaN if c1 keeps one sign"),
-            "scale_slope": ("log-log slope of E[Z2/Z^2] at the two smallest tau", "1",
-                            "descriptive: Z2/Z^2 grows like tau^{-(d-1)/2} for a continuous pi"),
-            "scale_slope_predicted": ("-(d-1)/2", "1", "Laplace approximation of Z and Z2 at small tau"),
-            "c1_ratio": ("|c1(tau_min)| / max |c1| over tau >= 1/kappa_M", "1", "inflation of the bias constant"),
-            "c1_ratio_mcse": ("MCSE of c1_ratio", "1", "delta method from c1_exact_mcse; 0 where c1 is exact"),
-            "ce_max_abs_z": ("largest |ce_z| over tau", "1", f"check (ii) requires <= {crit['ce']:.3f}"),
-            "kl_ratio_max": ("largest kl_ratio over tau", "1", "looseness of 2/tau at its tightest"),
-        }
-        for name, (ln, units, desc) in descr.items():
-            new[name] = (("setting",), fields[name], a(ln, units, desc))
-        rules = {
-            "kl": f"pass when every exact per-anchor KL (sampled anchors and kl_sup_exact) is <= 2/tau and, for both "
-                  f"Monte Carlo estimators, max over anchors of KL_hat - {crit['kl']:.3f} MCSE <= 2/tau at every tau",
-            "ce": f"pass when |ce_z| <= {crit['ce']:.3f} at every tau (two-sided t, {nb - 1} df, Bonferroni over "
-                  f"{S * T} cells at {ALPHA:g})",
-            "c1": f"pass when E[Z2/Z^2] is nondecreasing as tau decreases and |c1(tau_min)| - {crit['c1']:.2f} MCSE "
-                  f"exceeds max over tau >= 1/kappa_M of |c1| + {crit['c1']:.2f} MCSE",
-        }
-        for c, rule in rules.items():
-            new[f"verdict_{c}"] = (("setting",), verdict[c].astype(str), a(f"verdict of check {c}", "1", rule))
-            new[f"verdict_{c}_reason"] = (("setting",), reason[c].astype(str), a(f"why check {c} failed", "1",
-                                                                                  "empty when it passed"))
-        for name, (dims, values, attrs) in new.items():
-            ds[name] = (dims, values)
-            ds[name].attrs = attrs
-        coord_attrs = {
-            "setting": a("design setting", "1", "name of the setting in studies/rate_k.py SETTINGS (its tau unused)"),
-            "tau": a("temperature tau", "1", "score s(x, y) = x.y / tau; log grid"),
-            "block": a("replicate block", "1", "independent replicate block (its own negatives and anchors)"),
-            "k": a("number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max"),
-            "anchor": a("KL anchor within a block", "1", "x ~ pi, with kl_samples draws from pi and from Q(x,.)"),
-            "cv_term": a("control-variate coefficient", "1", "b_A, b_B, b_C for gap_k and b_E for gap_k - gap_2k "
-                         "(simkit.infonce.GapEstimator.calibrate)"),
-            "pi": a("data distribution family", "1", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
-                    f"means from seed {MIXTURE_SEED}; studies.rate_k.build_pi)"),
-            "dim": a("ambient dimension d", "1", "points on S^{d-1} in R^d"),
-            "kappa_pi": a("concentration of pi", "1", "vMF concentration of pi or of each mixture component"),
-            "kappa_m": a("kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)"),
-        }
-        for name, at in coord_attrs.items():
-            ds[name].attrs = at
-        units = {"kl_is_ess": "1"}
-        for v in [n for n in ds.data_vars if n.startswith("raw_")]:
-            ds[v].attrs = a(f"per-block {v[4:]}", units.get(v[4:], "nat"),
-                            "raw replicate-block results: InfoNCE block means (simkit.infonce.BLOCK_STATS) or "
-                            "per-anchor KL estimates, their MCSE over draws and ESS (simkit.softmax_kernel)")
-        ds["prep_coef"].attrs = a("control-variate coefficients", "1", "from an independent pilot per cell")
-        ds["cell_error"].attrs = a("error raised by a task of this cell (empty if none)", "1",
-                                   "stage, block and exception; the seed and spawn key are in attrs['errors']")
-        ds["cell_key"].attrs = a("cell part of the seed spawn key", "1",
-                                 "SeedSequence(seed, spawn_key=(*cell_key, stage, block))")
-        ds.attrs.update({"alpha": ALPHA, "z_ce": crit["ce"], "z_kl": crit["kl"], "z_c1": crit["c1"],
-                         "ess_reliable": ESS_RELIABLE, "k_onset_factor": K_ONSET_FACTOR})
+        p = {n: grid(f"prep_{n}") for n in (*_PREP, "gap_exact")}
+        blocks = {n: grid(f"raw_{n}") for n in _RAW}
+        out = {**_ce_summary(blocks["ell_inf"], p["ce"], p["entropy"]), **_bias_summary(p, taus),
+               **_kl_summary(blocks, p, 2.0 / taus, crit["kl"]), **_gap_summary(blocks, p["gap_exact"], k)}
+        rows = [_setting_verdicts(i, out, blocks["kl_exact"].reshape(n_set, n_tau, -1), ds["cell_error"].values, taus,
+                                  float(ds["kappa_m"].values[i]), int(ds["dim"].values[i]), crit)
+                for i in range(n_set)]
+        for name in rows[0]:
+            out[name] = np.array([r[name] for r in rows])
+        for name, value in out.items():
+            ds[name] = (SCHEMA[name].dims, value)
         return ds
 
-    # ------------------------------------------------------------------------------------------
-    def report(self, ds, path):
-        from simkit.report_temperature import temperature_report
-        temperature_report(ds, path)
+    def attrs(self, cfg):
+        crit = critical_values(cfg)
+        return {"alpha": ALPHA, "z_ce": crit["ce"], "z_kl": crit["kl"], "z_c1": crit["c1"],
+                "ess_reliable": ESS_RELIABLE, "k_onset_factor": K_ONSET_FACTOR}
 
     def report_sections(self, doc, ds):
-        from simkit.report_temperature import temperature_sections
+        from simkit.report.temperature import temperature_sections
         temperature_sections(doc, ds)
-
-    def claim_rows(self, ds) -> list[dict]:
-        """Three C5 checks over every setting: (i) KL <= 2/tau, (ii) CE Monte Carlo = exact, (iii) bias inflation."""
-        names = [str(s) for s in ds["setting"].values]
-
-        def overall(c):
-            return combine_verdicts(ds[f"verdict_{c}"].values)
-
-        def why(c, i):
-            r = str(ds[f"verdict_{c}_reason"].values[i])
-            return f" ({r})" if r else ""
-
-        ratio, ratio_se = ds["kl_ratio"].values, ds["kl_ratio_mcse"].values
-        flat = np.where(np.isfinite(ratio), ratio, -np.inf)
-        i, j = np.unravel_index(int(np.argmax(flat)), flat.shape)
-        kl_detail = "; ".join(
-            f"{s}: max KL/(2/tau) = {float(ds['kl_ratio_max'].values[n]):.3g}, at tau_min KL max "
-            f"{float(ds['kl_max'].values[n, 0]):.3g} ± {float(ds['kl_max_mcse'].values[n, 0]):.2g} vs 2/tau = "
-            f"{float(ds['kl_bound'].values[0]):.3g} -> {ds['verdict_kl'].values[n]}{why('kl', n)}"
-            for n, s in enumerate(names))
-        z = ds["ce_z"].values
-        zf = np.where(np.isfinite(z), np.abs(z), -np.inf)
-        zi, zj = np.unravel_index(int(np.argmax(zf)), zf.shape)
-        ce_detail = "; ".join(f"{s}: max |z| = {float(ds['ce_max_abs_z'].values[n]):.2f} -> "
-                              f"{ds['verdict_ce'].values[n]}{why('ce', n)}" for n, s in enumerate(names))
-        c1_detail = "; ".join(
-            f"{s}: c1 peaks at tau = {float(ds['tau_c1_peak'].values[n]):.3g}, changes sign at tau = "
-            f"{float(ds['tau_c1_zero'].values[n]):.3g}, |c1(tau_min)| / max |c1(tau >= 1/kappa_M)| = "
-            f"{float(ds['c1_ratio'].values[n]):.3g}, E[Z2/Z^2] slope {float(ds['scale_slope'].values[n]):.2f} "
-            f"(-(d-1)/2 = {float(ds['scale_slope_predicted'].values[n]):.1f}) -> {ds['verdict_c1'].values[n]}"
-            f"{why('c1', n)}" for n, s in enumerate(names))
-        c1r = ds["c1_ratio"].values
-        w = int(np.argmin(np.where(np.isfinite(c1r), c1r, np.inf)))
-        return [
-            {"claim": "C5",
-             "statistic": f"max over anchors of KL(Q(x,.)||pi) / (2/tau), {len(names)} settings x {ds.sizes['tau']} "
-                          f"tau; exact per-anchor KL <= 2/tau and KL_hat - {ds.attrs['z_kl']:.2f} MCSE <= 2/tau",
-             "estimate": float(ratio[i, j]), "estimate_mcse": float(ratio_se[i, j]),
-             "false_fail_rate": float(ALPHA), "verdict": overall("kl"), "detail": kl_detail},
-            {"claim": "C5",
-             "statistic": f"CE Monte Carlo (block mean of l_inf) against exact CE at every tau: |z| <= "
-                          f"{ds.attrs['z_ce']:.2f} (Bonferroni t)",
-             "estimate": float(z[zi, zj]), "estimate_mcse": 1.0,
-             "false_fail_rate": float(ALPHA), "verdict": overall("ce"), "detail": ce_detail},
-            {"claim": "C5",
-             "statistic": "small tau inflates the bias: E[Z2/Z^2] nondecreasing as tau decreases; |c1(tau_min)| > "
-                          "max |c1| over tau >= 1/kappa_M (estimate: the smallest ratio of the two over settings)",
-             "estimate": float(c1r[w]), "estimate_mcse": float(ds["c1_ratio_mcse"].values[w]),
-             "false_fail_rate": float(ALPHA), "verdict": overall("c1"), "detail": c1_detail},
-        ]
 
     def summary_text(self, ds) -> str:
         k = ds["k"].values
-        cfg_k = int(ds["k"].values[-1])
         kf = _k_fixed(ds)
         g1, g2 = int(np.nonzero(k == kf)[0][0]), k.size - 1
         lines = []
@@ -587,7 +671,7 @@ class Temperature(Study):
             lines.append(f"{s}: KL check {ds['verdict_kl'].values[i]}, CE check {ds['verdict_ce'].values[i]}, "
                          f"c1 check {ds['verdict_c1'].values[i]}")
             lines.append(f"{'tau':>8}{'CE exact':>11}{'CE MC ± MCSE':>20}{'z':>7}{'c1 exact':>12}{'E[Z2/Z²]':>11}"
-                         f"{'KL max ± MCSE':>20}{'2/tau':>9}{f'{kf}·gap':>18}{f'{cfg_k}·gap':>20}")
+                         f"{'KL max ± MCSE':>20}{'2/tau':>9}{f'{kf}·gap':>18}{f'{int(k[-1])}·gap':>20}")
             for j, t in enumerate(ds["tau"].values):
                 v = lambda n: float(ds[n].values[i, j])  # noqa: E731
                 lines.append(
@@ -601,7 +685,6 @@ class Temperature(Study):
 
 def _k_fixed(ds: xr.Dataset) -> int:
     """The configured k_fixed (from the dataset's configuration), else 64 or the largest k."""
-    import json
     try:
         kf = int(json.loads(ds.attrs.get("config", "{}")).get("k_fixed", 64))
     except (ValueError, TypeError):

@@ -1,8 +1,8 @@
 """PDF report of the C4 study (``studies/continuity.py``), read from its saved dataset alone.
 
 Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers); nothing is recomputed.
+:func:`~simkit.report.format_pm` and the plotting helpers); nothing is recomputed. The study's
+``report()`` (:meth:`simkit.runner.Study.report`) adds these pages and the provenance pages.
 
 Pages: (1) claim C4, the two bounds and their derivation, the checks per (setting, eps) with
 verdicts, rules and false-failure rate; (2) mean |dl| and the three bounds against k; (3) the
@@ -13,7 +13,6 @@ negatives' term, softmax average against max; (4) ratios of means; (5) validity 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import xarray as xr
@@ -21,10 +20,10 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend, _line,
-                           _log_axes, _marker, format_pm, provenance_pages, write_report)
+from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend,
+                                    _line, _log_axes, _marker, format_pm)
 
-__all__ = ["continuity_sections", "continuity_report"]
+__all__ = ["continuity_sections"]
 
 C4_TEXT = (
     "Claim C4 (averaging continuity bound, Prop. 4). For two embeddings φ, ψ the InfoNCE losses ℓ_k(φ), ℓ_k(ψ) of a "
@@ -136,8 +135,9 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"Verdict rule (α = {alpha:g} per test, dataset attribute 'alpha'). A cell passes when (i) no tuple violates "
         f"B_score, B_avg or B_max at any k (allowance for rounding: {ds.attrs.get('tolerance', '?')}); (ii) the "
         f"two-sided test of zero slope for E B_avg is not rejected at level α; (iii) the one-sided test of H0: slope "
-        f"≤ 0 for E B_max rejects at level α. False-failure rate: (i) cannot fail when the bounds are proved (the "
-        f"allowance is ~1000 times the rounding error); (ii) fails with probability α per cell when E B_avg is flat "
+        f"≤ 0 for E B_max rejects at level α. False-failure rate: (i) is a deterministic check of proved "
+        f"inequalities (its own claim row, with no false-failure rate: it fails only if a bound or the code is "
+        f"wrong; the allowance is ~1000 times the rounding error); (ii) fails with probability α per cell when E B_avg is flat "
         f"over the fit range; (iii) fails only for lack of power (p-values above are far below α). Overall at most "
         f"1 − (1 − α)^{n_cells} = {1 - (1 - alpha) ** n_cells:.2g}. Power of (ii): the column 'slope detected' is the "
         f"slope the test detects with probability 0.8 (critical t + z_0.8 standard errors); the max bound's slopes "
@@ -352,41 +352,3 @@ def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     _negatives_page(doc, ds)
     _ratios_page(doc, ds)
     _validity_page(doc, ds)
-
-
-def continuity_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C4 study (``studies/continuity.py``) from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset (summaries over setting, eps and k with their MCSEs, verdicts, and the
-        provenance the engine records).
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages: title (more if its table overflows), four figure pages, provenance.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not a continuity dataset).
-
-    References
-    ----------
-    THEORY.md, claim C4.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        continuity_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="loss differences controlled by softmax averages over the negatives")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'continuity')} · claim {ds.attrs.get('claim', 'C4')} · dataset created "
-              f"{ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit continuity report")), "Subject": "simkit claim C4"}
-    return write_report(path, build, footer=footer, metadata=meta)
-

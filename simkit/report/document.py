@@ -380,10 +380,12 @@ def provenance_pages(doc: ReportDocument, ds: xr.Dataset, *, claim_text: str = "
     else:
         doc.text("No task raised an error (attribute 'errors' is empty).", size=TABLE)
     if "cell_error" in ds:
-        cdim = ds["cell_error"].dims[0]
-        bad = [(str(c), str(e)) for c, e in zip(ds[cdim].values, ds["cell_error"].values) if str(e)]
+        err = ds["cell_error"]  # over the cell dimension, or over a grid of design factors (e.g. setting, tau)
+        grid = np.meshgrid(*[ds[d].values.astype(str) for d in err.dims], indexing="ij")
+        labels = np.array(grid).reshape(err.ndim, -1)
+        bad = [(", ".join(c), str(e)) for c, e in zip(labels.T, err.values.ravel()) if str(e)]
         if bad:
-            doc.text(f"Errors per cell (variable 'cell_error', by {cdim}):", size=TABLE, keep=2)
+            doc.text(f"Errors per cell (variable 'cell_error', by {', '.join(err.dims)}):", size=TABLE, keep=2)
             doc.key_values(bad, key_width=1.0, value_width=7.0)
 
 

@@ -1,8 +1,8 @@
 """PDF report of the C5 study (``studies/temperature.py``), read from its saved dataset alone.
 
 Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers); nothing is recomputed.
+:func:`~simkit.report.format_pm` and the plotting helpers); nothing is recomputed. The study's
+``report()`` (:meth:`simkit.runner.Study.report`) adds these pages and the provenance pages.
 
 Pages: (1) claim C5, method, the three checks per setting with verdicts, rules and false-failure
 rates, findings; (2) one table per setting over tau (CE, c1, scales, KL, gap, each with its
@@ -14,7 +14,6 @@ expansion scales; (5) KL(Q || pi) against 2/tau; (6) gap_k at fixed k and k gap_
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import xarray as xr
@@ -25,9 +24,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from simkit.analysis import combine_verdicts
 from simkit.report.document import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
-                           _json_attr, _legend, _line, _marker, _v, format_pm, provenance_pages, write_report)
+                                    _json_attr, _legend, _line, _marker, _v, format_pm)
 
-__all__ = ["temperature_sections", "temperature_report"]
+__all__ = ["temperature_sections"]
 
 C5_TEXT = (
     "Claim C5 (temperature as a regulariser). With score s(x, y) = φ(x)·φ(y)/τ, the softmax retrieval kernel "
@@ -149,7 +148,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(
         f"Method. {n_set} settings (π, M = vMF(x, κ_M), φ = identity on S^(d−1)) × {n_tau} temperatures from "
         f"{taus.min():g} to {taus.max():g} (log grid). Exact values: CE, c1 and the expansion scales E[Z2/Z²], "
-        f"E[m1/Z] (simkit.exact; Monte Carlo over x with common random numbers for the mixture), the exact gap_k for "
+        f"E[m1/Z] (simkit.exact; for the mixture Monte Carlo over x from each cell's own random stream), the exact gap_k for "
         f"uniform π, and the closed form KL(Q(x,·) ‖ π) = E_Q[x·y]/τ − log Z(x) with E_Q[x·y] = d/da log Z(a x) at "
         f"a = 1/τ (derived here: Q(x,·) is a vMF mixture with concentrations ‖κ_j μ_j + a x‖; simkit.softmax_kernel). "
         f"Monte Carlo, per cell, {nb} independent blocks: {cfg.get('block_anchors', '?')} InfoNCE anchors sharing "
@@ -169,10 +168,12 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"Bonferroni over every cell, anchor and estimator). (ii) |z| ≤ {float(ds.attrs.get('z_ce', np.nan)):.2f} at "
         f"every τ, z = (CE_MC − CE_exact)/√(MCSE² + MCSE_exact²), a two-sided Student t bound with {nb} − 1 degrees "
         f"of freedom, Bonferroni over the {n_set * n_tau} cells. (iii) E[Z2/Z²] is nondecreasing as τ decreases "
-        f"(exact values), and |c1| at the smallest τ exceeds every |c1| with τ ≥ 1/κ_M by more than "
+        f"(exact values; Monte Carlo for the mixture), and |c1| at the smallest τ exceeds every |c1| with τ ≥ 1/κ_M by more than "
         f"{float(ds.attrs.get('z_c1', np.nan)):.2f} MCSE on each side (MCSE 0 where exact). "
-        f"False-failure rates: (i) ≤ α (the exact part cannot fail when C5 holds); (ii) α, nominally; (iii) ≤ α "
-        f"(only the mixture's Monte Carlo c1 can err); so at most {1 - (1 - alpha) ** 3:.2g} for the three checks "
+        f"False-failure rates: the exact part of (i) is a deterministic check of the proved bound (it has no "
+        f"false-failure rate: it fails only if the bound or the code is wrong; claim row 1, verdict_kl_exact); its "
+        f"Monte Carlo part ≤ α (claim row 2, verdict_kl_mc); (ii) α, nominally; (iii) ≤ α (only the mixture's Monte "
+        f"Carlo c1 and E[Z2/Z²] can err); so at most {1 - (1 - alpha) ** 3:.2g} for the three statistical checks "
         f"together. A setting with a failed task is marked 'error'.", size=SMALL)
     doc.text(
         "Findings to read with the figures. The bound 2/τ holds with a wide margin everywhere: for a continuous π the "
@@ -485,15 +486,6 @@ def _gap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     doc.save(fig)
 
 
-def _flat_errors(ds: xr.Dataset) -> xr.Dataset:
-    """``cell_error`` over (setting, tau) joined per setting, the 1-D form provenance_pages lists."""
-    if "cell_error" not in ds or ds["cell_error"].ndim != 2:
-        return ds
-    joined = ["; ".join(f"tau = {float(t):g}: {e}" for t, e in zip(ds["tau"].values, row) if str(e))
-              for row in ds["cell_error"].values]
-    return ds.assign(cell_error=(("setting",), np.array(joined, dtype=str), ds["cell_error"].attrs))
-
-
 def temperature_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C5 study (all but provenance), for its own report or the validation report."""
     _check(ds)
@@ -504,43 +496,3 @@ def temperature_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     for page in (_ce_page, _c1_page, _kl_page, _gap_page):
         for idx in groups:
             page(doc, ds, idx)
-
-
-def temperature_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C5 study (``studies/temperature.py``) from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset: summaries over ``(setting, tau)`` and ``(setting, tau, k)`` with their
-        MCSEs, per-setting verdicts of the three checks, and ``attrs`` with ``alpha``, ``z_ce``,
-        ``z_kl``, ``z_c1``, ``config``, ``ademp``, ``errors`` and the engine's provenance.
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages: the title page, the per-setting tables, four figure pages per group of up
-        to three settings, and the provenance pages.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not a temperature dataset).
-
-    References
-    ----------
-    THEORY.md, section 2 and claim C5.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        temperature_sections(doc, ds)
-        provenance_pages(doc, _flat_errors(ds), claim_text="temperature as a regulariser: KL(Q || pi) <= 2/tau; "
-                                                           "small tau inflates the bias")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'temperature')} · claim {ds.attrs.get('claim', 'C5')} · dataset "
-              f"created {ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit temperature report")), "Subject": "simkit claim C5"}
-    return write_report(path, build, footer=footer, metadata=meta)
