@@ -52,6 +52,7 @@ __all__ = [
     "GapCurve",
     "gap_curve",
     "second_order_constant",
+    "expansion_constants",
 ]
 
 #: step of the trapezoidal rule in w = log t. The integrand is an entire function of w, bounded in
@@ -314,7 +315,7 @@ class GapCurve:
         ``gap_k`` and ``R_k`` at every k (nats).
     gap_mcse, risk_mcse : ndarray or None
         Monte Carlo standard errors where the expectation over x is Monte Carlo (vMF mixtures,
-        the rotated kernel over a continuous pi); None where the curve is exact.
+        the rotated kernel over a vMF pi); None where the curve is exact.
     cross_entropy : float
         ``CE`` computed on the same rule (or sample) over x.
     exact : bool
@@ -510,7 +511,7 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         Numbers of negatives, each >= 1.
     rng : numpy Generator or int, optional
         Required where the expectation over x is Monte Carlo (vMF mixtures with two or more
-        components; the rotated kernel over a continuous pi); no default seed.
+        components; the rotated kernel over a vMF pi); no default seed.
     n_mc : int
         Monte Carlo anchors with the exact inner integrals (stratified by mixture component,
         proportional allocation). Their per-anchor expansion ``c1(x)/k + c2(x)/k^2`` is subtracted
@@ -547,7 +548,9 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
     given ``x.mu`` has the Bessel density of :func:`_log_cosine_density_vmf`, so the negative's
     transform is a 1-D integral (the (mu.y, x.y) integral done in closed form in one variable).
     Then over x: one anchor (uniform pi, isotropic kernel), a composite rule in ``arccos(mu.x)``
-    (single vMF pi, isotropic kernel), the atoms (Discrete pi), or stratified Monte Carlo.
+    (single vMF pi, isotropic kernel), a rule in ``x.Rx`` (uniform pi, rotated kernel whose
+    symmetric part has two eigenvalues, e.g. a rotation in one plane), the atoms (Discrete pi), or
+    stratified Monte Carlo (vMF mixtures; the rotated kernel over a vMF pi).
     """
     pi = _check_pi(pi)
     kernel = _check_kernel(kernel)
@@ -686,7 +689,7 @@ def second_order_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: flo
 
     Returns
     -------
-    float where exact (uniform, single vMF with an isotropic kernel, Discrete);
+    float where exact (uniform; single vMF with an isotropic kernel; Discrete);
     :class:`simkit.exact.Estimate` (value, mcse) otherwise.
     """
     pi = _check_pi(pi)
@@ -696,17 +699,37 @@ def second_order_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: flo
     if isinstance(kernel, RotatedVMFKernel) and kernel.dim != pi.dim:
         raise ValueError(f"'kernel' has dimension {kernel.dim} but 'pi' has dimension {pi.dim}")
 
-    def c2_of(x):
-        return _anchor_constants(pi, kernel, tau, x)[1]
+    return expansion_constants(pi, kernel, tau, rng=rng, n_mc=n_mc)["c2"]
+
+
+def expansion_constants(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *, rng=None,
+                        n_mc: int = 1 << 18) -> dict[str, float | exact.Estimate]:
+    """``{"c1": ..., "c2": ...}``: both constants of the expansion on the rule over x of :func:`gap_curve`.
+
+    c1 is :func:`simkit.exact.bias_constant`'s quantity, here exact also for the rotated vMF kernel
+    over uniform pi (a 1-D rule in x.Rx), where :mod:`simkit.exact` uses Monte Carlo. Floats where
+    exact, :class:`simkit.exact.Estimate` otherwise (``rng`` then required; one sample for both).
+    """
+    pi = _check_pi(pi)
+    kernel = _check_kernel(kernel)
+    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+    n_mc = check_int("n_mc", n_mc, low=2)
+    if isinstance(kernel, RotatedVMFKernel) and kernel.dim != pi.dim:
+        raise ValueError(f"'kernel' has dimension {kernel.dim} but 'pi' has dimension {pi.dim}")
+
+    def both(x):
+        c1, c2, _ = _anchor_constants(pi, kernel, tau, x)
+        return np.stack([c1, c2], axis=1)
 
     x, wx = _outer_rule(pi, kernel, None)
     if x is not None:
-        return float(wx @ c2_of(x))
+        v = wx @ both(x)
+        return {"c1": float(v[0]), "c2": float(v[1])}
     if rng is None:
         raise ValueError("'rng' is required: the expectation over x is Monte Carlo for this (pi, kernel) "
                          "(pass a numpy Generator or an int seed; there is no default seed)")
-    mean, se, _ = _stratified_mean(pi, c2_of, n_mc, check_rng(rng))
-    return exact.Estimate(float(mean), float(se))
+    mean, se, _ = _stratified_mean(pi, both, n_mc, check_rng(rng))
+    return {"c1": exact.Estimate(float(mean[0]), float(se[0])), "c2": exact.Estimate(float(mean[1]), float(se[1]))}
 
 
 def _outer_rule(pi, kernel, n_outer_panels) -> tuple[NDArray | None, NDArray | None]:
@@ -715,6 +738,8 @@ def _outer_rule(pi, kernel, n_outer_panels) -> tuple[NDArray | None, NDArray | N
     if isinstance(pi, Discrete):
         keep = pi.weights > 0
         return pi.points[keep], pi.weights[keep]
+    if isinstance(pi, Uniform) and isinstance(kernel, RotatedVMFKernel):
+        return _uniform_rotation_rule(d, kernel.rotation, n_outer_panels)
     single = isinstance(pi, (Uniform, VonMisesFisher)) or len(pi.weights) == 1
     if not (single and kernel.isotropic):
         return None, None
@@ -732,3 +757,35 @@ def _outer_rule(pi, kernel, n_outer_panels) -> tuple[NDArray | None, NDArray | N
         th_x, bw = _theta_rule(n_o)
         w_x = _normalise_log(_log_cosine_density_vmf(th_x, d, np.array([kap]), np.array([1.0]))[0] + np.log(bw))
     return np.cos(th_x)[:, None] * mu + np.sin(th_x)[:, None] * perp, w_x
+
+
+def _uniform_rotation_rule(d: int, rotation: NDArray, n_outer_panels) -> tuple[NDArray | None, NDArray | None]:
+    """Uniform pi with M(x, .) = vMF(R x, kappa): everything depends on x only through
+    ``x.Rx = x' S x``, S = (R + R')/2. When S has two distinct eigenvalues l1 (multiplicity p) and
+    l2 (multiplicity q) -- a rotation in one plane: cos(angle) twice and 1 -- ``x' S x = l2 + (l1 - l2) r^2``
+    with ``r^2 ~ Beta(p/2, q/2)`` under uniform x: a 1-D rule in phi, ``r = sin phi`` (density
+    ``sin^{p-1} phi cos^{q-1} phi`` on [0, pi/2], smooth). Otherwise (None, None): Monte Carlo.
+    """
+    sym = 0.5 * (rotation + rotation.T)
+    lam, vec = np.linalg.eigh(sym)
+    groups = []
+    for i, v in enumerate(lam):
+        if groups and abs(v - lam[groups[-1][0]]) < 1e-12:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) == 1:  # R = I (or S a multiple of I): x.Rx is constant
+        return np.eye(d)[:1], np.array([1.0])
+    if len(groups) != 2:
+        return None, None
+    ea, eb = vec[:, groups[0][0]], vec[:, groups[1][0]]
+    p, q = len(groups[0]), len(groups[1])
+    n_o = 8 if n_outer_panels is None else check_int("n_outer_panels", n_outer_panels, low=1)
+    x16, w16 = _GL16
+    edges = np.linspace(0.0, 0.5 * np.pi, n_o + 1)
+    a_, b_ = edges[:-1, None], edges[1:, None]
+    phi = (0.5 * (b_ - a_) * x16 + 0.5 * (b_ + a_)).ravel()
+    bw = (0.5 * (b_ - a_) * w16).ravel()
+    lw = np.log(bw) + (p - 1) * np.log(np.sin(phi)) + (q - 1) * np.log(np.cos(phi))
+    x = np.sin(phi)[:, None] * ea + np.cos(phi)[:, None] * eb
+    return x, _normalise_log(lw)

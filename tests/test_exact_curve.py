@@ -477,3 +477,29 @@ def test_second_order_constant_uniform_d3_closed_form(kappa):
     assert abs(second_order_constant(Uniform(3), VMFKernel(kappa), 1.0 / kappa) - truth) < 1e-11 * max(1.0, abs(truth))
     if kappa == 10.0:
         assert abs(truth - (kappa**2 / 36 - kappa / 2 - 1 / 12)) < 1e-6  # the large-kappa form
+
+
+def _rot_case(d, tau, kappa):
+    from simkit.exact_curve import expansion_constants
+    kern = RotatedVMFKernel.plane_rotation(d, 2.6, kappa)
+    return kern, expansion_constants(Uniform(d), kern, tau)
+
+
+@pytest.mark.parametrize("d", [3, pytest.param(6, marks=pytest.mark.slow)])
+def test_rotated_kernel_uniform_pi_exact(d):
+    """Uniform pi with a plane-rotated vMF kernel: exact by a 1-D rule in x.Rx. Checks: the rule's
+    CE equals simkit.exact.cross_entropy (closed form E s(x, x+) = A_d tr(R)/d); c1 agrees with
+    simkit.exact.bias_constant (Monte Carlo there, |z| < 4.4); doubling both rules changes gap_k by
+    < 1e-9; the exact curve's limit k(k gap_k - c1) matches c2 to 1e-4."""
+    tau, kappa = 0.5, 5.0
+    kern, cons = _rot_case(d, tau, kappa)
+    ks = (1 << np.arange(0, 17)).astype(float)
+    g = gap_curve(Uniform(d), kern, tau, ks)
+    assert g.exact
+    assert abs(g.cross_entropy - exact.cross_entropy(Uniform(d), kern, tau, rng=0)) < 1e-12
+    mc = exact.bias_constant(Uniform(d), kern, tau, rng=np.random.default_rng(31), n_mc=1 << 16)
+    assert abs(cons["c1"] - mc.value) < 4.4 * mc.mcse
+    g2 = gap_curve(Uniform(d), kern, tau, ks, n_panels=40, n_outer_panels=16)
+    np.testing.assert_allclose(g.gap, g2.gap, rtol=1e-9, atol=0)
+    _, lim = _richardson_limit(ks[-7:], g.gap[-7:], cons["c1"])
+    assert abs(lim - cons["c2"]) < 1e-4 * abs(cons["c2"])
