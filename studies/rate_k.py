@@ -22,14 +22,19 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from simkit import Uniform, VMFKernel, exact
+from scipy import stats
+
+from simkit import VMFKernel, exact
 from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
+from simkit.exact_curve import gap_curve, second_order_constant
 from simkit.infonce import GapEstimator, k_grid
 from simkit.runner import Check, Param, Study, Var
+from simkit.truth_tests import curve_test, dgap_test
 
-#: false-failure rate of each per-setting check (slope interval, c1 t-test)
+#: false-failure rate of each per-setting test: slope interval, c1 and c2 t-tests, exact curve, exact dgap
 ALPHA = 1e-3
+N_ALPHA_TESTS = 5
 SETTINGS = RATE_SETTINGS
 
 S, K = ("setting",), ("setting", "k")
@@ -48,14 +53,30 @@ SCHEMA = {
     "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
     "prep_coef": _v(("setting", "coef_dim0", "coef_dim1"), "control-variate coefficients", "from the pilot blocks"),
     **{f"prep_{n}": _v(S, f"per-setting constant {n}", "from the prepare stage (exact values; nats for c1 and CE)")
-       for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "rho", "mbar")},
+       for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "c2_exact", "c2_exact_mcse", "rho", "mbar")},
     "prep_gap_exact": _v(("setting", "gap_exact_dim0"), "exact gap on the k grid, in nats", "prepare stage"),
+    "prep_gap_exact_cov": _v(("setting", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the Monte "
+                             "Carlo error of the exact gap across k (nats squared)", "zero where the curve is exact"),
     "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator G_k"),
     "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", "sd over blocks / sqrt(n_blocks)"),
     "gap_plain": _v(K, "gap without control variates, in nats", "block mean of l_k - log k - l_inf"),
     "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", "sd over blocks / sqrt(n_blocks)"),
-    "gap_exact": _v(K, "exact gap, in nats", "Laplace-transform formula (simkit.exact.gap_exact); uniform pi only, "
-                    "NaN otherwise"),
+    "gap_exact": _v(K, "exact gap, in nats", "simkit.exact_curve.gap_curve: log a = int (e^-t - e^-at) dt/t turns "
+                    "E log(e^s0 + S_k) into a 1-D integral of Laplace transforms; exact quadrature for uniform and "
+                    "single-vMF pi, Monte Carlo over x with exact inner integrals for mixtures (gap_exact_mcse)"),
+    "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "0 where exact"),
+    "dgap_exact": _v(K, "exact gap_k - gap_2k, in nats", "from gap_exact; NaN where 2k is off the grid"),
+    "c2_exact": _v(S, "exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) "
+                   "(simkit.exact_curve.second_order_constant; docs/second-order.md)"),
+    "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
+    "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "compared with Student t on n_blocks - 1 df"),
+    "curve_t2": _v(S, "Hotelling T^2 of the Monte Carlo gap curve against the exact curve", "simkit.truth_tests."
+                   "curve_test over every k of the grid (between-block covariance plus the exact curve's own)"),
+    "curve_p": _v(S, "p-value of curve_t2", "F reference (Hotelling) or chi-square where the exact curve is "
+                  "itself Monte Carlo; see attribute curve_reference"),
+    "dgap_t2": _v(S, "Hotelling T^2 of the Z-free dgap_k = gap_k - gap_2k against its exact value",
+                  "per-block dgap_cv (Z cancels) for every k <= K/4, simkit.truth_tests.dgap_test"),
+    "dgap_p": _v(S, "p-value of dgap_t2", "as curve_p"),
     "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
     "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
     "loss": _v(K, "InfoNCE risk R_k, in nats", "block mean of l_k"),
@@ -99,8 +120,9 @@ SCHEMA = {
                "sqrt(c1_estimate_mcse^2 + c1_exact_mcse^2); compared with Student t on n_blocks - 1 df"),
     "k_min": _v(S, "smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
     "verdict": _v(S, "verdict for C1", f"pass, fail or error (a task failed); pass when the level-{1 - ALPHA:g} "
-                  f"slope interval contains -1, slope = -1/2 is rejected at {ALPHA:g}, and |c1_z| is within the "
-                  f"two-sided level-{ALPHA:g} Student t critical value on n_blocks - 1 df"),
+                  f"slope interval contains -1, slope = -1/2 is rejected at {ALPHA:g}, |c1_z| and |c2_t| are within "
+                  f"the two-sided level-{ALPHA:g} Student t critical value on n_blocks - 1 df, and the Monte Carlo "
+                  f"curve and dgap agree with the exact ones (curve_p, dgap_p >= {ALPHA:g})"),
     "verdict_reason": _v(S, "why a setting failed", "empty when it passed"),
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
     "setting": _v(S, "design setting", "name of the setting in simkit.designs.RATE_SETTINGS"),
@@ -129,9 +151,10 @@ def _c1_check(ds) -> dict:
 C1_CHECK = Check(
     claim="C1",
     statistic=lambda ds: (f"slope of log gap_k on log k (with 1/k term), {ds.sizes['setting']} settings; -1 in the "
-                          f"level-{1 - ALPHA:g} interval, -1/2 rejected, c1 within the Student t critical value"),
+                          f"level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student t), MC curve "
+                          f"and Z-free dgap against the exact curve at every k (Hotelling T^2)"),
     evaluate=_c1_check,
-    false_fail_rate=lambda ds: 1.0 - (1.0 - 2 * ALPHA) ** ds.sizes["setting"],
+    false_fail_rate=lambda ds: 1.0 - (1.0 - N_ALPHA_TESTS * ALPHA) ** ds.sizes["setting"],
 )
 
 
@@ -204,14 +227,15 @@ class RateK(Study):
         c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
         ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
         rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
-        if isinstance(pi, Uniform):
-            gex = exact.gap_exact(kernel, pi.dim, tau, est.grid)
-        else:
-            gex = np.full(est.grid.size, np.nan)
-        c1v, c1s = (c1.value, c1.mcse) if isinstance(c1, exact.Estimate) else (c1, 0.0)
-        cev, ces = (ce.value, ce.mcse) if isinstance(ce, exact.Estimate) else (ce, 0.0)
-        return {"coef": coef, "c1_exact": np.array(c1v), "c1_exact_mcse": np.array(c1s), "ce_exact": np.array(cev),
-                "ce_exact_mcse": np.array(ces), "rho": np.array(rho), "mbar": np.array(mbar), "gap_exact": gex}
+        # the exact curve at every k and c2: independent of the control variates' constants (issue 11)
+        curve = gap_curve(pi, kernel, tau, est.grid, rng=rng, n_cv=cfg["n_mc"])
+        c2 = second_order_constant(pi, kernel, tau, rng=rng, n_mc=cfg["n_mc"])
+        n_k = est.grid.size
+        out = {"coef": coef, "rho": np.array(rho), "mbar": np.array(mbar), "gap_exact": curve.gap,
+               "gap_exact_cov": curve.gap_cov if curve.gap_cov is not None else np.zeros((n_k, n_k))}
+        for name, v in (("c1_exact", c1), ("ce_exact", ce), ("c2_exact", c2)):
+            out[name], out[f"{name}_mcse"] = ((v.value, v.mcse) if isinstance(v, exact.Estimate) else (v, 0.0))
+        return {n: np.asarray(v, dtype=float) for n, v in out.items()}
 
     def generate(self, cell, cfg, prep, rng):
         return self._estimator(cell, cfg).block(cfg["block_anchors"], rng, prep["coef"])
@@ -238,6 +262,7 @@ class RateK(Study):
         for name in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "gap_exact"):
             out[name] = raw[f"prep_{name}"].values
         out["expansion_scale"] = scale
+        self._truth(raw, k, out, rows)
         for name in ("slope_plain", "slope_plain_se", "slope_plain_ci_low", "slope_plain_ci_high"):
             out[name] = np.full(len(rows), np.nan)
         for i, r in enumerate(rows):  # the slope without the 1/k term, for comparison (not in the verdict)
@@ -248,6 +273,47 @@ class RateK(Study):
                 for name, v in zip(("", "_se", "_ci_low", "_ci_high"), (f.slope, f.slope_se, f.ci_low, f.ci_high)):
                     out[f"slope_plain{name}"][i] = v
         return out
+
+    @staticmethod
+    def _truth(raw, k, out, rows) -> None:
+        """Tests against the exact curve and c2 (independent of the control variates' constants)."""
+        n = raw.sizes["setting"]
+        for name in ("c2_exact", "c2_exact_mcse"):
+            out[name] = raw[f"prep_{name}"].values
+        cov = raw["prep_gap_exact_cov"].values
+        out["gap_exact_mcse"] = np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
+        out["dgap_exact"] = np.full((n, k.size), np.nan)
+        out["dgap_exact"][:, :-1] = out["gap_exact"][:, :-1] - out["gap_exact"][:, 1:]
+        for name in ("c2_t", "curve_t2", "curve_p", "dgap_t2", "dgap_p"):
+            out[name] = np.full(n, np.nan)
+        for i, r in enumerate(rows):
+            gap = raw["raw_gap_cv"].values[i]
+            gap = gap[np.all(np.isfinite(gap), axis=1)]
+            if gap.shape[0] < 3 or not np.all(np.isfinite(out["gap_exact"][i])):
+                continue
+            exact_cov = cov[i] if np.any(cov[i]) else None
+            ct = curve_test(gap, out["gap_exact"][i], exact_cov=exact_cov)
+            dg = raw["raw_dgap_cv"].values[i]
+            cols = np.all(np.isfinite(dg), axis=0)
+            dgt = dgap_test(dg[:, cols][np.all(np.isfinite(dg[:, cols]), axis=1)], k[: int(cols.sum()) + 1],
+                            out["gap_exact"][i][: int(cols.sum()) + 1],
+                            None if exact_cov is None else out["gap_exact_mcse"][i][: int(cols.sum()) + 1])
+            out["curve_t2"][i], out["curve_p"][i] = ct.statistic, ct.p_value
+            out["dgap_t2"][i], out["dgap_p"][i] = dgt.statistic, dgt.p_value
+            se = np.hypot(out["c2_estimate_mcse"][i], out["c2_exact_mcse"][i])
+            out["c2_t"][i] = (out["c2_estimate"][i] - out["c2_exact"][i]) / se
+            if r["verdict"] == "error" or not np.isfinite(r["slope"]):
+                continue
+            tcrit = stats.t.isf(ALPHA / 2, gap.shape[0] - 1)
+            problems = [p for p in (r["reason"],) if p]
+            if not abs(out["c2_t"][i]) <= tcrit:
+                problems.append(f"c2 t {out['c2_t'][i]:+.2f} beyond +-{tcrit:.2f}")
+            if not ct.p_value >= ALPHA:
+                problems.append(f"Monte Carlo curve differs from the exact curve (T^2 p = {ct.p_value:.2g})")
+            if not dgt.p_value >= ALPHA:
+                problems.append(f"dgap differs from the exact dgap (T^2 p = {dgt.p_value:.2g})")
+            out["verdict"][i] = "pass" if not problems else "fail"
+            out["verdict_reason"][i] = "; ".join(problems)
 
     def attrs(self, cfg):
         return {"alpha": ALPHA}
