@@ -1,21 +1,20 @@
-"""PDF report of the C7 study (``studies/asymmetry.py``), read from its saved dataset alone.
+"""Report pages of the C7 study (``asymmetry``), read from its saved dataset alone.
 
-Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers) and :mod:`simkit.report_search`;
-nothing is recomputed.
+:func:`asymmetry_sections` adds the study's pages to a :class:`~simkit.report.ReportDocument`;
+the study's ``report()`` (:func:`simkit.report.study_report`) adds the provenance pages and writes
+the PDF. Built from the generic pieces of :mod:`simkit.report.document` and
+:mod:`simkit.report.search_ce`; nothing is recomputed.
 
 Pages: (1) claim C7, the design (kernels, why each is not reversible, the non-reversibility
 statistics), method, the C1 and C2 results and verdicts, the verdict rules and false-failure rates;
 then per group of up to three settings: (2) |gap_k| on log-log axes; (3) k gap_k against the exact
 c1; (4) |D_k| on log-log axes; (5) k D_k against the predicted d1; (6) residuals of both rate fits;
-then (7) the non-reversibility statistics against their exact values; (8) provenance.
+then (7) the non-reversibility statistics against their exact values; (8) provenance (added by study_report).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import textwrap
 
 import numpy as np
@@ -25,12 +24,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from scipy import stats
 
-from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr, _label,
-                           _legend, _line, _log_axes, _marker, _num, _v, format_pm, provenance_pages, residual_legend,
-                           residual_panel, write_report)
+from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr,
+                                    _label, _legend, _line, _log_axes, _marker, _num, _v, format_pm, residual_legend,
+                                    residual_panel)
 from simkit.report.search_ce import _fin
 
-__all__ = ["asymmetry_sections", "asymmetry_report"]
+__all__ = ["asymmetry_sections"]
 
 C7_TEXT = (
     "Claim C7 (no symmetry). The results of the paper need no symmetry of the positive-pair kernel M: C1–C3 hold "
@@ -130,7 +129,8 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     cfg = cfg if isinstance(cfg, dict) else {}
     n_blocks, n_set = ds.sizes.get("block", cfg.get("n_blocks", "?")), ds.sizes["setting"]
     alpha = float(ds.attrs.get("alpha", np.nan))
-    zcrit = stats.norm.isf(alpha / 2) if math.isfinite(alpha) else np.nan
+    # the c1 check's critical value: Student t on n_blocks - 1 df (simkit.analysis.rate_verdict)
+    zcrit = stats.t.isf(alpha / 2, n_blocks - 1) if math.isfinite(alpha) and isinstance(n_blocks, int) else np.nan
     doc.new_page()
     doc.text(str(ds.attrs.get("title", "Claim C7")), size=TITLE, weight="bold", after=0.02)
     doc.text(f"simkit study '{ds.attrs.get('study', 'asymmetry')}' · dataset created {ds.attrs.get('created', '?')} · "
@@ -175,7 +175,8 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"Verdict rules (α = {alpha:g}, dataset attribute 'alpha'), per setting and claim: (i) the block means keep "
         f"one sign for k ≥ k_min (else no fit is attempted and the check fails); (ii) the level-{1 - alpha:g} "
         f"jackknife t-interval of the slope (second line of the CI column) contains −1; (iii) slope = −1/2 is "
-        f"rejected at level α; for C1 also (iv) |z| ≤ z_(1−α/2) = {zcrit:.2f}, z = (c1 estimate − c1 exact)/"
+        f"rejected at level α; for C1 also (iv) |z| ≤ t_(1−α/2, {n_blocks} − 1) = {zcrit:.2f} (Student t: "
+        f"the jackknife SE has n_blocks − 1 degrees of freedom), z = (c1 estimate − c1 exact)/"
         f"√(MCSE² + MCSE_exact²) (c1 is exact by quadrature for isotropic kernels over a single vMF π and a Monte "
         f"Carlo value over x, with MCSE, for the rotated kernel). The d1 z-score is a diagnostic (d1 is derived here, "
         f"not in the paper). A setting passes C7 when it passes both. False-failure rate if C1 and C2 hold: (ii) and "
@@ -243,7 +244,7 @@ def _rate_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int], var: str) ->
         _log_axes(ax, k, ay[ok])
         ax.set_title(f"{ds['setting'].values[i]}: slope "
                      f"{format_pm(_v(ds, f'{var}_slope', i), _v(ds, f'{var}_slope_se', i))}")
-        ax.set(xlabel=_label(ds, "k"), ylabel=f"|{an['name']}| (nat)")
+        ax.set(xlabel=_label(ds, "k"), ylabel=f"|{an['name']}| (nats)")
     _legend(fig, ly, [_marker(COLORS["data"], label=f"{an['name']} > 0, ± 2 MCSE"),
                       _marker(COLORS["data"], hollow=True, label=f"{an['name']} < 0 (absolute value)"),
                       _line(COLORS["fit"], lw=2.4, label="WLS fit (log k and 1/k)"),
@@ -301,7 +302,7 @@ def _constant_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int], var: str
             else:
                 ax.set_title(f"{ds['setting'].values[i]}: {const} "
                              f"{format_pm(_v(ds, f'{const}_estimate', i), _v(ds, f'{const}_estimate_mcse', i))}")
-            ax.set(xlabel=_label(ds, "k"), ylabel=f"k · {an['name']} (nat)")
+            ax.set(xlabel=_label(ds, "k"), ylabel=f"k · {an['name']} (nats)")
     _legend(fig, ly, [_marker(COLORS["data"], hollow=True, label=f"k·{an['name']} ± 2 MCSE"),
                       Patch(color=COLORS["band"], alpha=0.5, label=f"{an['exact']} ± 2 MCSE"),
                       _line(COLORS["fit"], lw=1.3, label=f"fit {const} + {const2}/k (k ≥ k_min)")])
@@ -373,42 +374,3 @@ def asymmetry_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     for idx in groups:
         _resid_page(doc, ds, idx)
     _asymmetry_page(doc, ds)
-
-
-def asymmetry_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C7 study (``studies/asymmetry.py``) from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset: summaries over ``(setting, k)`` with their MCSEs, fit results and
-        verdicts per setting and claim, the non-reversibility statistics, and ``attrs`` with
-        ``alpha``, ``config``, ``ademp``, ``errors`` and the provenance the engine records.
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages: the title pages, five figure pages per group of up to three settings,
-        the non-reversibility page and the provenance pages.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not an asymmetry dataset).
-
-    References
-    ----------
-    THEORY.md, claims C1, C2 and C7.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        asymmetry_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="C1-C3 hold for non-reversible, asymmetric positive kernels")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'asymmetry')} · claim {ds.attrs.get('claim', 'C7')} · dataset created "
-              f"{ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit asymmetry report")), "Subject": "simkit claim C7"}
-    return write_report(path, build, footer=footer, metadata=meta)

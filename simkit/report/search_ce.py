@@ -1,20 +1,19 @@
-"""PDF report of the C2 study (``studies/search_ce.py``), read from its saved dataset alone.
+"""Report pages of the C2 study (``search_ce``), read from its saved dataset alone.
 
-Built from the generic pieces of :mod:`simkit.report` (:class:`~simkit.report.ReportDocument`,
-:func:`~simkit.report.format_pm`, :func:`~simkit.report.provenance_pages`,
-:func:`~simkit.report.write_report` and its plotting helpers); nothing is recomputed.
+:func:`search_ce_sections` adds the study's pages to a :class:`~simkit.report.ReportDocument`;
+the study's ``report()`` (:func:`simkit.report.study_report`) adds the provenance pages and writes
+the PDF. Built from the generic pieces of :mod:`simkit.report.document`; nothing is recomputed.
 
 Pages: (1) claim C2, method, regression results and verdicts, verdict rule and false-failure rate,
 retrieval quality; (2) |D_k| on log-log axes with the fit and reference slopes; (3) k D_k and its
 two parts against the derived constants; (4) top-1 agreement and recall@10 of the softmax against
 the ideal empirical retrieval; (5) residuals; (6) MCSE with and without the control variates;
-(7) provenance.
+(7) provenance (added by study_report).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import textwrap
 
 import numpy as np
@@ -23,11 +22,11 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from simkit.report.document import (COLORS, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _decimals, _fit_mask,
-                           _json_attr, _label, _legend, _line, _log_axes, _marker, _num, _v, format_pm,
-                           provenance_pages, residual_legend, residual_panel, write_report)
+from simkit.report.document import (COLORS, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _decimals,
+                                    _fit_mask, _json_attr, _label, _legend, _line, _log_axes, _marker, _num, _v,
+                                    format_pm, residual_legend, residual_panel)
 
-__all__ = ["search_ce_sections", "search_ce_report"]
+__all__ = ["search_ce_sections"]
 
 C2_TEXT = (
     "Claim C2 (similarity-search interpretation). Take a query x ~ π and a database of k unseen points y_1, …, y_k "
@@ -213,7 +212,7 @@ def _rate_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
                             color=COLORS["data"], mfc=mfc, zorder=5)
         _log_axes(ax, k, ad[ok])
         ax.set_title(f"{ds['setting'].values[i]}: slope {format_pm(_v(ds, 'slope', i), _v(ds, 'slope_se', i))}")
-        ax.set(xlabel=_label(ds, "k"), ylabel="|D_k| (nat)")
+        ax.set(xlabel=_label(ds, "k"), ylabel="|D_k| (nats)")
     _legend(fig, ly, [_marker(COLORS["data"], label="D_k > 0, ± 2 MCSE"),
                       _marker(COLORS["data"], hollow=True, label="D_k < 0 (|D_k| shown)"),
                       _line(COLORS["fit"], lw=2.4, label="WLS fit (log k and 1/k)"),
@@ -249,7 +248,7 @@ def _constant_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         _log_axes(top, k)
         d1_est = format_pm(_v(ds, "d1_estimate", i), _v(ds, "d1_estimate_mcse", i))
         top.set(title=f"{ds['setting'].values[i]}: d1 {d1_est}",
-                xlabel=_label(ds, "k"), ylabel="k × term (nat)")
+                xlabel=_label(ds, "k"), ylabel="k × term (nats)")
         if math.isfinite(d1):
             if d1se > 0:
                 bot.axhspan(d1 - 2 * d1se, d1 + 2 * d1se, color=COLORS["band"], alpha=0.25, lw=0)
@@ -358,7 +357,7 @@ def _variance_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         _log_axes(top, k, cv, rb, pl)
         allg = np.concatenate([g1, g2])
         _log_axes(bot, k, allg[np.isfinite(allg) & (allg > 0)], np.array([1.0]))
-        top.set(title=str(ds["setting"].values[i]), xlabel=_label(ds, "k"), ylabel="MCSE of D_k (nat)")
+        top.set(title=str(ds["setting"].values[i]), xlabel=_label(ds, "k"), ylabel="MCSE of D_k (nats)")
         bot.set(xlabel=_label(ds, "k"), ylabel="variance-reduction factor")
     _legend(fig, ly, [Line2D([], [], marker="o", color=COLORS["data"], label="control variates (d_mcse)"),
                       Line2D([], [], marker="^", mfc="white", color=COLORS["ref"], label="conditional mean only"),
@@ -378,43 +377,3 @@ def search_ce_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     for page in (_rate_page, _constant_page, _retrieval_page, _resid_page, _variance_page):
         for idx in groups:
             page(doc, ds, idx)
-
-
-def search_ce_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C2 study (``studies/search_ce.py``) from its dataset alone.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The study's dataset: summaries over ``(setting, k)`` with their MCSEs, fit results per
-        setting, and ``attrs`` with ``alpha``, ``n_top``, ``config``, ``ademp``, ``errors`` and the
-        provenance the engine records.
-    path : str or os.PathLike
-        Output PDF, written atomically.
-
-    Returns
-    -------
-    int
-        Number of pages: a title page (more if its tables overflow), five figure pages per group
-        of up to three settings, and the provenance pages.
-
-    Raises
-    ------
-    ValueError
-        If ``ds`` lacks a variable the report needs (it is not a search_ce dataset).
-
-    References
-    ----------
-    THEORY.md, claim C2.
-    """
-    _check(ds)
-
-    def build(doc: ReportDocument) -> None:
-        search_ce_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="InfoNCE risk minus the cross-entropy of empirical similarity search "
-                                             "is O(1/k)")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'search_ce')} · claim {ds.attrs.get('claim', 'C2')} · dataset created "
-              f"{ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit search_ce report")), "Subject": "simkit claim C2"}
-    return write_report(path, build, footer=footer, metadata=meta)
