@@ -38,6 +38,7 @@ import xarray as xr
 from numpy.typing import NDArray
 from scipy.special import logsumexp
 
+from simkit.runner.provenance import versions
 from simkit._validation import check_int, check_rng, check_scalar
 from simkit.analysis import choose_k_min, fit_rate, mean_mcse
 from simkit.exact_curve import expected_log_sum_parts
@@ -583,7 +584,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     ds = xr.Dataset({name: (dims, np.asarray(val, dtype=float), a) for name, (dims, val, a) in data.items()},
                     coords={"k": ("k", ks, _attrs("number of negatives", "1", "grid of k for the gap curve"))})
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    from simkit import __version__  # noqa: PLC0415
+    __version__ = versions()["simkit"]
     ds.attrs = {
         "Conventions": "CF-1.11",
         "title": "simkit diagnose: finite-k InfoNCE bias of user embeddings",

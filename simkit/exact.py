@@ -50,6 +50,7 @@ __all__ = [
     "mutual_information",
     "gap_exact",
     "expansion_scales",
+    "expectation",
     "Estimate",
     "DEFAULT_MC_SIZE",
 ]
@@ -298,6 +299,21 @@ def _mc_rng(rng) -> np.random.Generator:
         raise ValueError("'rng' is required: this quantity needs Monte Carlo over x (no closed form for this "
                          "pi and kernel); pass a seed or a numpy Generator, e.g. the study task's rng")
     return check_rng(rng)
+
+
+def expectation(pi: SphereDistribution, h, *, isotropic: bool = False, n_mc: int = DEFAULT_MC_SIZE,
+                rng=None) -> float | Estimate:
+    """``E_{x~pi} h(x)`` for a vectorised ``h`` ((n, d) points -> (n,) values).
+
+    Exact where possible — a finite sum for Discrete pi; 1-D quadrature over mu.x for a single vMF
+    (or uniform) pi when ``isotropic`` says h depends on x only through mu.x — and an
+    :class:`Estimate` from Monte Carlo over x otherwise (stratified by mixture component; ``rng``
+    required, no default seed).
+    """
+    pi = _check_pi(pi)
+    if not callable(h):
+        raise ValueError(f"'h' must be a callable of (n, d) points, got {type(h).__name__}")
+    return _expect_x(pi, h, isotropic=bool(isotropic), n_mc=check_int("n_mc", n_mc, low=2), rng=rng)
 
 
 def _e_mean_cosine(pi: SphereDistribution, kernel: MarkovKernel) -> float:

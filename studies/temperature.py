@@ -39,7 +39,7 @@ import xarray as xr
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit._special import log_vmf_norm, mean_resultant_length
+from simkit.special import log_vmf_norm, mean_resultant_length
 from simkit.analysis import combine_verdicts, mean_mcse
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.infonce import TAU_MIN, GapEstimator, k_grid
@@ -600,7 +600,7 @@ class Temperature(Study):
         c1 = _value_se(exact.bias_constant(pi, kernel, tau, n_mc=n_mc, rng=rng))
         ce = _value_se(exact.cross_entropy(pi, kernel, tau, n_mc=n_mc, rng=rng))
         rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=n_mc, rng=rng)
-        klm = _value_se(exact._expect_x(pi, lambda x: kl_q_pi(pi, x, tau), isotropic=True, n_mc=n_mc, rng=rng))
+        klm = _value_se(exact.expectation(pi, lambda x: kl_q_pi(pi, x, tau), isotropic=True, n_mc=n_mc, rng=rng))
         h = _value_se(entropy_h(pi, cell["kappa_m"], n_mc=n_mc, rng=rng))
         gex = (exact.gap_exact(kernel, pi.dim, tau, est.grid) if isinstance(pi, Uniform)
                else np.full(est.grid.size, np.nan))

@@ -53,11 +53,10 @@ def _graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         deps = set()
         for mod, names in _imports(path):
-            if mod in modules:
-                deps.add(mod)
-            for n in names:  # "from simkit.runner import dask" imports a module
-                if f"{mod}.{n}" in modules:
-                    deps.add(f"{mod}.{n}")
+            subs = [n for n in names if f"{mod}.{n}" in modules]  # "from simkit import exact": a module
+            deps.update(f"{mod}.{n}" for n in subs)
+            if mod in modules and (not names or len(subs) < len(names)):
+                deps.add(mod)  # names defined in the module (or package __init__) itself
         graph[name] = deps - {name}
     return graph
 

@@ -78,12 +78,18 @@ class Check:
     or "error") and ``detail``. ``false_fail_rate`` is the stated probability that the check fails
     when the claim holds (a float, or a callable of the dataset); ``None`` marks a deterministic
     check (e.g. of a proven inequality), which has no such rate.
+
+    ``pvalues(ds)`` (optional) returns ``{test name: (p-value, alpha)}`` for the check's component
+    tests: each p-value is Uniform(0, 1) when the claim holds (its reference distribution), and the
+    test rejects when ``p < alpha``. ``simkit calibrate`` collects them over many seeds to
+    demonstrate the false-failure rates (rejection frequency, Kolmogorov–Smirnov against uniform).
     """
 
     claim: str
     statistic: str | Callable[[xr.Dataset], str]
     evaluate: Callable[[xr.Dataset], dict]
     false_fail_rate: float | Callable[[xr.Dataset], float] | None = None
+    pvalues: Callable[[xr.Dataset], dict[str, tuple[float, float]]] | None = None
 
     def row(self, ds: xr.Dataset) -> dict:
         out = dict(self.evaluate(ds))
