@@ -1,8 +1,8 @@
 """Verdicts of Monte Carlo curves against exact truth that do not lean on control-variate constants.
 
 * :func:`curve_test` -- the block-mean curve against the exact curve at every k jointly: Hotelling
-  T^2 with the between-block covariance (F reference), or a chi-square statistic when the exact
-  curve carries its own Monte Carlo error;
+  T^2 with the between-block covariance (F reference); when the exact curve carries its own Monte
+  Carlo error its covariance is added (conservative F reference, or chi-square);
 * :func:`t_check` -- one estimate against its exact value, Student t on n_blocks - 1 df;
 * :func:`dgap_exact` and :func:`dgap_test` -- the Z-free statistic ``dgap_k = gap_k - gap_{2k}``
   against its exact value.
@@ -74,7 +74,8 @@ def _as_curve(name: str, v, n: int) -> NDArray[np.float64]:
 
 
 def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None = None, *,
-               exact_cov: ArrayLike | None = None, max_columns: int | None = None) -> TruthTest:
+               exact_cov: ArrayLike | None = None, max_columns: int | None = None,
+               reference: str = "F") -> TruthTest:
     """Joint test of the block-mean curve against the exact curve at every k.
 
     Parameters
@@ -88,6 +89,12 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
         independent across k unless ``exact_cov`` is given).
     exact_cov : array_like, shape (n_k, n_k), optional
         Full covariance of the exact curve's Monte Carlo error (overrides ``exact_mcse``).
+    reference : {"F", "chi2"}
+        Reference distribution when the exact curve has a covariance V (ignored otherwise: then
+        the F form of Hotelling's T^2 is exact). "F" (default): the Hotelling F scaling applied to
+        the combined statistic, exact at V = 0 and conservative as V grows (the statistic's law
+        moves from Hotelling's towards chi-square(p), which it dominates); "chi2": chi-square(p), a
+        large-n approximation, anti-conservative when n_blocks is not far above p.
     max_columns : int, optional
         Largest number of columns tested; default ``n_blocks - 2`` for Hotelling (so that S is invertible
         and the F reference has >= 2 denominator df) and ``n_blocks - 1`` for chi-square.
@@ -101,14 +108,16 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
     Exact curve without error: Hotelling's ``T^2 = n (xbar - mu)' S^{-1} (xbar - mu)``, S the
     between-block covariance (ddof 1); ``(n - p) / (p (n - 1)) T^2 ~ F(p, n - p)`` exactly for
     Gaussian blocks (block means of many anchors are close to Gaussian). With an exact curve of
-    covariance ``V``: ``(xbar - mu)' (S/n + V)^{-1} (xbar - mu)`` against chi-square(p), a large-n
-    approximation (S is estimated): use it with n_blocks well above p.
+    covariance ``V``: ``Q = (xbar - mu)' (S/n + V)^{-1} (xbar - mu)`` against the reference chosen
+    by ``reference`` (tests/test_truth_tests.py measures the size of both).
 
     Too many columns (p > max_columns): the k columns are merged into ``max_columns`` contiguous
     groups and each group replaced by its mean, for both the blocks and the exact curve (and V).
     That is a fixed linear map of the curve, so the test stays exact for the merged curve; it
     loses power only against deviations that cancel within a group. ``merged`` reports it.
     """
+    if reference not in ("F", "chi2"):
+        raise ValueError(f"'reference' must be 'F' or 'chi2', got {reference!r}")
     b = _as_blocks(blocks)
     n, p = b.shape
     mu = _as_curve("exact", exact, p)
@@ -122,7 +131,7 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
         if np.any(se < 0):
             raise ValueError("'exact_mcse' must be >= 0")
         v = np.diag(se * se)
-    limit = (n - 2) if v is None else n - 1
+    limit = (n - 2) if (v is None or reference == "F") else n - 1
     if max_columns is not None:
         limit = min(limit, check_int("max_columns", max_columns, low=1))
     if limit < 1:
@@ -147,8 +156,16 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
         return TruthTest(stat, (float(p), float(n - p)), pv,
                          f"F({p}, {n - p}) of (n-p)/(p(n-1)) T^2 (Hotelling)", p, merged)
     stat = float(diff @ _solve(s / n + v, diff, "S/n + the exact curve's covariance"))
-    pv = float(stats.chi2.sf(stat, p))
-    return TruthTest(stat, (float(p),), pv, f"chi-square({p}) (large-n approximation)", p, merged)
+    if reference == "chi2":
+        pv = float(stats.chi2.sf(stat, p))
+        return TruthTest(stat, (float(p),), pv, f"chi-square({p}) (large-n approximation)", p, merged)
+    if n - p < 1:
+        raise ValueError(f"'blocks' must have more rows than tested columns for the F reference, got {n} <= {p}")
+    f = (n - p) / (p * (n - 1)) * stat
+    pv = float(stats.f.sf(f, p, n - p))
+    return TruthTest(stat, (float(p), float(n - p)), pv,
+                     f"F({p}, {n - p}) of (n-p)/(p(n-1)) Q (conservative; exact when the exact curve's covariance is 0)",
+                     p, merged)
 
 
 def _solve(a: NDArray, b: NDArray, what: str) -> NDArray:

@@ -98,7 +98,7 @@ def test_chi_square_with_estimated_exact_curve_size():
     for r in range(N_REP):
         blocks = mu + rng.standard_normal((n, p)) @ chol.T
         ex = mu + se_exact * rng.standard_normal(p)
-        pv[r] = curve_test(blocks, ex, se_exact).p_value
+        pv[r] = curve_test(blocks, ex, se_exact, reference="chi2").p_value
     lo, hi = _band(alpha)
     assert lo <= np.mean(pv < alpha) <= hi
 
@@ -150,3 +150,25 @@ def test_curve_test_errors():
         curve_test(np.array([[np.nan, 1.0], [1.0, 1.0], [0.0, 0.0]]), np.zeros(2))
     with pytest.raises(ValueError, match="at least 3 rows"):
         curve_test(np.zeros((2, 3)), np.zeros(3))
+
+
+@pytest.mark.statistical
+def test_f_reference_with_estimated_exact_curve_is_conservative():
+    """32 blocks, p = 6, exact-curve covariance V = S/n (the two errors of equal size): the default
+    F reference rejects at most alpha (upper binomial band), while chi-square over-rejects
+    (measured, not required beyond > alpha)."""
+    rng = np.random.default_rng(606)
+    n, p, alpha = 32, 6, 0.05
+    cov = _curve_cov(p)
+    mu = np.linspace(1.0, 0.1, p)
+    v = cov / n
+    chol, chol_v = np.linalg.cholesky(cov), np.linalg.cholesky(v)
+    rej_f, rej_c = 0, 0
+    for _ in range(N_REP):
+        blocks = mu + rng.standard_normal((n, p)) @ chol.T
+        ex = mu + chol_v @ rng.standard_normal(p)
+        rej_f += curve_test(blocks, ex, exact_cov=v).p_value < alpha
+        rej_c += curve_test(blocks, ex, exact_cov=v, reference="chi2").p_value < alpha
+    lo, hi = _band(alpha)
+    assert rej_f / N_REP <= hi
+    assert rej_c / N_REP > alpha
