@@ -225,7 +225,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         CF-1.11 attributes on every variable. Scalars: ``ce``, ``ce_mcse``, ``c1``, ``c1_mcse``,
         ``c2``, ``c2_mcse``, ``slope``, ``slope_se``, ``slope_ci_low``, ``slope_ci_high``,
         ``slope_p_half`` (H0: slope = -1/2, the 1/√k alternative), ``slope_p_one``, ``slope_k_min``,
-        ``bias_at_k``, ``k_for_bias``, ``expansion_scale``; for the label and index kernels ``top1``,
+        ``bias_at_k`` (predicted), ``gap_at_k``, ``gap_at_k_mcse`` (measured; the user's k joins
+        the grid when it is within it), ``k_for_bias``, ``expansion_scale``; for the label and index kernels ``top1``,
         ``recall10`` and their MCSE. On the dimension ``k``: ``gap``, ``gap_mcse`` (Monte Carlo),
         ``gap_exact``, ``gap_exact_mcse`` (exact per anchor; MCSE from anchor subsampling only),
         ``gap_predicted`` (c1/k + c2/k^2), ``risk``, ``risk_mcse`` (Monte Carlo R_k).
@@ -245,7 +246,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
       an equal share of every anchor's tuples (the MCSE is then the Monte Carlo error of the
       tuples alone); with an anchor subsample, the blocks are a random partition of the anchors
       (the MCSE includes anchor sampling, without the finite-population correction: conservative).
-    * The slope is the WLS slope of log gap on log k with a 1/k term (simkit.analysis.fit_rate) over
+    * The slope is the WLS slope of log gap (of log(-gap) if the gap is negative over the whole fit
+      range, as when c1 < 0) on log k with a 1/k term (simkit.analysis.fit_rate) over
       k >= ``slope_k_min`` (16 times the expansion scale max(E Z2/Z^2, E m1/Z), or the 4 largest
       grid points if the grid does not reach it: then ``attrs['slope_pre_asymptotic'] = 1``).
     * ``positive_embeddings``: the exact curve treats M(x_i, ·) as uniform over the m given views
@@ -274,6 +276,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     if k is not None:
         k = check_int("k", k, low=1)
     ks = _check_grid(k_grid)
+    if k is not None and k <= ks[-1] and k not in ks:  # the gap is measured at the user's k too
+        ks = np.sort(np.append(ks, k))
     n_anchors = check_int("n_anchors", n_anchors, low=2)
     n_tuples = check_int("n_tuples", n_tuples, low=1)
     n_blocks = check_int("n_blocks", n_blocks, low=3)
@@ -509,10 +513,11 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     pre_asymptotic = int(np.sum(ks >= k_min) < 4 or k_min < 16 * scale)
     if np.sum(ks >= k_min) < 4:
         k_min = int(ks[-4])
-    fit = fit_rate(ks, gap_blocks, k_min, with_inverse=True)
     sel = ks >= k_min
+    sign = -1.0 if np.all(gap[sel] < 0) else 1.0  # a negative gap (c1 < 0): the slope of log|gap|
+    fit = fit_rate(ks, sign * gap_blocks, k_min, with_inverse=True)
     if np.isfinite(fit.slope):
-        slope_note = "fitted"
+        slope_note = "fitted to log gap" if sign > 0 else "fitted to log(-gap): the gap is negative at k >= k_min"
     elif np.any(gap[sel] <= 0):
         slope_note = (f"the Monte Carlo gap is not positive at some k >= {k_min} (log scale impossible): "
                       "more tuples (n_tuples) or a smaller k grid")
@@ -520,6 +525,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         slope_note = "too few blocks or no Monte Carlo variation for the jackknife"
     predicted = c1 / kf + c2 / kf**2
     bias_at_k = float(c1 / k + c2 / k**2) if k is not None else float("nan")
+    on_grid = np.flatnonzero(ks == k) if k is not None else np.array([], dtype=int)
+    gap_at_k = float(gap[on_grid[0]]) if on_grid.size else float("nan")
+    gap_at_k_se = float(gap_se[on_grid[0]]) if on_grid.size else float("nan")
     k_for = _k_for_bias(c1, c2, eps)
 
     nats = "dimensionless (nats)"
@@ -549,8 +557,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
                               "E[-E W0^2/2 + kappa3/3 + sigma^2 E W0 - 3 sigma^4/4] (derived in simkit.diagnose): "
                               "gap_k = c1/k + c2/k^2 + O(1/k^3); " + nats)),
         "c2_mcse": ((), c2_se, _attrs("MCSE of c2 in nats", "1", "anchor subsampling and views; 0 where exact")),
-        "slope": ((), fit.slope, _attrs("slope of log gap on log k", "1",
-                                         "WLS with a 1/k term over k >= slope_k_min; -1 under C1, -1/2 under the "
+        "slope": ((), fit.slope, _attrs("slope of log |gap| on log k", "1",
+                                         "WLS with a 1/k term over k >= slope_k_min (of log(-gap) where the gap is "
+                                         "negative there, attrs slope_note); -1 under C1, -1/2 under the "
                                          "1/sqrt(k) alternative")),
         "slope_se": ((), fit.slope_se, _attrs("jackknife standard error of slope", "1", "delete-one-block jackknife")),
         "slope_ci_low": ((), fit.ci_low, _attrs("lower end of the 95% interval of slope", "1", "Student t, blocks - 1 df")),
@@ -562,6 +571,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
                                                  "16 x expansion_scale or the 4 largest grid points")),
         "expansion_scale": ((), scale, _attrs("expansion scale max(E Z2/Z^2, E m1/Z)", "1",
                                               "the expansion in 1/k is accurate for k well above it")),
+        "gap_at_k": ((), gap_at_k, _attrs("Monte Carlo gap at the given k in nats", "1",
+                                          "gap on the grid at k (k is added to the grid when <= its largest "
+                                          "point); NaN when no k was given or k is beyond the grid; " + nats)),
+        "gap_at_k_mcse": ((), gap_at_k_se, _attrs("MCSE of gap_at_k in nats", "1", "between-block " + mc_note)),
         "bias_at_k": ((), bias_at_k, _attrs("predicted bias c1/k + c2/k^2 at the given k in nats", "1",
                                             "NaN when no k was given; " + nats)),
         "k_for_bias": ((), k_for, _attrs("negatives needed for a predicted bias within eps", "1",

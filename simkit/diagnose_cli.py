@@ -120,14 +120,21 @@ def _summary(ds) -> str:
              f"tau = {ds.attrs['tau']:g}, {ds.attrs['n_anchors']} anchors",
              f"  CE = {g('ce'):.6g} ± {g('ce_mcse'):.2g} nats   c1 = {g('c1'):.6g} ± {g('c1_mcse'):.2g}   "
              f"c2 = {g('c2'):.6g} ± {g('c2_mcse'):.2g}",
-             f"  slope of log gap on log k = {g('slope'):.4g} [{g('slope_ci_low'):.4g}, {g('slope_ci_high'):.4g}] "
+             f"  slope of log |gap| on log k = {g('slope'):.4g} [{g('slope_ci_low'):.4g}, {g('slope_ci_high'):.4g}] "
              f"(95%; p of slope = -1/2: {g('slope_p_half'):.2g})"]
     if ds.attrs["k"] >= 1:
-        lines.append(f"  predicted bias at k = {ds.attrs['k']}: {g('bias_at_k'):.4g} nats")
+        measured = (f"; measured gap {g('gap_at_k'):.4g} ± {g('gap_at_k_mcse'):.2g}" if np.isfinite(g("gap_at_k"))
+                    else "")
+        lines.append(f"  predicted bias at k = {ds.attrs['k']}: {g('bias_at_k'):.4g} nats{measured}")
     kb = g("k_for_bias")
     lines.append(f"  negatives needed for |bias| <= {ds.attrs['eps']:g} nats: k = {int(kb) if np.isfinite(kb) else 'n/a'}")
     if not np.isfinite(g("slope")):
         lines.append(f"  slope not fitted: {ds.attrs.get('slope_note', '')}")
+    elif ds.attrs.get("slope_note", "").startswith("fitted to log(-gap)"):
+        lines.append("  (slope of log(-gap): the gap is negative over the fit range)")
+    if ds.attrs.get("slope_pre_asymptotic"):
+        lines.append(f"  warning: pre-asymptotic: the k grid does not reach 16 x the expansion scale "
+                     f"({g('expansion_scale'):.4g}); the slope and the 1/k prediction describe larger k")
     if "top1" in ds:
         lines.append(f"  retrieval: top-1 = {g('top1'):.4g} ± {g('top1_mcse'):.2g}, recall@10 = {g('recall10'):.4g} "
                      f"± {g('recall10_mcse'):.2g}")
@@ -169,27 +176,39 @@ def _write_report(ds, path: Path) -> None:
         ax = fig.add_axes([0.12, 0.42, 0.8, 0.5])
         pos = gap > 0
         ax.errorbar(k[pos], gap[pos], yerr=2 * se[pos], fmt="o", ms=4, capsize=2, label="Monte Carlo gap ± 2 MCSE")
+        if np.any(~pos):
+            ax.errorbar(k[~pos], -gap[~pos], yerr=2 * se[~pos], fmt="o", mfc="none", ms=4, capsize=2,
+                        label="−gap where the gap < 0 (± 2 MCSE)")
         if np.any(np.isfinite(ex) & (ex > 0)):
             ax.plot(k, np.where(ex > 0, ex, np.nan), "-", lw=1.5, label="exact gap")
         kk = np.geomspace(k[0], max(k[-1], k_for if np.isfinite(k_for) else k[-1]) * 1.5, 200)
-        pk = c1 / kk + c2 / kk**2
-        ax.plot(kk, np.where(pk > 0, pk, np.nan), "--", lw=1.2, label="prediction c1/k + c2/k²")
+        pk = np.abs(c1 / kk + c2 / kk**2)
+        ax.plot(kk, np.where(pk > 0, pk, np.nan), "--", lw=1.2, label="|prediction c1/k + c2/k²|")
         ax.axhline(eps, color="0.5", lw=0.8, ls=":", label=f"eps = {eps:g} nats")
         if np.isfinite(k_for):
             ax.axvline(k_for, color="C3", lw=0.8, ls=":", label=f"k for |bias| ≤ eps: {int(k_for)}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        shown = np.abs(np.concatenate([gap, ex]))
+        shown = shown[np.isfinite(shown) & (shown > 0)]
+        if shown.size:  # the data's range (the prediction can be far off at small k)
+            ax.set_ylim(min(shown.min(), eps) / 3, shown.max() * 3)
         ax.set_xlabel("number of negatives k")
-        ax.set_ylabel("gap R_k − log k − CE (nats)")
+        ax.set_ylabel("|gap| = |R_k − log k − CE| (nats)")
         ax.set_title("finite-k InfoNCE bias")
         ax.legend(fontsize=7, loc="lower left")
         txt = [f"How many negatives? |predicted bias| ≤ {eps:g} nats from k = {int(k_for)} on."
                if np.isfinite(k_for) else "How many negatives? (no prediction: c1 is not finite)"]
         if ds.attrs["k"] >= 1:
-            txt.append(f"At your k = {ds.attrs['k']}: predicted bias {float(ds['bias_at_k']):.4g} nats.")
+            gk = float(ds["gap_at_k"])
+            txt.append(f"At your k = {ds.attrs['k']}: predicted bias {float(ds['bias_at_k']):.4g} nats"
+                       + (f"; measured {gk:.4g} ± {float(ds['gap_at_k_mcse']):.2g}." if np.isfinite(gk) else "."))
+        if ds.attrs["slope_pre_asymptotic"]:
+            txt.append(f"Warning: pre-asymptotic (the grid stays below 16 × the expansion scale "
+                       f"{float(ds['expansion_scale']):.4g}): trust the measured curve there.")
         txt.append(f"c1 = {c1:.5g} ± {float(ds['c1_mcse']):.2g},  c2 = {c2:.5g} ± {float(ds['c2_mcse']):.2g},  "
                    f"CE = {float(ds['ce']):.5g} ± {float(ds['ce_mcse']):.2g} nats")
-        txt.append(f"slope of log gap on log k (k ≥ {int(float(ds['slope_k_min']))}): {float(ds['slope']):.4g}, "
+        txt.append(f"slope of log |gap| on log k (k ≥ {int(float(ds['slope_k_min']))}): {float(ds['slope']):.4g}, "
                    f"95% [{float(ds['slope_ci_low']):.4g}, {float(ds['slope_ci_high']):.4g}]; "
                    f"p(slope = −1/2) = {float(ds['slope_p_half']):.2g}")
         txt.append(f"expansion scale max(E Z2/Z², E m1/Z) = {float(ds['expansion_scale']):.4g}: the prediction "
