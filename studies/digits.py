@@ -64,6 +64,7 @@ from numpy.typing import NDArray
 from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
 from simkit.diagnose import diagnose
 from simkit.embedding import TwoLayerEmbedding
+from simkit.exact_curve import expected_log_sum_parts
 from simkit.runner import Check, Param, Study, Var
 from simkit.training import EmpiricalRisk, TrainingSample, train
 
@@ -222,6 +223,33 @@ def gap_terms(w_pos: NDArray, t_k: NDArray, grid: NDArray) -> tuple[NDArray, NDA
     return plain, plain - (t_k / kf - 1.0)
 
 
+def exact_d_curve(s: NDArray, idx: NDArray, mask: NDArray, anchors: NDArray, grid: NDArray) -> NDArray:
+    """Exact D_k(x) = E log(e^{S0} + S_k) - E log S_k of the label kernel for the given anchors,
+    shape (len(anchors), G), by simkit.exact_curve.expected_log_sum_parts.
+
+    S0 ~ M(x) (uniform over x's class), S_k = sum of k i.i.d. e^{s(x, y)}, y ~ pi. With the study's
+    convention V_k/W_k := E_M s the self-normalised term of R_k - E CE(M_k, Q_k) has mean exactly 0,
+    so D_k is this difference. E log S_k is the same expectation with a pi-distributed "positive"
+    and k - 1 negatives (k >= 2) and E_pi s(x, y) at k = 1; each part is split as log-mean plus
+    centred remainder, whose difference is taken part by part (no cancellation of large terms).
+    """
+    n = s.shape[1]
+    rows = s[anchors]
+    pos = np.take_along_axis(rows, idx[anchors], axis=1)
+    pos = np.where(mask[anchors], pos, pos[:, :1])  # zero-weight padding
+    pw = mask[anchors] / mask[anchors].sum(axis=1, keepdims=True)
+    flat = np.full(n, 1.0 / n)
+    lm1, c1 = expected_log_sum_parts(pos, pw, rows, flat, grid)
+    out = np.empty((anchors.size, grid.size))
+    big = grid > 1
+    if np.any(big):
+        lm2, c2 = expected_log_sum_parts(rows, flat, rows, flat, grid[big] - 1)
+        out[:, big] = (lm1[:, big] - lm2) + (c1[:, big] - c2)
+    if not np.all(big):
+        out[:, ~big] = lm1[:, ~big] + c1[:, ~big] - rows.mean(axis=1)[:, None]
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # schema
 
@@ -300,6 +328,8 @@ SCHEMA = {
     "prep_gap_exact": _v(("setting", "gap_exact_dim0"), "exact gap on the k grid, in nats", "prepare stage"),
     "prep_gap_exact_mcse": _v(("setting", "gap_exact_mcse_dim0"), "MCSE of the exact gap, in nats",
                               "prepare stage"),
+    "prep_d_exact": _v(("setting", "d_exact_dim0"), "exact D_k on the k grid, in nats", "prepare stage"),
+    "prep_d_exact_mcse": _v(("setting", "d_exact_mcse_dim0"), "MCSE of the exact D_k, in nats", "prepare stage"),
     "prep_theta": _v(("setting", "theta_dim0"), "trained MLP parameters", "[W1.ravel(), b1, W2.ravel()] "
                      "(simkit.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
     # C1 summaries
@@ -341,6 +371,12 @@ SCHEMA = {
     "d_mcse": _v(K, "MCSE of d, in nats", MCSE),
     "d_plain": _v(K, "D_k without the control variate, in nats", "block mean of raw_d_plain"),
     "d_plain_mcse": _v(K, "MCSE of d_plain, in nats", MCSE),
+    "d_exact": _v(K, "exact D_k, in nats", "simkit.exact_curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
+                  "S_k) - E log S_k) on n_exact_d random test anchors, difference estimator with the prediction "
+                  "(m1/Z)/k known at every anchor; NaN for augment"),
+    "d_exact_mcse": _v(K, "MCSE of d_exact, in nats", "anchor subsampling (finite-population correction)"),
+    "d_z": _v(K, "standardised difference of d from d_exact", "(d - d_exact) / sqrt(d_mcse^2 + d_exact_mcse^2); "
+              "a diagnostic, not in the verdict"),
     "no_match": _v(K, "share of databases without a same-digit item", "block mean of raw_no_match"),
     "d1_exact": _v(S, "predicted d1 = E_x[m1/Z], in nats", "first-order constant of D_k for the label kernel (the "
                    "self-normalised term has mean 0); exact; NaN for augment"),
@@ -468,6 +504,8 @@ class Digits(Study):
                          "exact curve", low=2, high=1024, quick=8),
         "n_exact_anchors": Param("n_exact_anchors", int, 256, "test anchors with an exact gap curve", low=3,
                                  high=1000, quick=24),
+        "n_exact_d": Param("n_exact_d", int, 64, "test anchors with an exact D_k curve (label kernel)", low=2,
+                           high=1000, quick=8),
         "mlp_hidden": Param("mlp_hidden", int, 16, "hidden width of the MLP", low=1, high=1024),
         "mlp_dim": Param("mlp_dim", int, 8, "output dimension of the MLP", low=2, high=1024),
         "fit_n": Param("fit_n", int, 1024, "training tuples of the evaluated MLP", low=8, high=1 << 16, quick=256),
@@ -544,6 +582,17 @@ class Digits(Study):
         idx, mask = class_members(labels)
         w = np.where(mask, np.exp(np.take_along_axis(s, idx, axis=1) - log_z[:, None]), 0.0)
         out["d1"] = np.array(np.mean(w.sum(axis=1) / mask.sum(axis=1)) if cell["kernel"] == "label" else np.nan)
+        out["d_exact"] = out["d_exact_mcse"] = np.full(grid.size, np.nan)
+        if cell["kernel"] == "label":
+            # exact D_k on a random subset of anchors; difference estimator with the per-anchor
+            # first-order prediction (m1/Z)/k, known at every anchor (unbiased under simple random sampling)
+            n_d = min(cfg["n_exact_d"], test.size)
+            anchors = np.sort(rng.choice(test.size, size=n_d, replace=False))
+            pred = (w.sum(axis=1) / mask.sum(axis=1))[:, None] / grid[None, :]
+            resid = exact_d_curve(s, idx, mask, anchors, grid) - pred[anchors]
+            out["d_exact"] = pred.mean(axis=0) + resid.mean(axis=0)
+            out["d_exact_mcse"] = (np.sqrt(max(1.0 - n_d / test.size, 0.0) * resid.var(axis=0, ddof=1) / n_d)
+                                   if n_d >= 2 else np.full(grid.size, np.nan))
         out["ratio2"] = np.array(np.mean(np.mean(np.exp(2 * (s - log_z[:, None])), axis=1)))
         return out
 
@@ -685,8 +734,10 @@ class Digits(Study):
             out[name] = prep[name]
         out["expansion_scale"] = prep["scale"]
         out["gap_exact"], out["gap_exact_mcse"] = raw["prep_gap_exact"].values, raw["prep_gap_exact_mcse"].values
+        out["d_exact"], out["d_exact_mcse"] = raw["prep_d_exact"].values, raw["prep_d_exact_mcse"].values
         with np.errstate(invalid="ignore", divide="ignore"):
             out["gap_z"] = (out["gap"] - out["gap_exact"]) / np.hypot(out["gap_mcse"], out["gap_exact_mcse"])
+            out["d_z"] = (out["d"] - out["d_exact"]) / np.hypot(out["d_mcse"], out["d_exact_mcse"])
         # C3
         tr, te, ce = (raw[f"raw_c3_{n}"].values for n in ("risk_train", "risk_test", "ce_test"))
         logk = np.log(raw["k_train"].values.astype(float))[None, None, None, :]

@@ -198,6 +198,20 @@ def test_label_ce_c1_and_exact_gap_brute_force(encoder):
         assert float(ds["gap_exact"].values[j]) == pytest.approx(gap[k], rel=1e-9)
 
 
+def test_exact_d_curve_brute_force():
+    """The study's exact D_k(x) (simkit.exact_curve) against the enumeration of every database of
+    k = 1, 2 test images, averaged over the 12 anchors, to 1e-9 relative."""
+    split = _tiny()
+    tau = 0.3
+    emb = digits.make_encoder("pixels", {})(split["unit"][split["test"]])
+    labels = split["labels"][split["test"]]
+    dk = _brute_d(emb, labels, tau)
+    idx, mask = digits.class_members(labels)
+    per_anchor = digits.exact_d_curve(emb @ emb.T / tau, idx, mask, np.arange(labels.size), np.array([1, 2, 4]))
+    for j, k in enumerate((1, 2)):
+        assert float(per_anchor[:, j].mean()) == pytest.approx(dk[k], rel=1e-9)
+
+
 @pytest.mark.statistical
 def test_block_estimators_unbiased_brute_force():
     """The study's Monte Carlo block estimators (gap with the control variate, gap without it,

@@ -196,7 +196,8 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     k = ds["k"].values.astype(float)
     cap = ("D_k = R_k − E CE(M̂_k, Q̂_k) for same-digit retrieval in a database of k test images: points with the "
            "control variate (the self-normalised term, mean exactly 0, removed), squares without it (exact "
-           "per-database CE), ±2 MCSE. Red: WLS fit over k ≥ k_min; green dashed: d1/k with the exact "
+           "per-database CE), ±2 MCSE. Black line and grey band: the exact D_k (simkit.exact_curve on a random "
+           "subset of anchors) ±2 MCSE. Red: WLS fit over k ≥ k_min; green dashed: d1/k with the exact "
            "d1 = E_x[m1/Z]; grey dotted: slope 1/√k. Right axis (grey line): share of databases without an "
            "image of the query's digit, where M̂_k is undefined (convention V_k/W_k := E_M s).")
     fig, axes, ly = doc.figure("C2: InfoNCE risk minus the cross-entropy of same-digit retrieval", 1, len(idx),
@@ -211,6 +212,12 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
             j = int(np.argmax(sel))
             ax.plot(k, d[j] * np.sqrt(k[j] / k), ":", color=COLORS["ref"], lw=1.1)
         ax.plot(k, float(_v(ds, "d1_exact", i)) / k, "--", color=COLORS["band"], lw=1.0)
+        if "d_exact" in ds.variables:
+            ex, exs = ds["d_exact"].values[i], ds["d_exact_mcse"].values[i]
+            okx = np.isfinite(ex) & (ex > 0)
+            ax.fill_between(k[okx], np.maximum(ex - 2 * exs, 1e-3 * ex)[okx], (ex + 2 * exs)[okx], color="0.8",
+                            zorder=1)
+            ax.plot(k[okx], ex[okx], color=COLORS["exact"], lw=0.7, zorder=4)
         okp = np.isfinite(dp) & (dp > 0)
         ax.errorbar(k[okp], dp[okp], yerr=[np.minimum(2 * dps[okp], 0.999 * dp[okp]), 2 * dps[okp]], fmt="s",
                     ms=3, color=COLORS["plain"], mfc="white", zorder=4)
@@ -221,11 +228,15 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         ax2 = ax.twinx()
         ax2.plot(k, ds["no_match"].values[i], color="0.6", lw=0.8)
         ax2.set_ylim(0, 1)
-        ax2.set_ylabel("share without a same-digit item", fontsize=SMALL, color="0.4")
-        ax.set_title(f"{ds['setting'].values[i]}: slope {format_pm(_v(ds, 'd_slope', i), _v(ds, 'd_slope_se', i))}")
+        ax2.tick_params(axis="y", labelsize=SMALL, colors="0.4")  # the caption names this axis
+        z = ds["d_z"].values[i] if "d_z" in ds.variables else np.full(k.size, np.nan)
+        zmax = float(np.nanmax(np.abs(z))) if np.any(np.isfinite(z)) else float("nan")
+        ax.set_title(f"{ds['setting'].values[i]}: slope {format_pm(_v(ds, 'd_slope', i), _v(ds, 'd_slope_se', i))}\n"
+                     f"max |z| vs exact {_fin(zmax, '.2f')}")
         ax.set(xlabel=_label(ds, "k"), ylabel="D_k (nats)")
     _legend(fig, ly, [_marker(COLORS["data"], hollow=True, label="D_k (control variate) ± 2 MCSE"),
                       _marker(COLORS["plain"], "s", hollow=True, label="plain ± 2 MCSE"),
+                      _line(COLORS["exact"], lw=0.7, label="exact D_k ± 2 MCSE"),
                       _line(COLORS["fit"], lw=2.4, label="WLS fit"), _line(COLORS["band"], "--", label="d1/k exact"),
                       _line(COLORS["ref"], ":", label="slope 1/√k")])
     doc.save(fig)
