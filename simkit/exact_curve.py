@@ -73,6 +73,7 @@ _T_MEAN_MAX = 600.0
 # largest score range (max - min per anchor) accepted: e^{-range} must stay a normal double
 _RANGE_MAX = 700.0
 _CHUNK_ELEMENTS = 1 << 22  # (anchors x nodes x atoms) per vectorised chunk
+_T_CHUNK_ELEMENTS = 1 << 20  # (nodes x atoms) per temporary array of one anchor's cumulants (8 MiB)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,16 +152,20 @@ def _cumulants(t: NDArray, x: NDArray, w: NDArray, m: NDArray) -> tuple[NDArray,
             continue
         prev = i
         tm = t * m[i]
-        cen = tm <= _T_MEAN_MAX
-        tc = t[cen]
-        if tc.size:
-            z = -np.outer(tc, dev[i])  # (T', N), z <= t m <= 600
-            c[i, cen] = np.log1p(_g(z) @ w[i])
-            log_l[i, cen] = c[i, cen] - tm[cen]
-        td = t[~cen]
-        if td.size:
-            log_l[i, ~cen] = logsumexp(log_w[i][None, :] - np.outer(td, x[i]), axis=1)
-            c[i, ~cen] = log_l[i, ~cen] + tm[~cen]
+        rows = max(1, _T_CHUNK_ELEMENTS // x.shape[1])  # bounded memory: (rows, N) temporaries
+        for lo in range(0, n_t, rows):
+            sl = slice(lo, min(n_t, lo + rows))
+            cen = tm[sl] <= _T_MEAN_MAX
+            tt = t[sl]
+            cc, ll = np.empty(tt.size), np.empty(tt.size)
+            if np.any(cen):
+                z = -np.outer(tt[cen], dev[i])  # (T', N), z <= t m <= 600
+                cc[cen] = np.log1p(_g(z) @ w[i])
+                ll[cen] = cc[cen] - tm[sl][cen]
+            if not np.all(cen):
+                ll[~cen] = logsumexp(log_w[i][None, :] - np.outer(tt[~cen], x[i]), axis=1)
+                cc[~cen] = ll[~cen] + tm[sl][~cen]
+            c[i, sl], log_l[i, sl] = cc, ll
     return c, log_l
 
 
