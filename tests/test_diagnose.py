@@ -211,6 +211,28 @@ def test_prediction_slope_and_k_for_bias(small_label_ds):
 
 
 @pytest.mark.statistical
+def test_negative_gap_and_gap_at_k():
+    """Positives anti-aligned with their anchor (the least similar row; 40 rows in d = 3): c1 < 0 and
+    the gap is negative, so the slope is that of log(-gap), -1 within 4 jackknife SE (t on 15 df:
+    false-failure rate ~1.2e-3). The user's k = 100 joins the grid: gap_at_k is the Monte Carlo gap
+    there, within 5 MCSE of the exact gap (~2e-4); a k beyond the grid gives NaN."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    u = _unit(x)
+    pos = np.argmin(u @ u.T, axis=1)[:, None]
+    ds = diagnose(x, positives=pos, tau=0.25, k=100, n_tuples=1 << 13, rng=6)
+    assert float(ds["c1"]) < 0 and np.all(ds["gap_exact"].values < 0)
+    assert ds.attrs["slope_note"].startswith("fitted to log(-gap)")
+    assert abs(float(ds["slope"]) + 1.0) <= 4 * float(ds["slope_se"])
+    assert 100 in ds["k"].values
+    assert float(ds["gap_at_k"]) == float(ds["gap"].sel(k=100))
+    assert abs(float(ds["gap_at_k"]) - float(ds["gap_exact"].sel(k=100))) <= 5 * float(ds["gap_at_k_mcse"])
+    far = diagnose(x, positives=pos, tau=0.25, k=5000, n_tuples=1 << 8, rng=6)
+    assert np.isnan(float(far["gap_at_k"])) and 5000 not in far["k"].values
+    assert float(far["bias_at_k"]) == pytest.approx(float(far["c1"]) / 5000 + float(far["c2"]) / 5000**2, rel=1e-12)
+
+
+@pytest.mark.statistical
 def test_anchor_subsample_against_full_hand_computation():
     """N = 2000 rows, d = 16, 20 classes, 256 anchors: CE, c1, top1 against their values over all
     rows (numpy N x N here). |z| <= 4 each: false-failure rate ~ 3 * 6.3e-5 = 2e-4."""
