@@ -185,6 +185,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         Row indices: M(x_i, ·) uniform over ``positives[i]`` (repeated indices count repeatedly).
     positive_embeddings : array_like, shape (N, m, d), optional
         m sampled positives (augmented views) of each row, embedded and normalised like the rows.
+        The views' sampling error needs m >= 2 (with m = 1 the MCSE of CE, c1, c2 is NaN).
         Exactly one of ``labels``, ``positives`` and ``positive_embeddings`` must be given.
     tau : float > 0
         Temperature.
