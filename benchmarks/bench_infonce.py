@@ -1,21 +1,44 @@
-"""Throughput of the InfoNCE estimator against the baselines a user would otherwise write.
+"""Throughput of the InfoNCE estimator against the baselines a user would otherwise write, and
+against the limits of this machine measured in the same run.
 
 All contenders compute, for n anchors with positives and K_max shared negatives, the loss
 l_k = -s0 + log(e^{s0} + sum_{j<=k} e^{s_j}) for every k of the grid 1, 2, 4, ..., K_max, in one
 process, side by side, on the same inputs:
 
-* simkit       -- simkit.infonce.infonce_losses (Numba, fused score/exp/prefix sums, float64);
-* numpy-tuned  -- matmul on cache-sized chunks into a reused buffer, in-place exp, segment sums
-                  with np.add.reduceat and a cumulative sum over the grid (float64);
-* torch-f32 / torch-f64 -- PyTorch on the CPU: logits = x @ y.T / tau on anchor chunks, then
-                  torch.nn.functional.cross_entropy on the first k+1 columns for every k of the grid
-                  (the direct way to get l_k from PyTorch).
+* simkit           -- simkit.infonce.infonce_losses (Numba, fused score/exp/prefix sums, float64);
+* numpy-tuned      -- matmul on cache-sized chunks into a reused buffer, in-place exp, segment sums
+                      over the grid and a cumulative sum (float64);
+* torch1p-f32/f64  -- single-pass PyTorch on the CPU, what a careful user writes: per anchor chunk
+                      one matmul (x / tau) @ y.T into a reused buffer, subtract the positive's score
+                      and ``exp_`` in place, the sums of the grid's segments (k_{g-1}, k_g] of the
+                      negatives, a cumulative sum over the grid and log1p;
+* torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits
+                      on anchor chunks, then torch.nn.functional.cross_entropy on the first k+1
+                      columns, once for every k of the grid (17 passes at K_max = 65536).
 
 Figures are pair evaluations per second (n * K_max / seconds), best of ``--repeats`` (default 7)
-consecutive calls per contender (PyTorch: one call at K_max = 65536); every
-contender's output is checked against simkit's (largest absolute difference, in nats). Numba compilation is done
-before timing and reported separately. Run: ``python benchmarks/bench_infonce.py`` (add
-``--quick`` for a short run). Results also go to benchmarks/results/infonce.json.
+consecutive calls per contender (per-k PyTorch: 2 calls at K_max = 65536); every contender's
+output is checked against simkit's (largest absolute difference, in nats). Numba compilation is
+done before timing and reported separately.
+
+The machine's limits are measured in the same process, before the contenders: the throughput of
+a vectorised ``exp`` (elements/s; NumPy's ``np.exp``, simkit's own Numba ``vexp_inplace`` and ``torch.exp``,
+float64 and float32, on one core and on all cores, over a large array read in L2-sized blocks)
+and matmul GFLOP/s (NumPy dgemm/sgemm, one and two OpenBLAS threads via threadpoolctl, on the
+shapes the contenders use). A pair needs one ``exp`` and, for the score, 2 d flops, so the bounds
+are ``exp/s`` pairs/s and ``GFLOP/s / (2 d)`` pairs/s; the binding limit of a contender is the
+smaller of the two for its precision on all cores (at d = 3 that is the exponential; a d = 3 gemm
+measures its output writes, not arithmetic, so the matmul bound there is the d = 32 shape's
+GFLOP/s over 2 d and is reported for information only). The limits are measured before and again
+after the contenders (the load of a shared machine changes during a run); the bounds are the
+better of the two, and every contender is reported as a fraction of its binding limit. All-core
+figures are measured, not the one-core figure times the cores. Run: ``python benchmarks/bench_infonce.py`` (``--quick`` for a
+short run; ``--append`` adds this run to the ``runs`` of an existing results file). Results go to
+benchmarks/results/infonce.json, with the load average at the start and at the end.
+
+On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set (a workaround for old OpenBLAS
+builds), run this benchmark with both unset in its own command; the OpenBLAS kernel used is
+recorded (threadpoolctl) in the results.
 """
 
 from __future__ import annotations
@@ -29,6 +52,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
 import simkit  # noqa: F401  (sets GOMP_SPINCOUNT before any OpenMP runtime loads, for all contenders)
 from simkit.infonce import infonce_losses
@@ -69,6 +93,37 @@ def numpy_tuned(x, xp, y, tau, grid, chunk_a=256, chunk_n=4096):
     return out
 
 
+def torch_single_pass(x, xp, y, tau, grid, dtype, chunk_elems=1 << 20):
+    """Single-pass PyTorch: per anchor chunk one matmul into a reused buffer, exp in place, segment
+    sums over the grid, a cumulative sum. Chunks of about ``chunk_elems`` scores (4-8 MB)."""
+    import torch
+    tx = torch.from_numpy(x).to(dtype)
+    txp = torch.from_numpy(xp).to(dtype)
+    yt = torch.from_numpy(y).to(dtype).T  # (d, K) view: the matmul reads it transposed
+    n = tx.shape[0]
+    k_max = int(grid[-1])
+    yt = yt[:, :k_max]
+    edges = [0] + [int(k) for k in grid]
+    chunk_a = max(1, min(n, chunk_elems // k_max))
+    out = torch.empty((n, grid.size), dtype=dtype)
+    with torch.inference_mode():
+        s0 = (tx * txp).sum(1, keepdim=True) / tau
+        xs = tx / tau
+        buf = torch.empty((chunk_a, k_max), dtype=dtype)
+        seg = torch.empty((chunk_a, grid.size), dtype=dtype)
+        for a0 in range(0, n, chunk_a):
+            a1 = min(n, a0 + chunk_a)
+            m = a1 - a0
+            sc = buf[:m]
+            torch.matmul(xs[a0:a1], yt, out=sc)
+            sc.sub_(s0[a0:a1]).exp_()
+            sg = seg[:m]
+            for g in range(grid.size):
+                torch.sum(sc[:, edges[g]:edges[g + 1]], dim=1, out=sg[:, g])
+            torch.log1p(torch.cumsum(sg, dim=1), out=out[a0:a1])
+    return out.double().numpy()
+
+
 def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
     import torch
     import torch.nn.functional as F
@@ -105,13 +160,217 @@ def best_times(fns, repeats):
     return out
 
 
+# ----------------------------------------------------------------------------------------------
+# the machine's limits
+
+_EXP_TOTAL = 1 << 24  # elements of the large array (128 MB in float64)
+_EXP_BLOCK = 1 << 14  # elements per block: 128 KB in float64, in L2 with its output
+
+
+def _exp_source(dtype):
+    # scores of the InfoNCE pass lie in [-2/tau, 0] after the shift (tau = 0.1)
+    return np.random.default_rng(1).uniform(-20.0, 0.0, _EXP_TOTAL).astype(dtype)
+
+
+def _numpy_exp_rate(a, threads, repeats):
+    """Elements/s of np.exp over ``a`` in L2-sized blocks into per-thread output blocks; ``threads``
+    Python threads on disjoint halves (np.exp releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+    parts = np.array_split(np.arange(0, a.size, _EXP_BLOCK), threads)
+    outs = [np.empty(_EXP_BLOCK, dtype=a.dtype) for _ in range(threads)]
+
+    def work(t):
+        o = outs[t]
+        for b0 in parts[t]:
+            np.exp(a[b0:b0 + _EXP_BLOCK], out=o)
+
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))  # warm
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(work, range(threads)))
+            best = min(best, time.perf_counter() - t0)
+    return a.size / best
+
+
+def _numba_exp_rate(a, threads, repeats):
+    """Elements/s of simkit's hand-vectorised exp (the one fused in the estimator), Numba prange."""
+    import numba
+    kern = _numba_exp_kernel()
+    out = np.empty((numba.config.NUMBA_NUM_THREADS, _EXP_BLOCK))
+    tb = np.empty_like(out)
+    old = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        kern(a, out, tb)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            kern(a, out, tb)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        numba.set_num_threads(old)
+    return a.size / best
+
+
+_KERN = []
+
+
+def _numba_exp_kernel():
+    if not _KERN:
+        from numba import get_thread_id, njit, prange
+
+        from simkit._infonce_jit import vexp_inplace
+
+        @njit(parallel=True, fastmath={"contract"})
+        def kern(a, out, tb):
+            nb = a.size // _EXP_BLOCK
+            for b in prange(nb):
+                t = get_thread_id()
+                o = out[t]
+                o[:] = a[b * _EXP_BLOCK:(b + 1) * _EXP_BLOCK]
+                vexp_inplace(o, _EXP_BLOCK, 1.0, 0.0, tb[t])
+        _KERN.append(kern)
+    return _KERN[0]
+
+
+def _gemm_gflops(m, k, n, dtype, threads, repeats, py_threads=1, min_s=0.05):
+    """GFLOP/s (2 m k n per product) of NumPy's matmul (m, k) @ (k, n) into a reused output, on
+    ``threads`` OpenBLAS threads, or (``py_threads`` > 1) on that many Python threads at once, each
+    with its own operands and one OpenBLAS thread (the pattern of simkit's pass: single-threaded
+    BLAS inside each of its parallel workers)."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(2)
+    ops = [(rng.standard_normal((m, k)).astype(dtype),
+            rng.standard_normal((n, k)).astype(dtype).T,  # transposed view, as the contenders use it
+            np.empty((m, n), dtype=dtype)) for _ in range(py_threads)]
+
+    def work(i, reps):
+        a, b, c = ops[i]
+        for _ in range(reps):
+            np.matmul(a, b, out=c)
+
+    with threadpool_limits(limits=1 if py_threads > 1 else threads, user_api="blas"), \
+            ThreadPoolExecutor(py_threads) as pool:
+        work(0, 1)
+        t0 = time.perf_counter()
+        work(0, 1)
+        one = time.perf_counter() - t0
+        reps = max(1, int(min_s / max(one, 1e-7)))
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(work, range(py_threads), [reps] * py_threads))
+            best = min(best, (time.perf_counter() - t0) / reps)
+    return 2.0 * m * k * n * py_threads / best / 1e9
+
+
+def _torch_exp_rate(a, threads, repeats):
+    """Elements/s of torch.exp (its vectorised CPU kernel) over ``a`` in L2-sized blocks into a
+    reused output, on ``threads`` intra-op threads."""
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ta = torch.from_numpy(a)
+        blk = _EXP_BLOCK * threads  # each intra-op thread gets one L2-sized block
+        out = torch.empty(blk, dtype=ta.dtype)
+        views = [ta[b0:b0 + blk] for b0 in range(0, ta.numel() - blk + 1, blk)]
+        for v in views[:8]:
+            torch.exp(v, out=out)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for v in views:
+                torch.exp(v, out=out)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(old)
+    return len(views) * blk / best
+
+
+def measure_limits(repeats, quick=False, with_torch=False):
+    """The machine's exp throughput and gemm GFLOP/s, one core and all cores (see the docstring)."""
+    cores = os.cpu_count() or 1
+    exp = {}
+    for dt in ("float64", "float32"):
+        a = _exp_source(np.dtype(dt))
+        if quick:
+            a = a[:_EXP_TOTAL // 8]
+        for threads in sorted({1, cores}):
+            exp[f"numpy_{dt}_{threads}t"] = _numpy_exp_rate(a, threads, repeats)
+        if dt == "float64":
+            for threads in sorted({1, cores}):
+                exp[f"simkit_vexp_{dt}_{threads}t"] = _numba_exp_rate(a, threads, repeats)
+        if with_torch:
+            for threads in sorted({1, cores}):
+                exp[f"torch_{dt}_{threads}t"] = _torch_exp_rate(a, threads, repeats)
+    gemm = {}
+    shapes = {"d32_chunk": (256, 32, 4096), "d32_tile": (32, 32, 512), "d3_chunk": (256, 3, 4096),
+              "square_1024": (1024, 1024, 1024)}
+    for dt in ("float64", "float32"):
+        for name, (m, k, n) in shapes.items():
+            for threads in sorted({1, cores}):
+                gemm[f"{name}_{dt}_{threads}t"] = _gemm_gflops(m, k, n, np.dtype(dt), threads, repeats)
+            if cores > 1 and name != "square_1024":
+                gemm[f"{name}_{dt}_{cores}x1t"] = _gemm_gflops(m, k, n, np.dtype(dt), 1, repeats,
+                                                               py_threads=cores)
+    bounds = {}
+    for dt in ("float64", "float32"):
+        exp_one = max(v for k_, v in exp.items() if dt in k_ and k_.endswith("_1t"))
+        # all cores can do at least what one does (on a loaded machine the measured all-core rate
+        # can fall below the one-core rate)
+        exp_all = max([exp_one] + [v for k_, v in exp.items() if dt in k_ and k_.endswith(f"_{cores}t")])
+        mm_all = max(v for k_, v in gemm.items() if k_.startswith("d32_") and dt in k_
+                     and (k_.endswith(f"_{cores}t") or k_.endswith(f"_{cores}x1t")))
+        mm_one = max(gemm[f"d32_chunk_{dt}_1t"], gemm[f"d32_tile_{dt}_1t"])
+        mm_all = max(mm_all, mm_one)
+        bounds[dt] = {"exp_per_s_all_cores": exp_all, "exp_per_s_one_core": exp_one,
+                      "gemm_gflops_d32_all_cores": mm_all, "gemm_gflops_d32_one_core": mm_one}
+    return {"exp_elements_per_s": exp, "gemm_gflops": gemm, "gemm_shapes_mkn": shapes, "best": bounds,
+            "exp_what": f"np.exp / simkit vexp_inplace / torch.exp over {a.size} elements uniform on "
+                        f"[-20, 0], in blocks of {_EXP_BLOCK} (per thread) into a reused output; numpy on "
+                        "N threads = N Python threads on disjoint halves; simkit_vexp on N Numba "
+                        "threads; torch on N intra-op threads. The bound of a precision is the best "
+                        "implementation's rate",
+            "gemm_what": "np.matmul (m, k) @ (k, n) (right operand a transposed view) into a reused "
+                         "output, on N OpenBLAS threads (threadpoolctl; '_Nt') or on N Python threads "
+                         "with one OpenBLAS thread each ('_Nx1t'); GFLOP = 2 m k n / 1e9; the d = 32 "
+                         "bound is the best d32 shape"}
+
+
+def _best_of(a, b):
+    """Element-wise best (largest) of two :func:`measure_limits` results, with "best" recomputed."""
+    out = {k: v for k, v in a.items()}
+    out["exp_elements_per_s"] = {k: max(v, b["exp_elements_per_s"].get(k, 0.0)) for k, v in a["exp_elements_per_s"].items()}
+    out["gemm_gflops"] = {k: max(v, b["gemm_gflops"].get(k, 0.0)) for k, v in a["gemm_gflops"].items()}
+    out["best"] = {dt: {k: max(v, b["best"][dt][k]) for k, v in bd.items()} for dt, bd in a["best"].items()}
+    out["what"] = "element-wise best of the measurements before and after the contenders"
+    return out
+
+
+def binding_limit(limits, d, dtype):
+    """(limit pairs/s, which) on all cores: min of the exp bound and, at d = 32, the matmul bound."""
+    b = limits["best"][dtype]
+    exp_b = b["exp_per_s_all_cores"]
+    mm_b = b["gemm_gflops_d32_all_cores"] * 1e9 / (2 * d)
+    if d > 8 and mm_b < exp_b:
+        return mm_b, "matmul", exp_b, mm_b
+    return exp_b, "exp", exp_b, mm_b
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--append", action="store_true", help="add this run to the runs of the results file")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "infonce.json")
     args = ap.parse_args(argv)
     import numba
+    load_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     have_torch = False
     if not args.no_torch:
         try:
@@ -124,6 +383,10 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs; numba threads {numba.get_num_threads()}"
           + (f"; torch threads {torch.get_num_threads()}, torch {torch.__version__}" if have_torch else ""))
+    blas = [{k: v for k, v in i.items() if k in ("internal_api", "version", "architecture", "num_threads")}
+            for i in threadpool_info()]
+    print(f"BLAS: {blas}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}; "
+          f"load average at start {tuple(round(v, 2) for v in load_start)}")
     # compile before timing
     t0 = time.perf_counter()
     xw = Uniform(3).rvs(8, rng=rng)
@@ -132,8 +395,19 @@ def main(argv=None):
     infonce_losses(xw, xw, Uniform(32).rvs(16, rng=rng), TAU, np.array([1, 2, 16]))
     compile_s = time.perf_counter() - t0
     print(f"Numba compile/load time of the estimator (not in the figures): {compile_s:.2f} s")
+
+    limits = measure_limits(min(args.repeats, 5), args.quick, with_torch=have_torch)
+    print("\nlimits of this machine (measured now):")
+    for k_, v in limits["exp_elements_per_s"].items():
+        print(f"  exp {k_:<26} {v / 1e9:7.2f} G elements/s")
+    for k_, v in limits["gemm_gflops"].items():
+        m_, kk, nn_ = limits["gemm_shapes_mkn"][k_.split("_float")[0]]
+        print(f"  gemm {k_:<25} {v:7.1f} GFLOP/s  ({m_} x {kk}) @ ({kk} x {nn_})")
+    print()
+
     rows = []
-    header = f"{'d':>3} {'K_max':>6} {'contender':<12} {'Mpairs/s':>10} {'simkit x':>9} {'max abs err':>12}"
+    header = (f"{'d':>3} {'K_max':>6} {'n':>5} {'contender':<15} {'Mpairs/s':>9} {'simkit x':>9} "
+              f"{'max abs err':>12} {'limit':>7} {'of limit':>8}")
     print(header)
     print("-" * len(header))
     for d, k_max in sizes:
@@ -146,25 +420,72 @@ def main(argv=None):
         names = ["simkit", "numpy-tuned"]
         fns = [lambda: infonce_losses(x, xp, y, TAU, grid), lambda: numpy_tuned(x, xp, y, TAU, grid)]
         if have_torch:
-            reps = 1 if k_max > 4096 else args.repeats
-            names += ["torch-f32", "torch-f64"]
-            fns += [(lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps),
+            reps = 2 if k_max > 4096 else args.repeats
+            names += ["torch1p-f32", "torch1p-f64", "torch-perk-f32", "torch-perk-f64"]
+            fns += [lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float32),
+                    lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float64),
+                    (lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps),
                     (lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)]
         timed = best_times(fns, args.repeats)
         t_s, ref = timed[0]
-        contenders = [(name, t, out) for name, (t, out) in zip(names, timed)]
-        for name, t, out in contenders:
+        for name, (t, out) in zip(names, timed):
             err = float(np.max(np.abs(out - ref)))  # nats
             rate = pairs / t
-            ratio = t / t_s
-            rows.append({"d": d, "k_max": k_max, "n": nn, "contender": name, "pairs_per_s": rate,
-                         "simkit_speedup": ratio, "max_abs_err_nat": err, "seconds": t})
-            print(f"{d:>3} {k_max:>6} {name:<12} {rate / 1e6:>10.1f} {ratio:>9.2f} {err:>12.1e}")
-    out_dir = Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / "infonce.json").write_text(json.dumps({
-        "platform": platform.platform(), "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-        "compile_s": compile_s, "rows": rows}, indent=2))
+            dt = "float32" if name.endswith("f32") else "float64"
+            lim, which, exp_b, mm_b = binding_limit(limits, d, dt)
+            rows.append({"d": d, "k_max": k_max, "n": nn, "contender": name, "dtype": dt, "pairs_per_s": rate,
+                         "simkit_speedup": t / t_s, "max_abs_err_nat": err, "seconds": t,
+                         "limit_pairs_per_s": lim, "limit_binding": which, "fraction_of_limit": rate / lim,
+                         "exp_bound_pairs_per_s": exp_b, "matmul_bound_pairs_per_s": mm_b})
+            print(f"{d:>3} {k_max:>6} {nn:>5} {name:<15} {rate / 1e6:>9.1f} {t / t_s:>9.2f} {err:>12.1e} "
+                  f"{which:>7} {rate / lim:>8.0%}")
+    # the limits again, after the contenders: on a shared machine the load changes during the run, so
+    # the bounds are the better of the two measurements (and the fractions computed against them)
+    limits_after = measure_limits(min(args.repeats, 5), args.quick, with_torch=have_torch)
+    limits_before = limits
+    limits = _best_of(limits_before, limits_after)
+    for row in rows:
+        lim, which, exp_b, mm_b = binding_limit(limits, row["d"], row["dtype"])
+        row.update(limit_pairs_per_s=lim, limit_binding=which, fraction_of_limit=row["pairs_per_s"] / lim,
+                   exp_bound_pairs_per_s=exp_b, matmul_bound_pairs_per_s=mm_b)
+    print("\nfraction of the limit, with the limits the better of the measurements before and after "
+          "the contenders:")
+    print(f"{'d':>3} {'K_max':>6} {'contender':<15} {'Mpairs/s':>9} {'limit':>7} {'Mpairs/s':>9} {'of limit':>8}")
+    for row in rows:
+        print(f"{row['d']:>3} {row['k_max']:>6} {row['contender']:<15} {row['pairs_per_s'] / 1e6:>9.1f} "
+              f"{row['limit_binding']:>7} {row['limit_pairs_per_s'] / 1e6:>9.1f} {row['fraction_of_limit']:>8.0%}")
+    for dt, b in limits["best"].items():
+        print(f"  {dt}: exp {b['exp_per_s_all_cores'] / 1e9:.2f} G/s all cores ({b['exp_per_s_one_core'] / 1e9:.2f} "
+              f"one core); d32 gemm {b['gemm_gflops_d32_all_cores']:.1f} GFLOP/s all cores "
+              f"({b['gemm_gflops_d32_one_core']:.1f} one core)")
+    load_end = os.getloadavg()
+    print(f"\nlimit = min(exp bound, matmul bound) for the contender's precision on all cores: "
+          f"exp bound = exp/s, matmul bound = d32 GFLOP/s / (2 d) (binding only at d = 32)")
+    print(f"load average at end {tuple(round(v, 2) for v in load_end)}")
+    run = {"started_utc": started, "platform": platform.platform(), "cpus": os.cpu_count(),
+           "numba_threads": numba.get_num_threads(),
+           "torch": torch.__version__ if have_torch else None,
+           "torch_threads": torch.get_num_threads() if have_torch else None,
+           "blas": blas, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+           "loadavg_start": load_start, "loadavg_end": load_end,
+           "compile_s": compile_s, "tau": TAU, "repeats": args.repeats, "limits": limits,
+           "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    runs = []
+    if args.append and args.out.exists():
+        prev = json.loads(args.out.read_text())
+        runs = prev.get("runs", [])
+    runs.append(run)
+    doc = {"benchmark": "InfoNCE l_k on the whole k grid: simkit vs NumPy and PyTorch CPU, with the "
+                        "machine's exp and matmul limits measured in the same run",
+           "runs": runs}
+    if len(runs) >= 2:
+        doc["simkit_speedup_by_run"] = {
+            f"d={r['d']} K={r['k_max']} {r['contender']}": [
+                next(q["simkit_speedup"] for q in rr["rows"] if (q["d"], q["k_max"], q["contender"])
+                     == (r["d"], r["k_max"], r["contender"])) for rr in runs]
+            for r in runs[-1]["rows"]}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

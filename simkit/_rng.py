@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["CHUNK", "draw_key", "chunk_state", "next_u64", "uniform", "uniform_pos", "normal",
-           "gamma", "beta"]
+           "normals_into", "gamma", "beta"]
 
 CHUNK = 512  # rows per independent stream; a constant so results never depend on thread count
 
@@ -121,6 +121,105 @@ def normal(s):
                     return -z if neg else z
         if zf[i + 1] + uniform(s) * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
             return -z if neg else z
+
+
+@njit(inline="always")
+def _next_reg(s0, s1, s2, s3):
+    """:func:`next_u64` on a state held in four scalars (registers): (output, new state)."""
+    result = _rotl(s1 * _U(5), 7) * _U(9)
+    t = s1 << _U(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = _rotl(s3, 45)
+    return result, s0, s1, s2, s3
+
+
+@njit(inline="always")
+def _normal_reg(s0, s1, s2, s3):
+    """:func:`normal` on a state held in four scalars: the same draws, in the same order, with the
+    sign applied by a multiplication by +-1 (exact) instead of a branch. Returns (z, new state)."""
+    zx = _ZX
+    zf = _ZF
+    while True:
+        u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+        i = np.int64(u64 & _U(0xFF))
+        sgn = 1.0 - 2.0 * float(np.int64((u64 >> _U(8)) & _U(1)))
+        u = float(np.int64(u64 >> _U(11))) * _TWO53
+        z = u * zx[i]
+        if z < zx[i + 1]:
+            return z * sgn, s0, s1, s2, s3
+        if i == 0:
+            while True:
+                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+                a = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53) / _ZR
+                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+                b = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53)
+                if 2.0 * b > a * a:
+                    return (_ZR + a) * sgn, s0, s1, s2, s3
+        r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+        if zf[i + 1] + float(np.int64(r >> _U(11))) * _TWO53 * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
+            return z * sgn, s0, s1, s2, s3
+
+
+@njit
+def _normal_slow(i, z, sgn, s0, s1, s2, s3):
+    """The rest of :func:`_normal_reg` after its first draw missed the ziggurat's fast test (layer
+    ``i``, candidate ``z``, sign ``sgn``); kept out of line so that the drawing loop of
+    :func:`normals_into` has no call in its hot path. Returns (z, new state)."""
+    zx = _ZX
+    zf = _ZF
+    if i == 0:
+        while True:
+            r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+            a = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53) / _ZR
+            r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+            b = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53)
+            if 2.0 * b > a * a:
+                return (_ZR + a) * sgn, s0, s1, s2, s3
+    r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+    if zf[i + 1] + float(np.int64(r >> _U(11))) * _TWO53 * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
+        return z * sgn, s0, s1, s2, s3
+    return _normal_reg(s0, s1, s2, s3)  # rejected: a fresh draw, as normal() does
+
+
+@njit(inline="always")
+def normals_into(s, work, off, d, skip):
+    """work[off + j] = normal(s) for j = 0, ..., d - 1 except j == skip (pass -1 to skip none), in
+    that order; returns the sum of their squares. The draws are those of :func:`normal` in a loop,
+    bit for bit, but the state lives in registers for the whole loop instead of being loaded
+    from and stored to ``s`` at every draw (the compiler cannot tell ``s`` from ``work``), and the
+    fast path of the ziggurat runs in an inner loop with no call (whose registers would be spilled
+    around it)."""
+    zx = _ZX
+    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
+    nrm2 = 0.0
+    j = 0
+    while j < d:
+        while j < d:  # the fast path: no call in this loop
+            if j == skip:
+                j += 1
+                continue
+            u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+            i = np.int64(u64 & _U(0xFF))
+            sgn = 1.0 - 2.0 * float(np.int64((u64 >> _U(8)) & _U(1)))
+            z = float(np.int64(u64 >> _U(11))) * _TWO53 * zx[i]
+            if z < zx[i + 1]:
+                g = z * sgn
+                work[off + j] = g
+                nrm2 += g * g
+                j += 1
+            else:
+                break
+        if j < d:
+            g, s0, s1, s2, s3 = _normal_slow(i, z, sgn, s0, s1, s2, s3)
+            work[off + j] = g
+            nrm2 += g * g
+            j += 1
+    s[0], s[1], s[2], s[3] = s0, s1, s2, s3
+    return nrm2
 
 
 @njit
