@@ -136,7 +136,10 @@ def _srs_mcse(values: NDArray, n_pop: int, within_var: NDArray | None = None) ->
     f = n / n_pop
     s2 = float(v.var(ddof=1)) if n >= 2 else 0.0
     w = 0.0 if within_var is None else float(np.mean(within_var))
-    var = max(1.0 - f, 0.0) * s2 / n + f * w / n
+    if np.isnan(w):  # within-anchor variance unknown (one view per row): s^2/n bounds the variance above
+        var = s2 / n
+    else:
+        var = max(1.0 - f, 0.0) * s2 / n + f * w / n
     if n < 2 and f < 1.0:
         return mean, float("nan")
     return mean, float(math.sqrt(max(var, 0.0)))
@@ -185,7 +188,8 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         Row indices: M(x_i, ·) uniform over ``positives[i]`` (repeated indices count repeatedly).
     positive_embeddings : array_like, shape (N, m, d), optional
         m sampled positives (augmented views) of each row, embedded and normalised like the rows.
-        The views' sampling error needs m >= 2 (with m = 1 the MCSE of CE, c1, c2 is NaN).
+        With m = 1 the views' own sampling error cannot be separated from the spread between
+        anchors, and the MCSE uses the latter, an upper bound (m >= 2 gives the exact split).
         Exactly one of ``labels``, ``positives`` and ``positive_embeddings`` must be given.
     tau : float > 0
         Temperature.
@@ -505,7 +509,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         # the views are a sample of the augmentation kernel: add their error, to first order in 1/k
         # (gap_k ~ E[W0]/k + ...), with the weight f = n_a/N of _srs_mcse. With an anchor subsample
         # the Monte Carlo blocks are anchors, whose spread already contains it.
-        view_var = np.nanmean(var_mu0) / n_a / kf**2
+        w_mu0 = np.mean(var_mu0)
+        if np.isnan(w_mu0):  # one view per row: bounded above by the spread of E[W0] over the anchors
+            w_mu0 = float(mu0.var(ddof=1)) if n_a >= 2 else float("nan")
+        view_var = w_mu0 / n_a / kf**2
         if census:
             gap_se = np.sqrt(gap_se**2 + view_var)
         gex_se = np.sqrt(gex_se**2 + (n_a / n) * view_var)

@@ -330,6 +330,22 @@ def test_augmentation_views_against_brute_force_monte_carlo():
         assert abs(float(ds["gap"].sel(k=k)) - gap_t) <= 4 * comb, (k, float(ds["gap"].sel(k=k)), gap_t, 4 * comb)
 
 
+def test_one_view_per_row_has_a_finite_conservative_mcse():
+    """m = 1 view: the views' error cannot be split from the anchors' spread; the MCSE is then
+    s/sqrt(n) over the anchors (an upper bound), finite and positive, never NaN."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(20, 3))
+    v = x[:, None, :] + 0.3 * rng.normal(size=(20, 1, 3))
+    ds = diagnose(x, positive_embeddings=v, tau=0.5, n_tuples=1 << 10, rng=1)
+    phi, vv = _unit(x), _unit(v)[:, 0]
+    s = phi @ phi.T / 0.5
+    ce_i = np.log(np.exp(s).mean(axis=1)) - np.sum(phi * vv, axis=1) / 0.5
+    assert float(ds["ce"]) == pytest.approx(ce_i.mean(), rel=1e-12)
+    assert float(ds["ce_mcse"]) == pytest.approx(ce_i.std(ddof=1) / np.sqrt(20), rel=1e-10)
+    for name in ("c1_mcse", "c2_mcse", "gap_mcse", "gap_exact_mcse"):
+        assert np.all(np.isfinite(ds[name].values)) and np.all(ds[name].values > 0), name
+
+
 # ----------------------------------------------------------------------------------------------
 # dataset conventions, array-likes
 
