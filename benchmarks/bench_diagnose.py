@@ -5,16 +5,18 @@ Run from the repository root::
     python benchmarks/bench_diagnose.py           # N = 100,000, d = 256, 100 classes
     python benchmarks/bench_diagnose.py --quick   # N = 10,000 (smoke test)
 
-Data: 100 classes with random unit means in R^256; a row is its class mean plus isotropic
-Gaussian noise of norm ~2 (sd 2/sqrt(d) per coordinate: same-class cosines ~0.2, other classes
-~0 +- 0.09, so retrieval is imperfect), labels are the classes (the label kernel). tau = 0.2, k = 256, eps = 0.01; anchors subsampled with the
-default ``n_anchors`` (2048) and default Monte Carlo (2^15 tuples, k grid 1..1024); the exact
-curve is off by default at this N (``n_exact_anchors``: simkit.exact_curve needs ~4 s and ~1.3 GB
-per anchor at N = 10^5; ``--n-exact-anchors`` times it). Measured: the wall time of the ``diagnose`` call (data generation
-excluded), the peak resident set size of the process (``resource.getrusage``, which includes the
-interpreter and the data: O(N d)) and the peak traced allocation inside the call (tracemalloc on
-a second, identical call: the working memory, expected O(N d + block N)), and ``uptime``'s load
-average, since the machine is shared. Results go to ``benchmarks/results/diagnose.json``.
+Data: 100 classes with random unit means in R^256; a row is its class mean plus isotropic Gaussian
+noise of norm ~2 (sd 2/sqrt(d) per coordinate: same-class cosines ~0.2, other classes ~0 +- 0.09,
+so retrieval is imperfect), labels are the classes (the label kernel). tau = 0.2, k = 256, eps =
+0.01; anchors subsampled with the default ``n_anchors`` (2048) and default Monte Carlo (2^15
+tuples, k grid 1..1024); the exact curve is off by default at this N (``n_exact_anchors``:
+simkit.exact_curve needs 4-10 s per anchor at N = 10^5 and raised the traced peak from 0.45 to 1.27
+GB with 3 anchors; ``--n-exact-anchors 3`` times it: 58.7 s at load 6-7, against 27 s without).
+Measured: the wall time of the ``diagnose`` call (data generation excluded), the peak resident set
+size of the process (``resource.getrusage``, which includes the interpreter and the data: O(N d))
+and the peak traced allocation inside the call (tracemalloc on a second, identical call: the
+working memory, expected O(N d + block N)), and ``uptime``'s load average, since the machine is
+shared. Results go to ``benchmarks/results/diagnose.json``.
 Target (issue 12): within 60 s.
 """
 

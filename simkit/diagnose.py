@@ -209,11 +209,13 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         Anchors (a random subset of the anchor sample) whose exact gap curve is computed; its cost
         is ~40 microseconds per row per anchor (simkit.exact_curve; ~4 s per anchor at N = 10^5).
         Default ``min(n_anchors, max(3, 2**16 // N))`` (every anchor for N <= 256), and 0 (no exact
-        curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed
-        32 MiB (~3.6 such arrays at its peak), nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an
-        anchor costs ~4 s and ~1.3 GB there, which would break the O(N d + block N) memory bound
-        (pass ``n_exact_anchors`` to have it anyway). The mean over these anchors uses the per-anchor prediction c1/k + c2/k^2, known at every anchor, as a
-        control variate (two-phase sampling) wherever that reduces the spread.
+        curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed 32
+        MiB (~3.6 such arrays at its peak), nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an
+        anchor costs 4-10 s there (measured, 2 shared vCPUs) and the call's traced peak grew from
+        0.45 to 1.27 GB with 3 such anchors, beyond the O(N d + block N) memory bound (pass
+        ``n_exact_anchors`` to have it anyway). The mean over these anchors uses the per-anchor
+        prediction c1/k + c2/k^2, known at every anchor, as a control variate (two-phase sampling)
+        wherever that reduces the spread.
     n_blocks : int
         Independent blocks of the Monte Carlo gap (a random partition of the anchor subsample; when
         every row is an anchor, a partition of each anchor's tuples); its MCSE and the slope's
