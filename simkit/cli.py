@@ -5,6 +5,9 @@
     simkit report DATASET [--out PATH.pdf]
     simkit list
     simkit validate [--full] [--seed N] [--out PATH.nc] [--report PATH.pdf] [--scheduler ADDRESS]
+    simkit calibrate STUDY [--seeds N] [--quick] [--first-seed S] [--out PATH.nc] [--report PATH.pdf]
+                     [--set NAME=VALUE ...] [--alternative NAME] [--scheduler ADDRESS] [--keep-checkpoint]
+                     [--no-progress]
 
 Bad input (unknown study or parameter, out-of-range value, unreadable dataset) prints one line
 naming the argument and exits with status 2, leaving no output file behind.
@@ -54,6 +57,21 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--report", type=str, default=None, help="report path (default reports/validation.pdf)")
     v.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c = sub.add_parser("calibrate", help="run a study at many seeds: empirical false-failure rate of every check "
+                       "(data/calibration/STUDY.nc, reports/calibration.pdf)")
+    c.add_argument("study")
+    c.add_argument("--seeds", type=str, default="200", help="number of seeds (default 200)")
+    c.add_argument("--quick", action="store_true", help="the study's quick design")
+    c.add_argument("--first-seed", type=str, default="1", help="first seed (default 1)")
+    c.add_argument("--out", type=str, default=None, help="dataset path (default data/calibration/STUDY.nc)")
+    c.add_argument("--report", type=str, default=None,
+                   help="report of every dataset beside --out (default reports/calibration.pdf)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a design parameter of the study (repeatable)")
+    c.add_argument("--alternative", type=str, default=None, help="also the power under this alternative (sqrt-k)")
+    c.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
+    c.add_argument("--keep-checkpoint", action="store_true", help="keep the per-seed checkpoint (to add seeds later)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
     __import__("simkit.diagnose_cli").diagnose_cli.add_parser(sub)  # simkit diagnose (issue 12)
     return p
 
@@ -223,15 +241,90 @@ def _validate(args) -> int:
         if executor is not None:
             executor.close()
     print(f"simkit: wrote {out} and {report}")
-    print(f"{'claim':<6}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}statistic")
+    from simkit.validate import empirical_text
+    print(f"{'claim':<6}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
     for i, c in enumerate(ds["claim"].values):
         e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
         f = float(ds["false_fail_rate"].values[i])
         est = f"{e:.5g} ± {m:.2g}" if np.isfinite(e) else "-"
         print(f"{c:<6}{ds['verdict'].values[i]:<17}{est:<26}{(f'{f:.1e}' if np.isfinite(f) else '-'):<12}"
-              f"{ds['statistic'].values[i]}")
+              f"{empirical_text(ds, i):<22}{ds['statistic'].values[i]}")
+    for i in np.flatnonzero(np.isfinite(ds["check_empirical_false_fail"].values)):  # calibrated checks
+        f = float(ds["check_false_fail_rate"].values[i])
+        print(f"calibrated: {ds['check_study'].values[i]} {ds['check_claim'].values[i]} check {i}: stated "
+              f"{(f'{f:.1e}' if np.isfinite(f) else 'none (deterministic)')}, empirical "
+              f"{empirical_text(ds, int(i), 'check_')}")
     verdicts = set(str(v) for v in ds["verdict"].values)
     return 1 if ("fail" in verdicts or "error" in verdicts) else 0
+
+
+def _parse_count(option: str, text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"'{option}' must be an integer >= {low}, got {text!r}") from None
+    if value < low or value >= 2**63:
+        raise ValueError(f"'{option}' must be an integer in [{low}, 2**63), got {text!r}")
+    return value
+
+
+def _calibrate(args) -> int:
+    from simkit.calibrate import ALTERNATIVES, calibrate
+    from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config)
+    try:  # every argument is validated before anything runs or is written
+        study = get_study(args.study)
+        seeds = _parse_count("--seeds", args.seeds, 1)
+        first = _parse_count("--first-seed", args.first_seed, 0)
+        if first + seeds > 2**63:
+            raise ValueError(f"'--first-seed' + '--seeds' must be <= 2**63, got {first} + {seeds}")
+        overrides = _parse_overrides(args.overrides)
+        resolve_config(study, overrides, quick=args.quick, seed=first)
+        if args.alternative is not None:
+            if args.alternative not in ALTERNATIVES:
+                raise ValueError(f"'--alternative' must be one of {', '.join(ALTERNATIVES)}, got {args.alternative!r}")
+            ALTERNATIVES[args.alternative].check_study(study)
+        out = _check_path("--out", args.out, ".nc") or Path("data") / "calibration" / f"{study.name}.nc"
+        report = _check_path("--report", args.report, ".pdf") or Path("reports") / "calibration.pdf"
+        check_writable("--out", out)
+        check_writable("--report", report)
+        executor = _connect(args.scheduler)  # last: it is the only check that contacts anything
+    except ValueError as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ds = calibrate(study, seeds=seeds, first_seed=first, quick=args.quick, overrides=overrides, out=out,
+                       executor=executor, progress=not args.no_progress, alternative=args.alternative,
+                       keep_checkpoint=args.keep_checkpoint)
+    except KeyboardInterrupt:
+        print("simkit: calibration interrupted; finished seeds are kept, run the same command to resume",
+              file=sys.stderr)
+        return 130
+    except OutputBusy as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 2
+    except (WriteFailed, ExecutorLost, RuntimeError) as exc:
+        print(f"simkit: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return 1
+    finally:
+        if executor is not None:
+            executor.close()
+    print(f"simkit: wrote {out} ({ds.sizes['seed']} seeds, {float(ds.attrs['wall_time_s']):.1f} s)")
+    try:
+        from simkit.report.calibration import calibration_report
+        calibration_report(out.parent, report)
+    except WriteFailed as exc:
+        print(f"simkit: error: {exc}; the dataset is written", file=sys.stderr)
+        return 1
+    print(f"simkit: wrote {report}")
+    print(f"{'check':<34}{'kind':<15}{'nominal':>9}{'rejected':>12}  empirical (95% CI)   KS p")
+    for i, name in enumerate(ds["check"].values):
+        nom, ks = float(ds["nominal_rate"].values[i]), float(ds["ks_pvalue"].values[i])
+        rate = (f"{float(ds['empirical_rate'].values[i]):.4f} [{float(ds['empirical_rate_low'].values[i]):.4f}, "
+                f"{float(ds['empirical_rate_high'].values[i]):.4f}]")
+        print(f"{name:<34}{ds['check_kind'].values[i]:<15}{(f'{nom:.2e}' if np.isfinite(nom) else '-'):>9}"
+              f"{int(ds['n_reject'].values[i]):>6}/{int(ds['n_valid'].values[i]):<5}  {rate}  "
+              f"{(f'{ks:.3f}' if np.isfinite(ks) else '-')}")
+    return 0 if not int(ds.attrs.get("n_errors", 0)) else 1
 
 
 def _list(args) -> int:
@@ -251,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "calibrate":
+        return _calibrate(args)
     if args.command == "diagnose":
         return __import__("simkit.diagnose_cli").diagnose_cli.run(args)
     return _list(args)

@@ -21,7 +21,7 @@ from simkit.analysis import combine_verdicts
 from simkit.runner import canonical, get_study, resolve_config, run_study, study_names, write_dataset
 from simkit.runner.provenance import git_commit, platform_text, versions
 
-__all__ = ["CLAIMS", "NOT_STUDIED", "run_validation", "combine_checks", "validation_report"]
+__all__ = ["CLAIMS", "NOT_STUDIED", "run_validation", "combine_checks", "validation_report", "empirical_text"]
 
 #: the claims of THEORY.md section 3, in words
 CLAIMS = {
@@ -40,8 +40,14 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
     """The per-claim table (dimension ``claim``) and every check (dimension ``check``)."""
     claims = list(CLAIMS)
     verdict, statistic, est, mcse, ffr, studies, detail = [], [], [], [], [], [], []
+    emp = {k: [] for k in ("", "_low", "_high")}
     for c in claims:
         rows = [r for r in checks if r["claim"] == c]
+        # demonstrated rate of the claim: from one study's calibration when all its rated checks are there
+        rated = [r for r in rows if np.isfinite(float(r["false_fail_rate"]))]
+        cal = rated[0].get("claim_calibration", {}) if rated and len({r["study"] for r in rated}) == 1 else {}
+        for k in emp:
+            emp[k].append(float(cal.get({"": "rate", "_low": "low", "_high": "high"}[k], np.nan)))
         if not rows:
             verdict.append(NOT_STUDIED)
             statistic.append("")
@@ -82,6 +88,9 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             "check_false_fail_rate": (("check",), np.array([float(r["false_fail_rate"]) for r in checks], dtype=float)),
             "check_verdict": (("check",), np.array([r["verdict"] for r in checks], dtype=str)),
             "check_detail": (("check",), np.array([r.get("detail", "") for r in checks], dtype=str)),
+            **{f"empirical_false_fail{k}": (("claim",), np.array(v, dtype=float)) for k, v in emp.items()},
+            **{f"check_empirical_false_fail{k}": (("check",), np.array(
+                [float(r.get(f"empirical_false_fail{k}", np.nan)) for r in checks], dtype=float)) for k in emp},
         },
         coords={"claim": np.array(claims, dtype=str), "check": np.arange(len(checks))},
     )
@@ -105,6 +114,13 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "check_detail": a("detail of the check", "1", ""),
         "claim": a("claim", "1", "THEORY.md section 3"),
         "check": a("check index", "1", "one row per study check"),
+        **{f"{pre}empirical_false_fail{k}": a(f"empirical false-failure rate{lim}", "1", f"share of seeds of "
+                                               f"'simkit calibrate' (data/calibration/<study>.nc) on which the {what} "
+                                               f"failed{'' if not k else ', Clopper-Pearson 95%'}; NaN where not "
+                                               f"calibrated{note}")
+           for pre, what, note in (("", "claim's checks", " or the claim's rated checks span several studies"),
+                                   ("check_", "check", ""))
+           for k, lim in (("", ""), ("_low", ", 95% lower limit"), ("_high", ", 95% upper limit"))},
     }
     for name, at in attrs.items():
         ds[name].attrs = at
@@ -113,11 +129,15 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
 
 def run_validation(*, full: bool = False, seed: int | None = None, out: str | os.PathLike = "data/validation.nc",
                    report: str | os.PathLike | None = "reports/validation.pdf", scheduler=None,
-                   progress: bool = True, studies: list[str] | None = None) -> xr.Dataset:
+                   progress: bool = True, studies: list[str] | None = None,
+                   calibration: str | os.PathLike = "data/calibration") -> xr.Dataset:
     """Run every registered study (quick designs unless ``full``) and write the validation dataset/report.
 
     Each study's dataset goes to ``<out stem>/<study>.nc`` beside ``out`` (resumable like any run).
+    Where ``<calibration>/<study>.nc`` exists (``simkit calibrate``), each check's empirical
+    false-failure rate is shown beside its stated one.
     """
+    from simkit.calibrate import calibration_rates
     out = Path(out)
     names = study_names() if studies is None else studies
     configs = {}
@@ -133,8 +153,12 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         if not res.completed:
             raise KeyboardInterrupt
         datasets[name] = res.dataset
-        for row in study.claim_rows(res.dataset):
-            checks.append({"study": name, **row})
+        cal = calibration_rates(name, calibration)
+        for j, row in enumerate(study.claim_rows(res.dataset)):
+            c = cal.get(j, {})
+            checks.append({"study": name, **row, "claim_calibration": cal.get(row["claim"], {}),
+                           **{f"empirical_false_fail{k}": c.get(v, np.nan)
+                              for k, v in (("", "rate"), ("_low", "low"), ("_high", "high"))}})
     ds = combine_checks(checks)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     vers, commit = versions(), git_commit()
@@ -182,9 +206,9 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
             f = float(ds["false_fail_rate"].values[i])
             rows.append([str(c), str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
                          format_pm(e, m) if np.isfinite(e) else "—", f"{f:.1e}" if np.isfinite(f) else "—",
-                         str(ds["verdict"].values[i])])
-        doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate", "verdict"],
-                  rows, [0.5, 2.6, 3.2, 1.5, 0.9, 1.0])
+                         empirical_text(ds, i), str(ds["verdict"].values[i])])
+        doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate",
+                   "empirical false-fail (95% CI)", "verdict"], rows, [0.5, 2.4, 2.9, 1.4, 0.8, 1.1, 0.9])
         details = [[str(c), str(d)] for c, d in zip(ds["claim"].values, ds["detail"].values) if str(d)]
         if details:
             doc.heading("Details")
@@ -198,6 +222,12 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
 
     return write_report(path, build, footer=f"simkit · validation · {ds.attrs.get('created', '?')}",
                         metadata={"Title": "simkit validation", "Subject": "claims C1-C7"})
+
+
+def empirical_text(ds: xr.Dataset, i: int, prefix: str = "") -> str:
+    """'rate [low, high]' of row ``i`` (claim, or check with ``prefix='check_'``), '—' if not calibrated."""
+    r, lo, hi = (float(ds[f"{prefix}empirical_false_fail{k}"].values[i]) for k in ("", "_low", "_high"))
+    return f"{r:.3f} [{lo:.3f}, {hi:.3f}]" if np.isfinite(r) else "—"
 
 
 def _claims_json(ds: xr.Dataset) -> str:  # pragma: no cover - debugging aid

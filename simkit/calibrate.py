@@ -1,0 +1,503 @@
+"""Calibration of claim checks over many independent seeds (issue 13): ``simkit calibrate``.
+
+A check states a false-failure rate; calibration demonstrates it. :func:`calibrate` runs a study at
+seeds ``first_seed, ..., first_seed + seeds - 1`` -- each seed a complete, independent run of the
+study -- and records, per seed, every component test of every :class:`~simkit.runner.Check`
+(``Check.pvalues``: a p-value that is Uniform(0, 1) when the claim holds, rejecting at ``p < alpha``)
+and every check's verdict (rejecting when it is "fail"). Over the seeds it gives the empirical
+rejection rate with its Clopper--Pearson 95% interval beside the nominal rate, and a
+Kolmogorov--Smirnov test of each p-value column against Uniform(0, 1).
+
+Design
+------
+*The seeds are runner tasks.* :class:`Calibration` is a meta-:class:`~simkit.runner.Study` named
+``calibrate-<study>``: one cell per seed, no preparation, one block per cell. The block's
+``generate`` runs the target study at that seed with :func:`simkit.runner.run_study` -- the
+target's own runner call, in-process inside the task, into a scratch file -- so seed ``s`` of a
+calibration is exactly ``simkit run <study> --seed s`` (same task seeds, same dataset), and then
+evaluates the target's checks on that dataset. So the calibration is checkpointed per seed,
+resumes after an interruption, runs on Dask (``executor``: one seed per worker task) and its
+dataset is identical whatever the engine (:func:`simkit.runner.results_identical`). In-process,
+the scratch directory ``.<out>.seeds/`` beside the output keeps the target's own checkpoints, so
+even the seed that was running when a run was interrupted resumes block by block; on Dask each
+task uses a temporary directory on its worker.
+
+*The checkpoint does not depend on the number of seeds.* The meta-study's configuration is the
+target's configuration (without its seed), the first seed and the alternative, never ``seeds``:
+a run with ``--seeds 200`` interrupted after 57 seeds, then ``--seeds 57``, writes the dataset
+of those 57 at once; ``--seeds 400`` later extends a finished 200 (with ``keep_checkpoint``).
+
+*The check dimension is fixed by the first seed.* Test names come from ``Check.pvalues`` and may
+depend on the design (rate_k names them ``<setting>:<test>``), so they are read from the result
+of seed ``first_seed``, which runs first, alone, as a task of the same meta-study through the same
+executor and checkpoint (so it never runs twice). Every other seed must produce the same names in
+the same order; a seed that does not is recorded as an error of that seed.
+
+Rows of the ``check`` dimension, labelled ``<check>:<test>`` and ``<check>:verdict``, where
+``<check>`` is the claim (``C1``), or ``C5.2`` for the second of several checks of one claim:
+
+* ``test``: a component test; ``statistic`` is its p-value, ``nominal_rate`` its alpha;
+* ``verdict``: a check's verdict; ``statistic`` is the check's estimate, ``nominal_rate`` its
+  stated false-failure rate (mean over seeds when it depends on the dataset; NaN for a
+  deterministic check);
+* ``power-test``/``power-verdict`` (with ``alternative``): the same under an alternative pushed
+  through the real estimator (:data:`ALTERNATIVES`); ``empirical_rate`` is then the power.
+
+References
+----------
+Clopper & Pearson (1934), Biometrika 26, 404; THEORY.md section 3 (claims C1--C7); issue 13.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy import stats
+
+from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, check_writable, execute_task,
+                           get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
+
+__all__ = ["calibrate", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
+           "clopper_pearson", "calibration_rates", "seed_rows", "CONFIDENCE"]
+
+#: level of the empirical rate's interval
+CONFIDENCE = 0.95
+KINDS = ("test", "verdict", "power-test", "power-verdict")
+
+
+def _v(dims, long_name, description, units="1"):
+    return Var(dims, long_name, units, description)
+
+
+SC, C, SE = ("seed", "check"), ("check",), ("seed",)
+
+#: every variable and coordinate of a calibration dataset
+SCHEMA = {
+    "seed": _v(SE, "seed of the study run", "each seed is one complete, independent run of the target study "
+               "(identical to 'simkit run STUDY --seed SEED' with the same design)"),
+    "check": _v(C, "component test or check verdict", "<check>:<test> (a component test, Check.pvalues) or "
+                "<check>:verdict; <check> is the claim, or <claim>.<n> for the n-th of several checks of one "
+                "claim; 'power:' prefix: under the alternative (attribute alternative)"),
+    "statistic": _v(SC, "p-value of the test, or the check's estimate (verdict rows)",
+                    "test rows: p-value, Uniform(0, 1) when the claim holds (its reference distribution); "
+                    "verdict rows: the check's estimate (units of the check's statistic)"),
+    "reject": _v(SC, "rejection (0 or 1)", "test rows: p < alpha; verdict rows: verdict 'fail'; NaN where the "
+                 "p-value is NaN or the verdict is 'error' (counted in n_missing)"),
+    "stated_rate": _v(SC, "stated rejection rate of this seed", "alpha of the test, or the check's stated "
+                      "false-failure rate on this seed's dataset (NaN for a deterministic check)"),
+    "target_errors": _v(SE, "failed tasks of the study run", "number of the target run's tasks that raised"),
+    "check_kind": _v(C, "kind of row", "test, verdict, power-test or power-verdict"),
+    "check_claim": _v(C, "claim", "C1..C7 (THEORY.md section 3)"),
+    "check_index": _v(C, "index of the check", "position in the target study's checks (as in simkit validate)"),
+    "check_reference": _v(C, "reference distribution of statistic", "Uniform(0, 1) for test rows; none for "
+                          "verdict rows (the estimate has no common reference) and power rows (not the null)"),
+    "nominal_rate": _v(C, "nominal rejection rate", "alpha for test rows; the stated false-failure rate for "
+                       "verdict rows (mean of stated_rate over seeds); NaN for a deterministic check"),
+    "n_valid": _v(C, "seeds with a decision", "seeds where reject is 0 or 1"),
+    "n_missing": _v(C, "seeds without a decision", "NaN p-value or verdict 'error'"),
+    "n_reject": _v(C, "rejections", "seeds with reject = 1"),
+    "empirical_rate": _v(C, "empirical rejection rate", "n_reject / n_valid: the demonstrated false-failure "
+                         "rate (test and verdict rows) or the power (power rows)"),
+    "empirical_rate_low": _v(C, "empirical rate, 95% lower limit", "Clopper-Pearson exact interval"),
+    "empirical_rate_high": _v(C, "empirical rate, 95% upper limit", "Clopper-Pearson exact interval"),
+    "binom_pvalue": _v(C, "p-value of empirical rate = nominal rate", "exact two-sided binomial test "
+                       "(scipy.stats.binomtest) of n_reject out of n_valid; NaN without a nominal rate"),
+    "ks_pvalue": _v(C, "Kolmogorov-Smirnov p-value against Uniform(0, 1)", "scipy.stats.kstest of the test "
+                    "row's p-values over seeds (exact); NaN for verdict and power rows"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternative:
+    """An alternative pushed through a study's real estimator: ``transform(raw)`` of the raw dataset
+    (``raw_*``/``prep_*`` variables), re-summarised by the study and re-checked.
+
+    ``ScaleBySqrtK``-type alternatives multiply the raw variable ``var`` by ``sqrt(k)`` along its
+    dimension ``dim``: a per-block gap curve g_b(k) with E g_b(k) = c1/k + c2/k^2 + ... becomes
+    sqrt(k) g_b(k), with mean c1/sqrt(k) + c2/k^(3/2) + ... (the 1/sqrt(k) rate C1 rules out) and
+    the same relative Monte Carlo error at every k. Every other raw variable is left as it is.
+    """
+
+    name: str
+    var: str
+    dim: str
+    description: str
+
+    def check_study(self, study: Study) -> None:
+        v = study.schema.get(self.var)
+        if v is None or self.dim not in v.dims:
+            raise ValueError(f"'alternative' {self.name!r} needs the raw variable {self.var!r} with dimension "
+                             f"{self.dim!r}; study {study.name!r} declares none")
+
+    def transform(self, raw: xr.Dataset) -> xr.Dataset:
+        out = raw.copy()
+        scale = np.sqrt(raw[self.dim].astype(float))
+        out[self.var] = (raw[self.var] * scale).transpose(*raw[self.var].dims)
+        out[self.var].attrs = raw[self.var].attrs
+        return out
+
+
+#: alternatives by name (``--alternative``)
+ALTERNATIVES = {
+    "sqrt-k": Alternative("sqrt-k", "raw_gap_cv", "k",
+                          "per-block control-variate gap curve raw_gap_cv(setting, block, k) multiplied by sqrt(k): "
+                          "mean c1/sqrt(k) + c2/k^1.5, the O(1/sqrt k) rate, through the study's own summarise and "
+                          "checks; every other raw variable (dgap_cv included) unchanged"),
+}
+
+
+def check_labels(study: Study) -> list[str]:
+    """One label per check of ``study``: its claim, or ``<claim>.<n>`` when the claim has several checks."""
+    claims = [c.claim for c in study.checks]
+    labels = []
+    for j, c in enumerate(claims):
+        labels.append(c if claims.count(c) == 1 else f"{c}.{claims[:j + 1].count(c)}")
+    return labels
+
+
+def seed_rows(study: Study, ds: xr.Dataset, prefix: str = "") -> list[dict]:
+    """Rows of one seed: every component test (``Check.pvalues``) and every check's verdict on ``ds``."""
+    rows = []
+    power = prefix != ""
+    for j, (check, label) in enumerate(zip(study.checks, check_labels(study))):
+        pv = check.pvalues(ds) if getattr(check, "pvalues", None) is not None else {}
+        for test, (p, alpha) in pv.items():
+            p, alpha = float(p), float(alpha)
+            rows.append({"check": f"{prefix}{label}:{test}", "kind": KINDS[2 * power], "claim": check.claim,
+                         "index": j, "statistic": p, "stated": alpha,
+                         "reject": float(p < alpha) if np.isfinite(p) else np.nan})
+        row = check.row(ds)
+        verdict = row["verdict"]
+        rows.append({"check": f"{prefix}{label}:verdict", "kind": KINDS[1 + 2 * power], "claim": check.claim,
+                     "index": j, "statistic": float(row["estimate"]), "stated": float(row["false_fail_rate"]),
+                     "reject": 1.0 if verdict == "fail" else 0.0 if verdict == "pass" else np.nan})
+    return rows
+
+
+def _resummarise(study: Study, ds: xr.Dataset, cfg: dict, alternative: Alternative) -> xr.Dataset:
+    """The study's summaries of the alternative's raw dataset (the runner's merge of a summary dict)."""
+    keep = [n for n in ds.data_vars if n.startswith(("raw_", "prep_")) or n in ("cell_error", "cell_key")]
+    raw = alternative.transform(ds[keep])
+    summary = study.summarise(raw, cfg)
+    if isinstance(summary, xr.Dataset):
+        return summary
+    out = raw.copy()
+    for name, value in summary.items():
+        dims = tuple(study.cell_dim if d is None else d for d in study.schema[name].dims)
+        out[name] = (dims, np.asarray(value))
+    out.attrs.update(ds.attrs)
+    return out
+
+
+class Calibration(Study):
+    """The meta-study of :func:`calibrate`: one cell per seed of ``target``, one block per cell.
+
+    Parameters
+    ----------
+    target : Study
+        The study calibrated.
+    target_cfg : dict
+        Its resolved configuration (the seed is replaced by each cell's).
+    seeds : sequence of int
+        The seeds (cells).
+    alternative : Alternative, optional
+        Also evaluate the checks under this alternative (power rows).
+    names : sequence of str, optional
+        Labels of the check dimension (fixed by the first seed; see the module docstring).
+    scratch : path, optional
+        Directory for the target runs (their checkpoints survive an interruption); a temporary
+        directory per task if None (Dask workers).
+    """
+
+    cell_dim = "seed"
+    schema = SCHEMA
+
+    def __init__(self, target: Study, target_cfg: dict, seeds: Sequence[int], *,
+                 alternative: Alternative | None = None, names: Sequence[str] | None = None,
+                 scratch: str | os.PathLike | None = None, quick: bool = False):
+        self.target = target
+        self.target_cfg = {k: v for k, v in target_cfg.items() if k != "seed"}
+        self.seeds = [int(s) for s in seeds]
+        self.alternative = alternative
+        self.names = None if names is None else tuple(names)
+        self.scratch = None if scratch is None else str(scratch)
+        self.quick = bool(quick)
+        self.name = f"calibrate-{target.name}"
+        self.claim = target.claim
+        self.title = f"Calibration of the checks of {target.name} ({target.claim}) over independent seeds"
+        self.references = target.references + "; Clopper & Pearson (1934), Biometrika 26, 404"
+        self.ademp = {"aim": f"demonstrate the stated false-failure rates of {target.name}'s checks",
+                      "data": f"{target.name} at independent seeds, each a complete run",
+                      "estimand": "rejection rate of each component test and each check verdict",
+                      "methods": "p-values from Check.pvalues, verdicts from Check.evaluate",
+                      "performance": "empirical rate with Clopper-Pearson 95% interval; KS against Uniform(0, 1)"}
+
+    def config(self, first_seed: int) -> dict:
+        """The meta-configuration: the target's (without its seed), the first seed, the alternative --
+        never the number of seeds, so the checkpoint of a run with fewer seeds is reused."""
+        return {"target": self.target.name, "target_config": self.target_cfg, "quick": self.quick,
+                "alternative": None if self.alternative is None else self.alternative.name,
+                "seed": int(first_seed)}
+
+    def n_blocks(self, cfg):
+        return 1
+
+    def cells(self, cfg):
+        return [{"seed": s} for s in self.seeds]
+
+    def block_dims(self, cfg):
+        if self.names is None:
+            raise RuntimeError("the check dimension is fixed by the first seed before the seeds are assembled")
+        dims = {n: ("check",) for n in ("statistic", "reject", "stated", "kind", "index")}
+        dims["target_errors"] = ()
+        return dims, {"check": np.array(self.names, dtype=str)}
+
+    def _run_target(self, seed: int) -> tuple[xr.Dataset, int]:
+        cfg = {**self.target_cfg, "seed": int(seed)}
+        if self.scratch is None:
+            with tempfile.TemporaryDirectory(prefix="simkit-calibrate-") as d:
+                res = run_study(self.target, cfg, Path(d) / f"{self.target.name}-seed{seed}.nc", progress=False)
+        else:
+            out = Path(self.scratch) / f"{self.target.name}-seed{seed}.nc"
+            res = run_study(self.target, cfg, out, progress=False)
+            if res.completed:
+                out.unlink(missing_ok=True)
+        if not res.completed:
+            raise KeyboardInterrupt
+        return res.dataset, len(res.errors)
+
+    def generate(self, cell, cfg, prep, rng):
+        seed = int(cell["seed"])
+        ds, n_err = self._run_target(seed)
+        rows = seed_rows(self.target, ds)
+        if self.alternative is not None:
+            alt = _resummarise(self.target, ds, {**self.target_cfg, "seed": seed}, self.alternative)
+            rows += seed_rows(self.target, alt, prefix="power:")
+        names = tuple(r["check"] for r in rows)
+        if self.names is not None and names != self.names:
+            raise ValueError(f"seed {seed} gives other tests than the first seed: {', '.join(names)} "
+                             f"(first seed: {', '.join(self.names)})")
+        return {"statistic": np.array([r["statistic"] for r in rows], dtype=float),
+                "reject": np.array([r["reject"] for r in rows], dtype=float),
+                "stated": np.array([r["stated"] for r in rows], dtype=float),
+                "kind": np.array([KINDS.index(r["kind"]) for r in rows], dtype=float),
+                "index": np.array([r["index"] for r in rows], dtype=float),
+                "target_errors": np.array(float(n_err)),
+                # not assembled (block_dims): read back by calibrate() to fix the check dimension
+                "names": np.array(names, dtype=str),
+                "claims": np.array([r["claim"] for r in rows], dtype=str)}
+
+    def summarise(self, raw, cfg) -> xr.Dataset:
+        names = list(self.names)
+        stat = raw["raw_statistic"].values[:, 0, :]
+        reject = raw["raw_reject"].values[:, 0, :]
+        stated = raw["raw_stated"].values[:, 0, :]
+        done = np.all(np.isfinite(raw["raw_kind"].values[:, 0, :]), axis=1)  # seeds whose task finished
+        if not done.any():
+            raise RuntimeError("no seed of the calibration finished; see attrs['errors']")
+        first = int(np.flatnonzero(done)[0])
+        kind = [KINDS[int(x)] for x in raw["raw_kind"].values[first, 0, :]]
+        index = raw["raw_index"].values[first, 0, :].astype(int)
+        claims = [self.target.checks[j].claim for j in index]
+        n = len(names)
+        out = {k: np.full(n, np.nan) for k in ("nominal_rate", "empirical_rate", "empirical_rate_low",
+                                               "empirical_rate_high", "binom_pvalue", "ks_pvalue")}
+        n_valid, n_reject = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for i in range(n):
+            s = stated[done, i]
+            if s.size and np.all(np.isfinite(s)):  # the common value, or the mean where it varies by seed
+                out["nominal_rate"][i] = float(s[0]) if np.all(s == s[0]) else float(np.mean(s))
+            r = reject[done, i]
+            r = r[np.isfinite(r)]
+            n_valid[i], n_reject[i] = r.size, int(r.sum())
+            if r.size:
+                out["empirical_rate"][i] = n_reject[i] / n_valid[i]
+                out["empirical_rate_low"][i], out["empirical_rate_high"][i] = clopper_pearson(n_reject[i], n_valid[i])
+                if np.isfinite(out["nominal_rate"][i]):
+                    out["binom_pvalue"][i] = stats.binomtest(int(n_reject[i]), int(n_valid[i]),
+                                                             out["nominal_rate"][i]).pvalue
+            p = stat[done, i]
+            p = p[np.isfinite(p)]
+            if kind[i] == "test" and p.size:
+                out["ks_pvalue"][i] = stats.kstest(p, "uniform", method="exact" if p.size <= 10000 else "asymp").pvalue
+        ref = ["Uniform(0, 1)" if k == "test" else "none" for k in kind]
+        ds = xr.Dataset(
+            {"statistic": (SC, stat), "reject": (SC, reject), "stated_rate": (SC, stated),
+             "target_errors": (SE, raw["raw_target_errors"].values[:, 0]),
+             "check_kind": (C, np.array(kind, dtype=str)), "check_claim": (C, np.array(claims, dtype=str)),
+             "check_index": (C, index.astype(np.int64)), "check_reference": (C, np.array(ref, dtype=str)),
+             "n_valid": (C, n_valid), "n_missing": (C, int(done.sum()) - n_valid), "n_reject": (C, n_reject),
+             **{k: (C, v) for k, v in out.items()},
+             "cell_error": raw["cell_error"], "cell_key": raw["cell_key"]},
+            coords={"seed": raw["seed"].values, "check": np.array(names, dtype=str)})
+        return ds
+
+    def attrs(self, cfg):
+        return {"target_study": self.target.name, "target_config": _canonical(self.target_cfg),
+                "first_seed": int(cfg["seed"]), "n_seeds": len(self.seeds),
+                "seeds": f"{self.seeds[0]}..{self.seeds[-1]}" if self.seeds else "",
+                "alternative": "" if self.alternative is None else self.alternative.name,
+                "alternative_description": "" if self.alternative is None else self.alternative.description,
+                "confidence": CONFIDENCE,
+                "command": f"simkit calibrate {self.target.name} --seeds {len(self.seeds)} --first-seed {cfg['seed']}"
+                           f"{' --quick' if self.quick else ''}"
+                           f"{'' if self.alternative is None else ' --alternative ' + self.alternative.name}"}
+
+    def report_sections(self, doc, ds):
+        from simkit.report.calibration import calibration_sections
+        calibration_sections(doc, ds)
+
+
+def _canonical(obj) -> str:
+    from simkit.runner import canonical
+    return canonical(obj)
+
+
+def clopper_pearson(k: int, n: int, level: float = CONFIDENCE) -> tuple[float, float]:
+    """Exact (Clopper--Pearson) interval for a binomial proportion: Beta quantiles, 0 and 1 at the edges."""
+    if n <= 0:
+        return np.nan, np.nan
+    a = (1.0 - level) / 2
+    low = 0.0 if k == 0 else float(stats.beta.ppf(a, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.isf(a, k + 1, n - k))
+    return low, high
+
+
+def _default_out(study: Study) -> Path:
+    return Path("data") / "calibration" / f"{study.name}.nc"
+
+
+def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[str, ...]:
+    """The check dimension, from the first seed's result: read from the checkpoint, or run it first
+    (as a task of ``meta`` through ``executor``, saved to the same checkpoint)."""
+    cell = {"seed": meta.seeds[0]}
+    name = task_name(meta.name, cell, 1, 0)
+    ckpt = Checkpoint(out, meta.name, cfg)
+    result = ckpt.load(name)
+    if result is None:
+        with RunLock(out):  # OutputBusy while another process runs this output
+            ckpt.open()
+            result = ckpt.load(name)
+            if result is None:
+                for _, result, exc in executor.run([(("block", 0, 0), (meta, cfg, cell, 1, 0, {}), None)],
+                                                   execute_task):
+                    if exc is not None:
+                        raise RuntimeError(f"the first seed ({cell['seed']}) of {meta.name} failed, so its "
+                                           f"tests are unknown: {type(exc).__name__}: {exc}") from exc
+                ckpt.save(name, result)
+    return tuple(str(s) for s in np.asarray(result["names"]))
+
+
+def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: bool = True,
+              overrides: dict[str, Any] | None = None, out: str | os.PathLike | None = None, executor=None,
+              progress: bool = True, alternative: str | Alternative | None = None,
+              keep_checkpoint: bool = False, stop_after: int | None = None) -> xr.Dataset:
+    """Run ``study`` at ``seeds`` independent seeds and write the calibration dataset.
+
+    Parameters
+    ----------
+    study : Study or str
+        The study (or its registered name).
+    seeds : int
+        Number of seeds, >= 1: ``first_seed, ..., first_seed + seeds - 1``.
+    first_seed : int
+        The first seed (>= 0).
+    quick : bool
+        The study's quick design (default) or its full one.
+    overrides : dict, optional
+        Design parameters (``--set``), validated by :func:`simkit.runner.resolve_config`.
+    out : path, optional
+        Dataset path, default ``data/calibration/<study>.nc``.
+    executor : None, executor, scheduler address or ``distributed.Client``
+        Where the seeds run (one task per seed).
+    progress : bool
+        Progress bar over the seeds' tasks.
+    alternative : str or Alternative, optional
+        Also evaluate every check under this alternative (:data:`ALTERNATIVES`), giving power rows.
+    keep_checkpoint : bool
+        Keep the per-seed checkpoint after writing (to extend the run with more seeds later).
+    stop_after : int, optional
+        Stop as if interrupted after this many new tasks (two per seed: an empty preparation and the
+        seed); for tests.
+
+    Returns
+    -------
+    xr.Dataset
+        Dimensions ``seed`` and ``check`` (see :data:`SCHEMA` and the module docstring).
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (named), before anything runs.
+    KeyboardInterrupt
+        Interrupted (or ``stop_after``): every finished seed is kept; the same call resumes.
+    """
+    target = get_study(study) if isinstance(study, str) else study
+    if not isinstance(target, Study):
+        raise ValueError(f"'study' must be a Study or a study name, got {study!r}")
+    for name, value, low in (("seeds", seeds, 1), ("first_seed", first_seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"'{name}' must be an integer >= {low}, got {value!r}")
+    if int(first_seed) + int(seeds) > 2**63:
+        raise ValueError(f"'first_seed' + 'seeds' must be <= 2**63, got {first_seed} + {seeds}")
+    if isinstance(alternative, str):
+        if alternative not in ALTERNATIVES:
+            raise ValueError(f"'alternative' must be one of {', '.join(ALTERNATIVES)}, got {alternative!r}")
+        alternative = ALTERNATIVES[alternative]
+    if alternative is not None:
+        alternative.check_study(target)
+    tcfg = resolve_config(target, overrides, quick=quick, seed=int(first_seed))
+    out = Path(out) if out is not None else _default_out(target)
+    check_writable("--out", out)
+    owned = executor is None or not hasattr(executor, "run")
+    ex = make_executor(executor)
+    try:
+        scratch = out.parent / f".{out.name}.seeds" if isinstance(ex, InProcessExecutor) else None
+        meta = Calibration(target, tcfg, range(int(first_seed), int(first_seed) + int(seeds)),
+                           alternative=alternative, scratch=scratch, quick=quick)
+        cfg = meta.config(first_seed)
+        meta.names = _first_names(meta, cfg, out, ex)
+        res = run_study(meta, cfg, out, executor=ex, progress=progress, keep_checkpoint=keep_checkpoint,
+                        stop_after=stop_after)
+    finally:
+        if owned:
+            ex.close()
+    if not res.completed:
+        raise KeyboardInterrupt
+    if scratch is not None and scratch.is_dir() and not any(scratch.iterdir()):
+        shutil.rmtree(scratch, ignore_errors=True)
+    return res.dataset
+
+
+def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data") / "calibration") -> dict:
+    """Empirical false-failure rates of a study's checks from ``<directory>/<study>.nc``.
+
+    Returns ``{check index: {...}, claim: {...}}`` with ``rate``, ``low``, ``high`` (Clopper--Pearson
+    95%) and ``n`` (seeds): per check from its verdict row, per claim from the seeds on which any of
+    the claim's check verdicts failed (the claim's combined verdict). Empty without a dataset.
+    """
+    path = Path(directory) / f"{study_name}.nc"
+    if not path.exists():
+        return {}
+    ds = read_dataset(path)
+    out: dict = {}
+    rows = [i for i in range(ds.sizes["check"]) if str(ds["check_kind"].values[i]) == "verdict"]
+    for i in rows:
+        out[int(ds["check_index"].values[i])] = {
+            "rate": float(ds["empirical_rate"].values[i]), "low": float(ds["empirical_rate_low"].values[i]),
+            "high": float(ds["empirical_rate_high"].values[i]), "n": int(ds["n_valid"].values[i])}
+    for claim in sorted({str(ds["check_claim"].values[i]) for i in rows}):
+        rej = ds["reject"].values[:, [i for i in rows if str(ds["check_claim"].values[i]) == claim]]
+        ok = np.all(np.isfinite(rej), axis=1)  # seeds on which every check of the claim decided
+        k, n = int(np.sum(np.any(rej[ok] == 1.0, axis=1))), int(ok.sum())
+        low, high = clopper_pearson(k, n)
+        out[claim] = {"rate": k / n if n else np.nan, "low": low, "high": high, "n": n}
+    return out

@@ -1,0 +1,305 @@
+"""simkit.calibrate and ``simkit calibrate`` (issue 13) on a tiny in-test study with exact p-values.
+
+The study draws ``n_blocks = 2`` standard normal values (one per block) and tests mean = 0:
+
+* ``t`` -- Student t on 1 df, alpha 0.05: its p-value is exactly Uniform(0, 1) (the null control);
+* ``z`` -- the same statistic against the *normal* critical value, alpha 0.01: with 1 df it rejects
+  with probability P(|T_1| > 2.576) = 0.2357, not 0.01 (the positive control);
+* a second check of the same claim that is deterministic (no rate).
+
+Statistical budget of this file (seeds 1..60 fixed before the tests were first run, never re-seeded):
+
+* null control, exact two-sided binomial test of the t row's rejections at level 1e-3: false-failure
+  rate <= 1e-3 (the exact test is conservative); it detects a true rate of 0.2 (vs 0.05) with power
+  0.79, 0.25 with power 0.95 (60 seeds);
+* null control, KS p-value of the t row >= 1e-3: false-failure rate 1e-3 (exact for a continuous
+  p-value); it detects a sup-distance from uniform of 0.25 (the 1e-3 critical value for 60 seeds);
+* positive control, the z row's Clopper-Pearson 95% lower limit above 0.01: fails (misses) with
+  probability P(Bin(60, 0.2357) <= 2) = 1.9e-5;
+
+total about 2.0e-3. Every other assertion is deterministic (bit-identical resume, schema, CLI).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from scipy import stats
+
+from simkit.calibrate import ALTERNATIVES, Alternative, Calibration, calibrate, calibration_rates, check_labels
+from simkit.cli import main
+from simkit.runner import Check, Param, Study, Var, read_dataset, results_identical, run_study
+from simkit.validate import combine_checks
+
+SEEDS = 60
+T_ALPHA, Z_ALPHA = 0.05, 0.01
+
+
+def _stat(ds):
+    x = ds["raw_x"].values[0]
+    return x.mean() / (x.std(ddof=1) / np.sqrt(x.size)), x.size - 1
+
+
+def _pvalues(ds):
+    t, df = _stat(ds)
+    return {"t": (float(2 * stats.t.sf(abs(t), df)), T_ALPHA), "z": (float(2 * stats.norm.sf(abs(t))), Z_ALPHA)}
+
+
+def _evaluate(ds):
+    p = _pvalues(ds)["t"][0]
+    return {"estimate": float(_stat(ds)[0]), "estimate_mcse": 0.0, "verdict": "pass" if p >= T_ALPHA else "fail"}
+
+
+def _finite(ds):
+    ok = bool(np.all(np.isfinite(ds["raw_x"].values)))
+    return {"estimate": float(ok), "estimate_mcse": 0.0, "verdict": "pass" if ok else "fail"}
+
+
+class TinyT(Study):
+    name = "tiny-t"
+    claim = "demo"
+    title = "t test of normal draws"
+    cell_dim = "setting"
+    params = {"n_blocks": Param("n_blocks", int, 2, "normal draws (blocks)", low=2, high=1000, quick=2)}
+    schema = {"setting": Var(("setting",), "setting", "1", "one"),
+              "raw_x": Var(("setting", "block"), "standard normal draw", "1", "one per block")}
+    checks = (Check("demo", "mean = 0 (Student t)", _evaluate, T_ALPHA, _pvalues),
+              Check("demo", "deterministic: every draw finite", _finite, None))
+
+    def cells(self, cfg):
+        return [{"setting": "normal"}]
+
+    def block_dims(self, cfg):
+        return {"x": ()}, {}
+
+    def generate(self, cell, cfg, prep, rng):
+        return {"x": np.array(rng.standard_normal())}
+
+
+STUDY = TinyT()
+
+
+def _same(a, b) -> bool:
+    """results_identical, except git_commit (others commit to the shared checkout during a test run)."""
+    a, b = a.copy(), b.copy()
+    for d in (a, b):
+        d.attrs.pop("git_commit", None)
+    return results_identical(a, b)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cal") / "tiny-t.nc"
+    return calibrate(STUDY, seeds=SEEDS, out=out, progress=False), out
+
+
+def _row(ds, name):
+    return ds.sel(check=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# the rates
+
+@pytest.mark.statistical
+def test_exactly_uniform_pvalues_are_calibrated(calibrated):
+    """Null control (budget: binomial 1e-3, KS 1e-3)."""
+    ds, _ = calibrated
+    t = _row(ds, "demo.1:t")
+    assert int(t["n_valid"]) == SEEDS and int(t["n_missing"]) == 0
+    assert float(t["nominal_rate"]) == T_ALPHA
+    assert float(t["binom_pvalue"]) >= 1e-3, float(t["empirical_rate"])
+    assert float(t["ks_pvalue"]) >= 1e-3
+    # the interval is the Clopper-Pearson one (Beta quantiles)
+    k, n = int(t["n_reject"]), int(t["n_valid"])
+    ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
+    assert np.isclose(float(t["empirical_rate_low"]), ci.low, rtol=1e-9, atol=1e-12)
+    assert np.isclose(float(t["empirical_rate_high"]), ci.high, rtol=1e-9)
+    # the check's verdict fails exactly when its t test rejects
+    v = _row(ds, "demo.1:verdict")
+    np.testing.assert_array_equal(v["reject"].values, t["reject"].values)
+    assert float(v["nominal_rate"]) == T_ALPHA and np.isnan(float(v["ks_pvalue"]))
+
+
+@pytest.mark.statistical
+def test_miscalibrated_test_is_detected(calibrated):
+    """Positive control: the normal critical value on 1 df rejects at 0.2357, not 0.01 (miss 1.9e-5)."""
+    ds, _ = calibrated
+    z = _row(ds, "demo.1:z")
+    assert float(z["nominal_rate"]) == Z_ALPHA
+    assert float(z["empirical_rate_low"]) > Z_ALPHA, (int(z["n_reject"]), int(z["n_valid"]))
+
+
+def test_deterministic_check_has_no_rate(calibrated):
+    ds, _ = calibrated
+    d = _row(ds, "demo.2:verdict")
+    assert np.isnan(float(d["nominal_rate"])) and np.isnan(float(d["binom_pvalue"]))
+    assert int(d["n_reject"]) == 0 and float(d["empirical_rate"]) == 0.0
+    assert str(d["check_kind"].values) == "verdict" and int(d["check_index"]) == 1
+
+
+def test_rows_statistics_and_labels(calibrated):
+    ds, _ = calibrated
+    assert check_labels(STUDY) == ["demo.1", "demo.2"]
+    assert list(ds["check"].values) == ["demo.1:t", "demo.1:z", "demo.1:verdict", "demo.2:verdict"]
+    assert list(ds["check_kind"].values) == ["test", "test", "verdict", "verdict"]
+    assert ds["statistic"].dims == ("seed", "check") and list(ds["seed"].values) == list(range(1, SEEDS + 1))
+    # the p-values are in (0, 1]; reject is p < alpha
+    p = ds["statistic"].sel(check="demo.1:t").values
+    assert np.all((p > 0) & (p <= 1))
+    np.testing.assert_array_equal(ds["reject"].sel(check="demo.1:t").values, (p < T_ALPHA).astype(float))
+
+
+def test_each_seed_is_the_study_run_at_that_seed(calibrated, tmp_path):
+    """Seed s of the calibration is exactly the study run with seed s (same task seeds)."""
+    ds, _ = calibrated
+    for s in (1, 37):
+        cfg = {"n_blocks": 2, "quick": True, "seed": s}
+        run = run_study(STUDY, cfg, tmp_path / f"run{s}.nc", progress=False).dataset
+        assert float(ds["statistic"].sel(seed=s, check="demo.1:t")) == _pvalues(run)["t"][0]
+        assert float(ds["statistic"].sel(seed=s, check="demo.1:verdict")) == _evaluate(run)["estimate"]
+
+
+def test_dataset_file_cf_attributes_and_round_trip(calibrated):
+    ds, out = calibrated
+    back = read_dataset(out)
+    assert _same(back, ds)
+    for name in list(back.data_vars) + list(back.coords):
+        at = back[name].attrs
+        assert at.get("units") and at.get("long_name") and "description" in at, name
+    for key in ("Conventions", "title", "history", "source", "references", "study", "target_study", "n_seeds",
+                "first_seed", "command", "git_commit", "config"):
+        assert key in back.attrs, key
+    assert back.attrs["Conventions"] == "CF-1.11" and back.attrs["study"] == "calibrate-tiny-t"
+    assert int(back.attrs["n_seeds"]) == SEEDS
+    for name in ("statistic", "reject", "empirical_rate", "nominal_rate", "ks_pvalue"):
+        np.testing.assert_array_equal(back[name].values, ds[name].values)
+    assert not list(out.parent.glob(".*partial")) and not list(out.parent.glob(".*.seeds"))  # cleaned up
+
+
+# ----------------------------------------------------------------------------------------------
+# resume
+
+def test_resume_after_stop_after_is_bit_identical(tmp_path):
+    ref = calibrate(STUDY, seeds=5, first_seed=101, out=tmp_path / "a" / "c.nc", progress=False)
+    out = tmp_path / "b" / "c.nc"
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(STUDY, seeds=5, first_seed=101, out=out, progress=False, stop_after=4)
+    assert not out.exists() and list(out.parent.glob(".c.nc.*.partial"))
+    again = calibrate(STUDY, seeds=5, first_seed=101, out=out, progress=False)
+    assert int(again.attrs["resumed_tasks"]) == 5  # the probe's seed and the 4 tasks before the stop
+    assert _same(again, ref)
+    assert _same(read_dataset(out), read_dataset(tmp_path / "a" / "c.nc"))
+
+
+def test_fewer_seeds_reuse_the_checkpoint_of_an_interrupted_run(tmp_path):
+    """The checkpoint does not depend on the number of seeds: seeds 1..3 of an interrupted run of 6
+    give the dataset of 3 seeds without running anything."""
+    out = tmp_path / "c.nc"
+    with pytest.raises(KeyboardInterrupt):  # new tasks: prep 1, prep 2, seed 2, prep 3, seed 3
+        calibrate(STUDY, seeds=6, first_seed=7, out=out, progress=False, stop_after=5)
+    three = calibrate(STUDY, seeds=3, first_seed=7, out=out, progress=False)
+    assert int(three.attrs["resumed_tasks"]) == 6 and list(three["seed"].values) == [7, 8, 9]
+    assert _same(three, calibrate(STUDY, seeds=3, first_seed=7, out=tmp_path / "fresh.nc", progress=False))
+
+
+# ----------------------------------------------------------------------------------------------
+# validate, the alternative, the CLI
+
+def test_calibration_rates_and_the_validation_columns(calibrated):
+    ds, out = calibrated
+    rates = calibration_rates("tiny-t", out.parent)
+    v = _row(ds, "demo.1:verdict")
+    assert rates[0]["rate"] == float(v["empirical_rate"]) and rates[0]["n"] == SEEDS
+    assert rates[1]["rate"] == 0.0
+    # the claim fails when any of its verdicts fails: here exactly when check 1 does
+    assert rates["demo"]["rate"] == rates[0]["rate"] and rates["demo"]["low"] == rates[0]["low"]
+    assert calibration_rates("not-calibrated", out.parent) == {}
+    row = {"claim": "C1", "study": "tiny-t", "statistic": "s", "estimate": 0.0, "estimate_mcse": 0.0,
+           "false_fail_rate": 0.05, "verdict": "pass", "detail": ""}
+    cal = {"claim_calibration": {"rate": 0.04, "low": 0.01, "high": 0.1}, "empirical_false_fail": 0.04,
+           "empirical_false_fail_low": 0.01, "empirical_false_fail_high": 0.1}
+    table = combine_checks([{**row, **cal}, {**row, "claim": "C2"}])
+    assert float(table["empirical_false_fail"].sel(claim="C1")) == 0.04
+    assert float(table["empirical_false_fail_high"].sel(claim="C1")) == 0.1
+    assert np.isnan(float(table["empirical_false_fail"].sel(claim="C2")))  # not calibrated
+    np.testing.assert_array_equal(table["check_empirical_false_fail_low"].values, [0.01, np.nan])
+
+
+def test_sqrt_k_alternative_scales_the_gap_blocks_by_sqrt_k():
+    alt = ALTERNATIVES["sqrt-k"]
+    k = np.array([1, 2, 4, 8])
+    g = np.arange(24.0).reshape(2, 3, 4) + 1
+    raw = xr.Dataset({"raw_gap_cv": (("setting", "block", "k"), g), "raw_dgap_cv": (("setting", "block", "k"), g)},
+                     coords={"k": k})
+    out = alt.transform(raw)
+    np.testing.assert_array_equal(out["raw_gap_cv"].values, g * np.sqrt(k))
+    np.testing.assert_array_equal(out["raw_dgap_cv"].values, g)  # every other variable unchanged
+    with pytest.raises(ValueError, match="'alternative' 'sqrt-k' needs the raw variable 'raw_gap_cv'"):
+        calibrate(STUDY, seeds=2, alternative="sqrt-k", out="/nonexistent-dir-never-written/x.nc")
+    with pytest.raises(ValueError, match="'alternative' must be one of sqrt-k"):
+        calibrate(STUDY, seeds=2, alternative="cubic")
+    assert isinstance(alt, Alternative)
+
+
+@pytest.mark.parametrize("bad", [{"seeds": 0}, {"seeds": 2.5}, {"seeds": True}, {"first_seed": -1}])
+def test_calibrate_argument_errors(bad):
+    kw = {"seeds": 2, **bad}
+    with pytest.raises(ValueError, match=f"'{next(iter(bad))}' must be an integer >= "):
+        calibrate(STUDY, **kw)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nosuchstudy"], "unknown study 'nosuchstudy'"),
+    (["rate_k", "--seeds", "0"], "'--seeds' must be an integer in [1, 2**63)"),
+    (["rate_k", "--seeds", "many"], "'--seeds' must be an integer >= 1"),
+    (["rate_k", "--first-seed", "-3"], "'--first-seed' must be an integer in [0, 2**63)"),
+    (["rate_k", "--first-seed", str(2**63 - 1), "--seeds", "5"], "'--first-seed' + '--seeds' must be <= 2**63"),
+    (["rate_k", "--out", "x.csv"], "'--out' must end in .nc"),
+    (["rate_k", "--report", "x.nc"], "'--report' must end in .pdf"),
+    (["rate_k", "--set", "k_max=24"], "'k_max' must be a power of two"),
+    (["rate_k", "--set", "nosuch=3"], "unknown parameter 'nosuch' for study rate_k"),
+    (["rate_k", "--alternative", "cubic"], "'--alternative' must be one of sqrt-k"),
+    (["rademacher", "--alternative", "sqrt-k"], "needs the raw variable 'raw_gap_cv'"),
+    (["rate_k", "--scheduler", "tcp://127.0.0.1:1"], "'--scheduler' 'tcp://127.0.0.1:1' is not reachable"),
+])
+def test_cli_bad_input_one_line_exit_2(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", *args, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("simkit: error: ") and message in err, err
+    assert not any(tmp_path.rglob("*"))  # nothing written
+
+
+def test_cli_output_busy_exit_2(tmp_path, capsys):
+    from simkit.runner import RunLock
+    out = tmp_path / "tiny.nc"
+    with RunLock(out):
+        code = main(["calibrate", "rate_k", "--seeds", "1", "--out", str(out), "--report", str(tmp_path / "r.pdf"),
+                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is being written by a running simkit" in err
+
+
+def test_meta_study_config_does_not_hold_the_number_of_seeds():
+    a = Calibration(STUDY, {"n_blocks": 2, "quick": True, "seed": 1}, range(1, 4))
+    b = Calibration(STUDY, {"n_blocks": 2, "quick": True, "seed": 5}, range(1, 400))
+    assert a.config(1) == b.config(1) and "seeds" not in json.dumps(a.config(1))
+    assert a.name == "calibrate-tiny-t" and a.cells(a.config(1)) == [{"seed": 1}, {"seed": 2}, {"seed": 3}]
+
+
+@pytest.mark.slow
+def test_cli_runs_rate_k_with_the_power_rows(tmp_path, capsys):
+    """End to end on a tiny rate_k design (slow: a few seconds per seed)."""
+    sets = ["--set", "settings=uniform-d3", "--set", "k_max=256", "--set", "n_blocks=8", "--set", "block_anchors=64",
+            "--set", "pilot_blocks=1"]
+    out, rep = tmp_path / "cal" / "rate_k.nc", tmp_path / "calibration.pdf"
+    code = main(["calibrate", "rate_k", "--quick", "--seeds", "2", *sets, "--alternative", "sqrt-k", "--out", str(out),
+                 "--report", str(rep), "--no-progress"])
+    assert code == 0 and out.exists() and rep.exists()
+    ds = read_dataset(out)
+    assert "power:C1:uniform-d3:slope" in list(ds["check"].values)
+    assert set(ds["check_kind"].values) == {"test", "verdict", "power-test", "power-verdict"}
