@@ -32,6 +32,8 @@ __all__ = [
     "worst_slope",
     "RATE_FIELDS",
     "rate_verdict",
+    "TRUTH_FIELDS",
+    "truth_verdict",
 ]
 
 
@@ -342,3 +344,49 @@ def rate_verdict(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: 
                            "to retry")
     out["reason"] = "; ".join(problems)
     return out
+
+
+#: per-setting fields of :func:`truth_verdict`
+TRUTH_FIELDS = ("c2_t", "curve_t2", "curve_p", "dgap_t2", "dgap_p")
+
+
+def truth_verdict(k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray, gap_exact: np.ndarray,
+                  gap_exact_cov: np.ndarray | None, c2: tuple[float, float], c2_exact: tuple[float, float], *,
+                  alpha: float) -> tuple[dict, list[str]]:
+    """Tests of a Monte Carlo gap curve against the exact one, independent of the estimator's constants.
+
+    (i) The block-mean curve against ``gap_exact`` at every k jointly (:func:`simkit.truth_tests.curve_test`:
+    Hotelling T^2 with the between-block covariance, plus ``gap_exact_cov`` where the exact curve is
+    itself Monte Carlo); (ii) the Z-free ``dgap_k = gap_k - gap_2k`` blocks (every k whose double is
+    on the grid and whose blocks are finite) against the exact dgap; (iii) the fitted c2 against the
+    exact c2, Student t on n_blocks - 1 df. Each rejects at ``alpha``.
+
+    Returns ``({field: value for TRUTH_FIELDS}, problems)``; the fields are NaN when the inputs are
+    not finite (then no problem is reported: the rate verdict says why).
+    """
+    from simkit.truth_tests import curve_test, dgap_test
+
+    out = {n: math.nan for n in TRUTH_FIELDS}
+    gap = gap_blocks[np.all(np.isfinite(gap_blocks), axis=1)]
+    if gap.shape[0] < 3 or not np.all(np.isfinite(gap_exact)):
+        return out, []
+    cov = gap_exact_cov if gap_exact_cov is not None and np.any(gap_exact_cov) else None
+    ct = curve_test(gap, gap_exact, exact_cov=cov)
+    cols = np.all(np.isfinite(dgap_blocks), axis=0)
+    m = int(np.argmin(cols)) if not cols.all() else cols.size  # dgap is finite on a prefix of the grid
+    dg = dgap_blocks[:, :m]
+    dg = dg[np.all(np.isfinite(dg), axis=1)]
+    se = None if cov is None else np.sqrt(np.clip(np.diag(cov), 0.0, None))[: m + 1]
+    dgt = dgap_test(dg, k[: m + 1], gap_exact[: m + 1], se)
+    c2_se = float(np.hypot(c2[1], c2_exact[1]))
+    out.update(curve_t2=ct.statistic, curve_p=ct.p_value, dgap_t2=dgt.statistic, dgap_p=dgt.p_value,
+               c2_t=(c2[0] - c2_exact[0]) / c2_se)
+    tcrit = stats.t.isf(alpha / 2, gap.shape[0] - 1)
+    problems = []
+    if not abs(out["c2_t"]) <= tcrit:
+        problems.append(f"c2 t {out['c2_t']:+.2f} beyond +-{tcrit:.2f}")
+    if not ct.p_value >= alpha:
+        problems.append(f"Monte Carlo curve differs from the exact curve (T^2 p = {ct.p_value:.2g})")
+    if not dgt.p_value >= alpha:
+        problems.append(f"dgap differs from the exact dgap (T^2 p = {dgt.p_value:.2g})")
+    return out, problems

@@ -25,12 +25,12 @@ import numpy as np
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
+from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
+                             truth_verdict, worst_slope)
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.exact_curve import gap_curve, second_order_constant
 from simkit.infonce import GapEstimator, k_grid
 from simkit.runner import Check, Param, Study, Var
-from simkit.truth_tests import curve_test, dgap_test
 
 #: false-failure rate of each per-setting test: slope interval, c1 and c2 t-tests, exact curve, exact dgap
 ALPHA = 1e-3
@@ -298,34 +298,18 @@ class RateK(Study):
         out["gap_exact_mcse"] = np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
         out["dgap_exact"] = np.full((n, k.size), np.nan)
         out["dgap_exact"][:, :-1] = out["gap_exact"][:, :-1] - out["gap_exact"][:, 1:]
-        for name in ("c2_t", "curve_t2", "curve_p", "dgap_t2", "dgap_p"):
+        for name in TRUTH_FIELDS:
             out[name] = np.full(n, np.nan)
         for i, r in enumerate(rows):
-            gap = raw["raw_gap_cv"].values[i]
-            gap = gap[np.all(np.isfinite(gap), axis=1)]
-            if gap.shape[0] < 3 or not np.all(np.isfinite(out["gap_exact"][i])):
-                continue
-            exact_cov = cov[i] if np.any(cov[i]) else None
-            ct = curve_test(gap, out["gap_exact"][i], exact_cov=exact_cov)
-            dg = raw["raw_dgap_cv"].values[i]
-            cols = np.all(np.isfinite(dg), axis=0)
-            dgt = dgap_test(dg[:, cols][np.all(np.isfinite(dg[:, cols]), axis=1)], k[: int(cols.sum()) + 1],
-                            out["gap_exact"][i][: int(cols.sum()) + 1],
-                            None if exact_cov is None else out["gap_exact_mcse"][i][: int(cols.sum()) + 1])
-            out["curve_t2"][i], out["curve_p"][i] = ct.statistic, ct.p_value
-            out["dgap_t2"][i], out["dgap_p"][i] = dgt.statistic, dgt.p_value
-            se = np.hypot(out["c2_estimate_mcse"][i], out["c2_exact_mcse"][i])
-            out["c2_t"][i] = (out["c2_estimate"][i] - out["c2_exact"][i]) / se
+            fields, problems = truth_verdict(
+                k, raw["raw_gap_cv"].values[i], raw["raw_dgap_cv"].values[i], out["gap_exact"][i], cov[i],
+                (out["c2_estimate"][i], out["c2_estimate_mcse"][i]), (out["c2_exact"][i], out["c2_exact_mcse"][i]),
+                alpha=ALPHA)
+            for name, v in fields.items():
+                out[name][i] = v
             if r["verdict"] == "error" or not np.isfinite(r["slope"]):
                 continue
-            tcrit = stats.t.isf(ALPHA / 2, gap.shape[0] - 1)
-            problems = [p for p in (r["reason"],) if p]
-            if not abs(out["c2_t"][i]) <= tcrit:
-                problems.append(f"c2 t {out['c2_t'][i]:+.2f} beyond +-{tcrit:.2f}")
-            if not ct.p_value >= ALPHA:
-                problems.append(f"Monte Carlo curve differs from the exact curve (T^2 p = {ct.p_value:.2g})")
-            if not dgt.p_value >= ALPHA:
-                problems.append(f"dgap differs from the exact dgap (T^2 p = {dgt.p_value:.2g})")
+            problems = [p for p in (r["reason"], *problems) if p]
             out["verdict"][i] = "pass" if not problems else "fail"
             out["verdict_reason"][i] = "; ".join(problems)
 
