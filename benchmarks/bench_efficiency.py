@@ -84,7 +84,7 @@ def part_a(quick: bool) -> dict:
 
 
 def part_b(quick: bool) -> dict:
-    from studies.rate_k import SETTINGS, build_pi
+    from simkit.designs import RATE_SETTINGS as SETTINGS, build_pi
     k_max = 4096 if quick else 65536
     total = 4096 if quick else 16384
     sizes = [32, 64, 128, 256, 512, 1024]

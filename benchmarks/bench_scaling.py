@@ -55,7 +55,7 @@ WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_TH
 
 
 def _designs():
-    from simkit.engine import resolve_config
+    from simkit.runner import resolve_config
     from studies.rate_k import STUDY
     return {"quick": resolve_config(STUDY, quick=True), "blocks": resolve_config(STUDY, BLOCKS_DESIGN)}
 
@@ -66,7 +66,7 @@ def _warm(cfgs: list[dict]) -> tuple[int, float, int]:
     Returns (process id, seconds, Numba threads)."""
     import numba
 
-    from simkit.engine import execute_task
+    from simkit.runner import execute_task
     from studies.rate_k import STUDY
     t0 = time.perf_counter()
     for cfg in cfgs:
@@ -79,7 +79,7 @@ def _warm(cfgs: list[dict]) -> tuple[int, float, int]:
 
 def _spin(cfg: dict, n: int) -> float:
     """Seconds for ``n`` blocks of ``cfg``'s first cell (a fixed CPU-bound load)."""
-    from simkit.engine import execute_task
+    from simkit.runner import execute_task
     from studies.rate_k import STUDY
     cell = STUDY.cells(cfg)[0]
     prep = execute_task("rate_k", cfg, cell, 0, 0, None)
@@ -100,12 +100,12 @@ def _capacity(client, cfg: dict, n: int = 16) -> dict:
 
 
 def _stage_of(key: str) -> str:
-    """Task keys are ``simkit-<run tag>-<prepare|block>-<cell>-<block>`` (simkit._dask)."""
+    """Task keys are ``simkit-<run tag>-<prepare|block>-<cell>-<block>`` (simkit.runner.dask)."""
     return "prepare" if key.split("-")[2] == "prepare" else "block"
 
 
 def _timed_in_process(cfg, out: Path) -> dict:
-    from simkit import engine
+    from simkit.runner import run as engine
     from studies.rate_k import STUDY
     spans = []
     real = engine.execute_task
@@ -130,7 +130,7 @@ def _timed_in_process(cfg, out: Path) -> dict:
 def _timed_dask(cfg, out: Path, cluster, client) -> dict:
     from distributed import get_task_stream
 
-    from simkit.engine import run_study
+    from simkit.runner import run_study
     from studies.rate_k import STUDY
     with get_task_stream(client) as stream:
         t0_wall = time.time()
@@ -150,7 +150,7 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
 
 def _same_results(a, b) -> bool:
     """results_identical, ignoring git_commit: the shared checkout may get commits during a run."""
-    from simkit.engine import results_identical
+    from simkit.runner import results_identical
     a, b = a.copy(), b.copy()
     for d in (a, b):
         d.attrs.pop("git_commit", None)
@@ -200,7 +200,7 @@ def full_tasks() -> dict:
     """In-process seconds of the full rate_k design's tasks: each cell's preparation and 4 blocks."""
     import numba
 
-    from simkit.engine import execute_task, resolve_config
+    from simkit.runner import execute_task, resolve_config
     from studies.rate_k import STUDY
     cfg = resolve_config(STUDY)
     out = {"config": cfg, "numba_threads": numba.get_num_threads(), "load_average_before": os.getloadavg(),
