@@ -39,6 +39,7 @@ __all__ = [
     "GeodesicRandomWalk",
     "__version__",
     "diagnose",
+    "calibrate",
 ]
 
 
@@ -47,4 +48,8 @@ def __getattr__(name):  # lazy: simkit.diagnose (issue 12) imports xarray and st
         from simkit.diagnose import diagnose
         globals()["diagnose"] = diagnose  # the function, not the submodule of the same name
         return diagnose
+    if name == "calibrate":  # lazy too (issue 13): the runner, xarray, scipy
+        from simkit.calibrate import calibrate
+        globals()["calibrate"] = calibrate  # the function, not the submodule of the same name
+        return calibrate
     raise AttributeError(f"module 'simkit' has no attribute {name!r}")

@@ -62,7 +62,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, check_writable, execute_task,
+from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, canonical, check_writable, execute_task,
                            get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
 
 __all__ = ["calibrate", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
@@ -341,7 +341,7 @@ class Calibration(Study):
         return ds
 
     def attrs(self, cfg):
-        return {"target_study": self.target.name, "target_config": _canonical(self.target_cfg),
+        return {"target_study": self.target.name, "target_config": canonical(self.target_cfg),
                 "first_seed": int(cfg["seed"]), "n_seeds": len(self.seeds),
                 "seeds": f"{self.seeds[0]}..{self.seeds[-1]}" if self.seeds else "",
                 "alternative": "" if self.alternative is None else self.alternative.name,
@@ -354,11 +354,6 @@ class Calibration(Study):
     def report_sections(self, doc, ds):
         from simkit.report.calibration import calibration_sections
         calibration_sections(doc, ds)
-
-
-def _canonical(obj) -> str:
-    from simkit.runner import canonical
-    return canonical(obj)
 
 
 def clopper_pearson(k: int, n: int, level: float = CONFIDENCE) -> tuple[float, float]:

@@ -303,3 +303,42 @@ def test_cli_runs_rate_k_with_the_power_rows(tmp_path, capsys):
     ds = read_dataset(out)
     assert "power:C1:uniform-d3:slope" in list(ds["check"].values)
     assert set(ds["check_kind"].values) == {"test", "verdict", "power-test", "power-verdict"}
+
+
+RATE_K_TINY = {"settings": "uniform-d3", "k_max": 256, "n_blocks": 8, "block_anchors": 64, "pilot_blocks": 1}
+
+
+@pytest.mark.slow
+def test_dask_gives_the_in_process_dataset(tmp_path):
+    """Seeds as tasks on a 2-worker LocalCluster (one Numba thread each) against in-process (every core)."""
+    from distributed import Client, LocalCluster
+
+    from simkit.runner import get_study
+    study = get_study("rate_k")
+    ref = calibrate(study, seeds=3, overrides=RATE_K_TINY, out=tmp_path / "a.nc", progress=False,
+                    alternative="sqrt-k")
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster, Client(cluster) as client:
+        on_dask = calibrate(study, seeds=3, overrides=RATE_K_TINY, out=tmp_path / "b.nc", progress=False,
+                            alternative="sqrt-k", executor=client)
+    assert on_dask.attrs["engine"] == "dask" and ref.attrs["engine"] == "in-process"
+    assert _same(ref, on_dask)
+
+
+def test_validate_puts_the_empirical_rate_beside_the_stated_one(calibrated, tmp_path, monkeypatch):
+    """run_validation reads <calibration>/<study>.nc (here the in-test study, through a patched registry)."""
+    from simkit import validate
+    ds, out = calibrated
+    monkeypatch.setattr(validate, "get_study", lambda name: STUDY)
+    table = validate.run_validation(studies=["tiny-t"], out=tmp_path / "validation.nc", report=None,
+                                    progress=False, calibration=out.parent)
+    rates = calibration_rates("tiny-t", out.parent)
+    for j in (0, 1):
+        assert float(table["check_empirical_false_fail"].values[j]) == rates[j]["rate"]
+        assert float(table["check_empirical_false_fail_high"].values[j]) == rates[j]["high"]
+    assert float(table["check_false_fail_rate"].values[0]) == T_ALPHA
+    assert np.isnan(float(table["check_false_fail_rate"].values[1]))  # deterministic
+    # 'demo' is none of C1..C7, so every claim row is uncalibrated (claim rows: test_calibration_rates_...)
+    assert np.all(np.isnan(read_dataset(tmp_path / "validation.nc")["empirical_false_fail"].values))
+    assert validate.empirical_text(table, 0, "check_").startswith(f"{rates[0]['rate']:.3f} [")
