@@ -342,3 +342,19 @@ def test_validate_puts_the_empirical_rate_beside_the_stated_one(calibrated, tmp_
     # 'demo' is none of C1..C7, so every claim row is uncalibrated (claim rows: test_calibration_rates_...)
     assert np.all(np.isnan(read_dataset(tmp_path / "validation.nc")["empirical_false_fail"].values))
     assert validate.empirical_text(table, 0, "check_").startswith(f"{rates[0]['rate']:.3f} [")
+
+
+def test_cli_ctrl_c_exits_130_keeping_finished_seeds(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (here: KeyboardInterrupt after the first new tasks) ends with 130; the seeds finished so far
+    stay in the checkpoint and the same call resumes from them."""
+    import simkit.calibrate as cal
+    real = cal.calibrate
+    out = tmp_path / "c.nc"
+    monkeypatch.setattr(cal, "calibrate", lambda study, **kw: real(STUDY, **{**kw, "stop_after": 3}))
+    code = main(["calibrate", "rate_k", "--seeds", "4", "--out", str(out), "--report", str(tmp_path / "r.pdf"),
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 130 and "calibration interrupted; finished seeds are kept" in err
+    assert not out.exists()
+    again = real(STUDY, seeds=4, out=out, progress=False, quick=False)
+    assert int(again.attrs["resumed_tasks"]) == 4  # seed 1 (first), prep 2, seed 2, prep 3
