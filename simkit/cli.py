@@ -194,8 +194,9 @@ def _report(args) -> int:
     from simkit.runner import WriteFailed, check_writable, get_study, read_dataset
     try:
         ds = read_dataset(args.dataset)
+        calibration = str(ds.attrs["study"]).startswith("calibrate-") and "target_study" in ds.attrs
         try:
-            study = get_study(ds.attrs["study"])
+            study = None if calibration else get_study(ds.attrs["study"])
         except ValueError:
             raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
         out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
@@ -204,7 +205,11 @@ def _report(args) -> int:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
-        study.report(ds, out)
+        if calibration:  # a dataset of simkit calibrate: its section of the calibration report
+            from simkit.report.calibration import calibration_report
+            calibration_report({str(ds.attrs["target_study"]): ds}, out)
+        else:
+            study.report(ds, out)
     except WriteFailed as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 1

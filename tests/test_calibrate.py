@@ -358,3 +358,10 @@ def test_cli_ctrl_c_exits_130_keeping_finished_seeds(tmp_path, capsys, monkeypat
     assert not out.exists()
     again = real(STUDY, seeds=4, out=out, progress=False, quick=False)
     assert int(again.attrs["resumed_tasks"]) == 4  # seed 1 (first), prep 2, seed 2, prep 3
+
+
+def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
+    _, out = calibrated
+    pdf = tmp_path / "cal.pdf"
+    assert main(["report", str(out), "--out", str(pdf)]) == 0
+    assert pdf.read_bytes().startswith(b"%PDF")
