@@ -365,3 +365,29 @@ def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
     pdf = tmp_path / "cal.pdf"
     assert main(["report", str(out), "--out", str(pdf)]) == 0
     assert pdf.read_bytes().startswith(b"%PDF")
+
+
+CALIBRATION_FILES = sorted((Path(__file__).resolve().parent.parent / "data" / "calibration").glob("*.nc"))
+
+
+def _compliance(path: Path):
+    import subprocess
+    import sys
+    checker = Path(sys.executable).parent / "compliance-checker"
+    return subprocess.run([str(checker), "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_calibration_dataset_passes_the_cf_checker(calibrated):
+    proc = _compliance(calibrated[1])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("path", CALIBRATION_FILES, ids=[p.name for p in CALIBRATION_FILES])
+def test_committed_calibration_datasets(path):
+    """Every committed data/calibration/<study>.nc: CF-1.11 strict, and its rates are those of its rows."""
+    assert _compliance(path).returncode == 0
+    ds = read_dataset(path)
+    assert int(ds.attrs["n_seeds"]) == ds.sizes["seed"] >= 1
+    np.testing.assert_array_equal(ds["n_reject"].values, np.nansum(ds["reject"].values, axis=0).astype(int))
+    np.testing.assert_array_equal(ds["n_valid"].values, np.isfinite(ds["reject"].values).sum(axis=0))
