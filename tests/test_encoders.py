@@ -1,0 +1,227 @@
+"""Tests of the study ``encoders`` (studies/encoders.py): C1, C2 and C7 at InfoNCE-trained encoders.
+
+Statistical budget of this file (fixed seeds, no reruns): the quick run's C1 verdicts, 2 settings x
+5 tests x 1e-3 = 1e-2; the D_k rate of lin-d8-vmf, 1e-3; the Z check against quadrature, 8 anchors
+at |z| <= 4.42 (two-sided 1e-5 each), 8e-5. Power: the quick run's slope SEs are <= 0.003, so a
+true slope of -1/2 is rejected with probability ~1 (> 150 SE away). Negative controls: a 1/sqrt(k)
+curve, c1 perturbed by 5% and the exact curve by 10% are each rejected (at 5% the joint curve test
+gave p = 0.0019 in one setting: near its power limit at the quick run's 24 blocks). The Z check
+detects a relative error in Z of ~4.4 x CV(e^s) / sqrt(N), ~0.3 at N = 256, per anchor (a check that
+pi_N approximates the continuous mixture, exact arithmetic on both sides). The diagnose comparison
+is deterministic (rtol 1e-8).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+from simkit.analysis import rate_verdict, truth_verdict
+from simkit.diagnose import diagnose
+from simkit.quadrature import log_partition
+from simkit.runner import read_dataset, resolve_config, run_study
+from studies import encoders
+from studies.encoders import ALPHA, STUDY, TAU
+
+Z_CRIT = stats.norm.isf(1e-5 / 2)  # 4.42
+CHECKER = Path(sys.executable).parent / "compliance-checker"
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    cfg = resolve_config(STUDY, quick=True)
+    path = tmp_path_factory.mktemp("encoders") / "encoders.nc"
+    res = run_study(STUDY, cfg, path, progress=False)
+    assert res.completed and not res.errors
+    return cfg, read_dataset(res.path), res.path
+
+
+def _phi(ds, i, ckpt=-1):
+    cell = STUDY.cells({"settings": str(ds["setting"].values[i])})[0]
+    return encoders.make_embedding(cell["encoder"], cell["dim"], ds["prep_theta"].values[i, ckpt]), cell
+
+
+def test_quick_declared_variables_have_cf_attributes(quick):
+    _, ds, _ = quick
+    for name, var in STUDY.schema.items():
+        assert name in ds.variables, name
+        for key in ("long_name", "units", "description"):
+            assert str(ds[name].attrs.get(key, "")).strip(), (name, key)
+        assert ds[name].attrs["units"] != "nat"
+    assert ds.attrs["Conventions"] == "CF-1.11"
+
+
+def test_quick_c1_verdicts_pass(quick):
+    _, ds, _ = quick
+    for i, s in enumerate(ds["setting"].values):
+        assert str(ds["verdict"].values[i]) == "pass", (s, str(ds["verdict_reason"].values[i]))
+        assert ds["slope_p_half"].values[i] < ALPHA
+        assert ds["curve_p"].values[i] >= ALPHA and ds["dgap_p"].values[i] >= ALPHA
+    rows = STUDY.claim_rows(ds) if hasattr(STUDY, "claim_rows") else None
+    if rows is not None:
+        assert [r["claim"] for r in rows] == ["C1", "C2", "C2", "C7"]
+
+
+def test_quick_d2_rate_passes_for_the_linear_vmf_setting(quick):
+    """D_k's rate at lin-d8-vmf (its constant is clearly positive there; at mlp-d32-rot the curve changes
+    sign in the fit range and the log-log rule cannot be applied, see the report)."""
+    _, ds, _ = quick
+    i = list(ds["setting"].values).index("lin-d8-vmf")
+    assert str(ds["d2_verdict"].values[i]) == "pass", str(ds["d2_verdict_reason"].values[i])
+
+
+def test_training_lowers_the_risk_and_exact_ce(quick):
+    """Deterministic: the training risk at the last checkpoint is below the start's in every setting."""
+    _, ds, _ = quick
+    risk = ds["prep_train_risk"].values
+    assert np.all(risk[:, -1] < risk[:, 0])
+    assert np.all(ds["ret_ce_p"].values < ALPHA)  # CE(M_hat, Q_hat) falls (the pre-stated test's part iii)
+
+
+def test_negative_control_sqrt_k_curve_fails(quick):
+    """A curve decaying as 1/sqrt(k), with the quick run's own block noise, through the same rule."""
+    cfg, ds, _ = quick
+    i = 0
+    k = ds["k"].values.astype(float)
+    blocks = ds["raw_gap_cv"].values[i]
+    c1 = float(ds["c1_exact"].values[i])
+    fake = blocks - blocks.mean(axis=0) + c1 / np.sqrt(k)
+    r = rate_verdict(k, fake, float(ds["expansion_scale"].values[i]), cfg["k_min_factor"], c1, 0.0, alpha=ALPHA,
+                     test_constant=True)
+    assert r["verdict"] == "fail"
+    assert r["slope_verdict_high"] < -0.4 and r["slope_verdict_low"] > -0.6  # it finds -1/2
+    real = rate_verdict(k, blocks, float(ds["expansion_scale"].values[i]), cfg["k_min_factor"], c1, 0.0,
+                        alpha=ALPHA, test_constant=True)
+    assert real["verdict"] == "pass", real["reason"]
+
+
+@pytest.mark.parametrize("factor", [0.95, 1.05])
+def test_negative_control_perturbed_c1_fails(quick, factor):
+    cfg, ds, _ = quick
+    k = ds["k"].values.astype(float)
+    for i in range(ds.sizes["setting"]):
+        blocks = ds["raw_gap_cv"].values[i]
+        c1 = float(ds["c1_exact"].values[i]) * factor
+        r = rate_verdict(k, blocks, float(ds["expansion_scale"].values[i]), cfg["k_min_factor"], c1, 0.0, alpha=ALPHA,
+                         test_constant=True)
+        assert r["verdict"] == "fail" and "c1 z-score" in r["reason"]
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+def test_negative_control_perturbed_exact_curve_fails(quick, factor):
+    """The Hotelling test of the curve against an exact curve scaled by 10% (at 5% one quick setting gave
+    p = 0.0019: the joint test over every k with 24 blocks has less power than the c1 test)."""
+    cfg, ds, _ = quick
+    k = ds["k"].values.astype(float)
+    for i in range(ds.sizes["setting"]):
+        blocks = ds["raw_gap_cv"].values[i]
+        fields, problems = truth_verdict(k, blocks, ds["raw_dgap_cv"].values[i], ds["gap_exact"].values[i] * factor,
+                                         None, (float(ds["c2_estimate"].values[i]), float(ds["c2_estimate_mcse"].values[i])),
+                                         (float(ds["c2_exact"].values[i]), 0.0), alpha=ALPHA)
+        assert fields["curve_p"] < ALPHA and any("exact curve" in p for p in problems)
+
+
+def test_negative_control_no_retrieval_improvement_fails(quick):
+    """The pre-stated retrieval rule on blocks whose last checkpoint equals the first."""
+    cfg, ds, _ = quick
+    raw = ds.copy(deep=True)
+    for name in ("ce", "top1", "recall10"):
+        raw[f"raw_ret_{name}"].values[:, :, -1] = raw[f"raw_ret_{name}"].values[:, :, 0]
+    out = {}
+    STUDY._retrieval(raw, out)
+    assert all(v == "fail" for v in out["ret_verdict"])
+
+
+def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
+    """studies.encoders.exact_constants against simkit.diagnose (an independent implementation) for an index
+    kernel (M(x_i, .) uniform over listed atoms) at the quick run's trained encoder."""
+    _, ds, _ = quick
+    i = list(ds["setting"].values).index("mlp-d32-rot")
+    phi, _ = _phi(ds, i)
+    atoms = ds["prep_atoms"].values[i]
+    n = atoms.shape[0]
+    rng = np.random.default_rng(12)
+    pos = rng.integers(n, size=(n, 3))
+    w = np.zeros((n, n))
+    for r in range(3):
+        np.add.at(w, (np.arange(n), pos[:, r]), 1.0 / 3)
+    with np.errstate(divide="ignore"):
+        log_w = np.log(w)
+    f = phi(atoms)
+    ks = np.array([1, 2, 4, 8, 16, 32, 64])
+    mine = encoders.exact_constants(f, log_w, TAU, ks)
+    ref = diagnose(f, positives=pos, tau=TAU, k_grid=tuple(ks), n_anchors=n, n_exact_anchors=n, n_tuples=n * 16,
+                   rng=0)
+    for name in ("ce", "c1", "c2"):
+        assert mine[name] == pytest.approx(float(ref[name]), rel=1e-8, abs=1e-10), name
+    np.testing.assert_allclose(mine["gap_exact"], ref["gap_exact"].values, rtol=1e-7, atol=1e-12)
+
+
+def test_log_z_of_the_atoms_against_quadrature_of_the_mixture(quick):
+    """Z of pi_N (mean over the N atoms) against Z of the continuous vMF mixture by quadrature on S^2
+    (simkit.quadrature.log_partition with the trained encoder): the atoms are i.i.d. from the mixture,
+    so Z_N(x) is unbiased with standard error sd(e^s)/sqrt(N) at each fixed anchor."""
+    _, ds, _ = quick
+    i = list(ds["setting"].values).index("mlp-d32-rot")
+    phi, cell = _phi(ds, i)
+    pi, _ = encoders.build_population(cell["kernel"])
+    atoms = ds["prep_atoms"].values[i]
+    x = pi.rvs(8, rng=np.random.default_rng(3))
+    log_zq = log_partition(pi, x, TAU, phi)
+    e = np.exp(phi(x) @ phi(atoms).T / TAU)
+    z_n, se = e.mean(axis=1), e.std(axis=1, ddof=1) / np.sqrt(atoms.shape[0])
+    z = (z_n - np.exp(log_zq)) / se
+    assert np.all(np.abs(z) <= Z_CRIT), z
+    # and the stored per-atom log Z of the study is the exact log mean over the atoms
+    f = phi(atoms)
+    np.testing.assert_allclose(ds["prep_log_z"].values[i], logsumexp(f @ f.T / TAU, axis=1) - np.log(len(f)),
+                               rtol=0, atol=1e-12)
+
+
+def test_retrieval_terms_by_hand():
+    """top-1, recall@10 and CE(M_hat, Q_hat) on a database of 12 points with known scores and weights."""
+    rng = np.random.default_rng(5)
+    f = rng.normal(size=(13, 4))
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    log_w = np.log(rng.dirichlet(np.ones(13), size=1))
+    db = np.arange(1, 13)
+    out = encoders.retrieval_terms(f, log_w, np.array([0]), db, 1.0)
+    s = f[0] @ f[db].T
+    m = np.exp(log_w[0, db]) / np.exp(log_w[0, db]).sum()
+    q = np.exp(s) / np.exp(s).sum()
+    assert out["ce"] == pytest.approx(-np.sum(m * np.log(q)), rel=1e-12)
+    best = np.argmax(m)
+    assert out["top1"] == float(np.argmax(s) == best)
+    assert out["recall10"] == float(best in np.argsort(-s)[:10])
+
+
+def test_log_weights_rows_are_laws_and_favour_the_kernel_mean():
+    pi, kernel = encoders.build_population("rot")
+    atoms = pi.rvs(300, rng=np.random.default_rng(1))
+    lw = encoders.log_weights(pi, kernel, atoms)
+    np.testing.assert_allclose(np.exp(logsumexp(lw, axis=1)), 1.0, rtol=1e-12)
+    # positives drawn from M_N are closer to R x than to x on average (the kernel is rotated)
+    idx = encoders.sample_rows(lw, np.random.default_rng(2))
+    rx = atoms @ kernel.rotation.T
+    assert np.mean(np.sum(rx * atoms[idx], axis=1)) > np.mean(np.sum(atoms * atoms[idx], axis=1)) + 0.1
+
+
+def test_compliance_checker_strict_passes_on_the_quick_file(quick):
+    _, _, path = quick
+    cmd = [str(CHECKER)] if CHECKER.exists() else [sys.executable, "-m", "compliance_checker.cfutil"]
+    proc = subprocess.run([*cmd, "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="'k_ret' must be <= k_max"):
+        STUDY.check_config({"k_ret": 4096, "k_max": 1024})
+    with pytest.raises(ValueError, match="'kernel' must be 'vmf' or 'rot'"):
+        encoders.build_population("brownian")
