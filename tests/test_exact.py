@@ -605,13 +605,18 @@ def test_estimate_agrees_with_large_mc(case):
         assert abs(large.value - truth) < Z_CRIT * large.mcse, (large, truth)
 
 
-def test_default_mc_is_reproducible():
-    """Estimates with the default seed are bit-identical across calls; a different seed differs."""
-    a = exact.cross_entropy(MIX3, VMFKernel(8.0), 0.5, n_mc=5000)
-    b = exact.cross_entropy(MIX3, VMFKernel(8.0), 0.5, n_mc=5000)
+def test_monte_carlo_needs_rng_and_is_reproducible():
+    """No hidden default seed: Monte Carlo constants require rng (one line naming it); the same
+    seed gives bit-identical estimates, another seed differs; exact cases need no rng."""
+    for f in (exact.cross_entropy, exact.bias_constant, exact.expansion_scales):
+        with pytest.raises(ValueError, match="'rng' is required"):
+            f(MIX3, VMFKernel(8.0), 0.5, n_mc=5000)
+    a = exact.cross_entropy(MIX3, VMFKernel(8.0), 0.5, n_mc=5000, rng=7)
+    b = exact.cross_entropy(MIX3, VMFKernel(8.0), 0.5, n_mc=5000, rng=7)
     c = exact.cross_entropy(MIX3, VMFKernel(8.0), 0.5, n_mc=5000, rng=1)
     assert tuple(a) == tuple(b)
     assert a.value != c.value
+    assert isinstance(exact.cross_entropy(Uniform(3), VMFKernel(8.0), 0.5), float)
 
 
 @pytest.mark.parametrize("kernel_kind", ["vmf", "rotated"])
