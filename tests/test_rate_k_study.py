@@ -71,7 +71,16 @@ def test_quick_design_and_exact_values(quick):
     assert float(u["c1_exact"]) == pytest.approx(5.5, abs=1e-6)
     assert float(u["ce_exact"]) == pytest.approx(-1.995732, abs=5e-7)
     assert float(u["c1_exact_mcse"]) == 0.0
-    assert np.all(np.isnan(ds.sel(setting="vmf-d8")["gap_exact"]))  # exact gap for uniform pi only
+    # the exact curve for every setting (simkit.exact_curve): exact where the MCSE is 0; for uniform pi it
+    # equals the older closed form of simkit.exact.gap_exact (an independent implementation)
+    assert np.all(np.isfinite(ds["gap_exact"].values))
+    assert np.all(ds.sel(setting=["uniform-d3", "vmf-d8"])["gap_exact_mcse"].values == 0.0)
+    assert np.all(ds.sel(setting="mixture-d16")["gap_exact_mcse"].values > 0.0)
+    from simkit import VMFKernel, exact
+    closed = exact.gap_exact(VMFKernel(10.0), 3, 0.1, ds["k"].values)
+    np.testing.assert_allclose(u["gap_exact"].values, closed, rtol=1e-9)
+    assert np.all(np.isfinite(ds["c2_exact"].values)) and float(u["c2_exact"]) == pytest.approx(
+        100 / 36 - 5 - 1 / 12, abs=1e-6)  # kappa^2/36 - kappa/2 - 1/12 + O(e^{-2 kappa}), docs/second-order.md
     assert np.all(ds["k_min"].values == 256)
 
 
