@@ -189,8 +189,9 @@ def fit_rate(k: ArrayLike, blocks: ArrayLike, k_min: int, *, with_inverse: bool 
     slope, slope_se = float(full[1]), float(se[1])
     df = n - 1
     q = stats.t.ppf(0.5 + level / 2, df)
-    p_half = float(2 * stats.t.sf(abs((slope + 0.5) / slope_se), df))
-    p_one = float(2 * stats.t.sf(abs((slope + 1.0) / slope_se), df))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a jackknife SE of exactly 0 (noiseless input)
+        p_half = float(2 * stats.t.sf(np.abs(np.float64(slope + 0.5) / slope_se), df))
+        p_one = float(2 * stats.t.sf(np.abs(np.float64(slope + 1.0) / slope_se), df))
     xall = _design(k, with_inverse)
     fitted = xall @ model.params
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -25,7 +25,7 @@ from scipy import stats
 from simkit import Uniform, VMFKernel, exact
 from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
                              worst_slope, z_score)
-from simkit.runner import resolve_config, run_study
+from simkit.runner import resolve_config, run_study, summarise_dataset
 from simkit.infonce import k_grid
 from studies.rate_k import ALPHA, STUDY
 
@@ -203,7 +203,7 @@ def test_real_blocks_positive_control(real_run):
     """The untransformed real blocks pass (false-failure rate 2e-3: slope interval 1e-3 plus
     c1 z-test 1e-3; p_half < 1e-3 fails with negligible probability as |slope + 1/2| ~ 90 SE)."""
     cfg, raw = real_run
-    ds = STUDY.summarise(raw, cfg)
+    ds = summarise_dataset(STUDY, raw, cfg)
     assert ds["verdict"].values.tolist() == ["pass"], ds["verdict_reason"].values
 
 
@@ -219,7 +219,7 @@ def test_negative_control_real_blocks_sqrt_k(real_run):
     cfg, raw = real_run
     bad = raw.copy()
     bad["raw_gap_cv"] = raw["raw_gap_cv"] * np.sqrt(raw["k"])
-    ds = STUDY.summarise(bad, cfg)
+    ds = summarise_dataset(STUDY, bad, cfg)
     assert ds["verdict"].values.tolist() == ["fail"]
     lo, hi = float(ds["slope_verdict_low"][0]), float(ds["slope_verdict_high"][0])
     assert lo > -0.9 and lo <= -0.5 <= hi, (lo, hi)

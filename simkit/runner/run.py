@@ -28,7 +28,7 @@ from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, tas
 from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
-__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
+__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
 
 #: variables every study's dataset has, declared by the runner
 ENGINE_SCHEMA = {
@@ -102,6 +102,15 @@ def _merge(raw: xr.Dataset, summary, schema: dict[str, Var], cell_dim: str) -> x
             raise UndeclaredVariable(f"summarise returned {name!r}, which the study's schema does not declare")
         dims = tuple(cell_dim if d is None else d for d in schema[name].dims)
         ds[name] = (dims, np.asarray(value))
+    return ds
+
+
+def summarise_dataset(study: Study, raw: xr.Dataset, cfg: dict) -> xr.Dataset:
+    """The study's summaries of a raw dataset, merged into it with the schema applied (no file, no
+    global attributes but the study's own): what a run writes, from saved raw blocks."""
+    ds = apply_schema(_merge(raw, study.summarise(raw, cfg), study.schema, study.cell_dim), study.schema,
+                      study.cell_dim)
+    ds.attrs.update(study.attrs(cfg))
     return ds
 
 
@@ -277,9 +286,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         executor.close()
 
     raw = _assemble(study, cfg, cells, preps, blocks, n_blocks, errors)
-    ds = apply_schema(_merge(raw, study.summarise(raw, cfg), study.schema, study.cell_dim), study.schema,
-                      study.cell_dim)
-    ds.attrs.update(study.attrs(cfg))
+    ds = summarise_dataset(study, raw, cfg)
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
                                   resumed=resumed, errors=errors))
     try:
