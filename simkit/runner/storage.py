@@ -44,12 +44,13 @@ class OutputBusy(ValueError):
     """Another running simkit process holds the lock of this output."""
 
 
-class WriteFailed(RuntimeError):
+class WriteFailed(OSError):
     """A file could not be written (no space left, I/O error, permissions); no partial file is left."""
 
 
 def _describe(exc: OSError) -> str:
-    return exc.strerror or (errno.errorcode.get(exc.errno, "") if exc.errno else "") or type(exc).__name__
+    return (exc.strerror or (errno.errorcode.get(exc.errno, "") if exc.errno else "") or str(exc)
+            or type(exc).__name__)
 
 
 def check_writable(option: str, path: str | os.PathLike) -> None:
@@ -141,7 +142,7 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[str], None], suffix:
     except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
-        if isinstance(exc, OSError):  # no space left, I/O error, read-only file system, ...
+        if isinstance(exc, OSError) and not isinstance(exc, WriteFailed):  # no space left, I/O error, ...
             raise WriteFailed(f"could not write {str(path)!r} ({_describe(exc)}); nothing partial was left") from None
         raise
 
