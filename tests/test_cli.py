@@ -209,8 +209,11 @@ def test_ctrl_c_exits_130_keeps_finished_tasks_and_resumes(tmp_path, monkeypatch
 
     out = tmp_path / "rate_k.nc"
     argv = ["run", "rate_k", *_sets(INTERRUPTED), "--seed", "7", "--out", str(out), "--no-report", "--no-progress"]
+    # a process started in the background of a non-interactive shell inherits SIGINT ignored: the child
+    # restores the default disposition, as a terminal's Ctrl-C would find it
     proc = subprocess.Popen([sys.executable, "-m", "simkit.cli", *argv], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     try:
         deadline, n = time.monotonic() + 240, 0
         while time.monotonic() < deadline and proc.poll() is None:
