@@ -291,18 +291,9 @@ def expected_log_sum(pos_scores: ArrayLike, pos_weights: ArrayLike, neg_scores: 
     return log_mean + centred
 
 
-def _check_pi(pi) -> SphereDistribution:
-    if not isinstance(pi, SphereDistribution):
-        raise ValueError(f"'pi' must be a simkit sphere distribution (Uniform, VonMisesFisher, VMFMixture, "
-                         f"Discrete), got {type(pi).__name__}")
-    return pi
-
-
-def _check_kernel(kernel) -> MarkovKernel:
-    if not isinstance(kernel, MarkovKernel):
-        raise ValueError(f"'kernel' must be a simkit Markov kernel (VMFKernel, RotatedVMFKernel, "
-                         f"BrownianKernel), got {type(kernel).__name__}")
-    return kernel
+# argument checks shared with simkit.exact (one wording for every exact formula)
+_check_pi = exact._check_pi
+_check_kernel = exact._check_kernel
 
 
 # ==============================================================================================

@@ -216,7 +216,8 @@ SCHEMA = {
     "curve_t2": Var(S, "Hotelling T^2 of the Monte Carlo gap curve against the exact curve", "1",
                     "simkit.truth_tests.curve_test over every k (with the exact curve's own covariance where it is "
                     "Monte Carlo)"),
-    "curve_p": Var(S, "p-value of curve_t2", "1", "F (Hotelling) or chi-square reference"),
+    "curve_p": Var(S, "p-value of curve_t2", "1", "Hotelling F reference (conservative F with the exact curve's "
+                   "own covariance where it is Monte Carlo)"),
     "dgap_t2": Var(S, "Hotelling T^2 of the Z-free dgap_k = gap_k - gap_2k against its exact value", "1",
                    "per-block dgap_cv for every k <= K/4 (simkit.truth_tests.dgap_test)"),
     "dgap_p": Var(S, "p-value of dgap_t2", "1", "as curve_p"),

@@ -72,8 +72,8 @@ SCHEMA = {
     "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "compared with Student t on n_blocks - 1 df"),
     "curve_t2": _v(S, "Hotelling T^2 of the Monte Carlo gap curve against the exact curve", "simkit.truth_tests."
                    "curve_test over every k of the grid (between-block covariance plus the exact curve's own)"),
-    "curve_p": _v(S, "p-value of curve_t2", "F reference (Hotelling) or chi-square where the exact curve is "
-                  "itself Monte Carlo; see attribute curve_reference"),
+    "curve_p": _v(S, "p-value of curve_t2", "Hotelling F reference; conservative F scaling with the exact "
+                  "curve's own covariance where it is itself Monte Carlo (simkit.truth_tests.curve_test)"),
     "dgap_t2": _v(S, "Hotelling T^2 of the Z-free dgap_k = gap_k - gap_2k against its exact value",
                   "per-block dgap_cv (Z cancels) for every k <= K/4, simkit.truth_tests.dgap_test"),
     "dgap_p": _v(S, "p-value of dgap_t2", "as curve_p"),
