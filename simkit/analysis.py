@@ -376,9 +376,9 @@ def truth_verdict(k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray
     dg = dgap_blocks[np.any(np.isfinite(dgap_blocks), axis=1)]  # drop failed (all-NaN) blocks
     cols = np.all(np.isfinite(dg), axis=0) if dg.shape[0] else np.zeros(k.size, bool)
     m = int(np.argmin(cols)) if not cols.all() else cols.size  # dgap is finite on a prefix of the grid
-    se = None if cov is None else np.sqrt(np.clip(np.diag(cov), 0.0, None))[: m + 1]
+    sub = None if cov is None else cov[: m + 1, : m + 1]  # the differences keep the curve's correlation
     if m >= 1 and dg.shape[0] >= 3:
-        dgt = dgap_test(dg[:, :m], k[: m + 1], gap_exact[: m + 1], se)
+        dgt = dgap_test(dg[:, :m], k[: m + 1], gap_exact[: m + 1], exact_gap_cov=sub)
     else:  # no k with 2k on the grid and finite blocks: the dgap test cannot be made
         dgt = None
     c2_se = float(np.hypot(c2[1], c2_exact[1]))

@@ -217,13 +217,29 @@ def dgap_exact(ks: ArrayLike, gap: ArrayLike, gap_mcse: ArrayLike | None = None
 
 
 def dgap_test(blocks: ArrayLike, ks: ArrayLike, exact_gap: ArrayLike, exact_gap_mcse: ArrayLike | None = None,
-              **kwargs) -> TruthTest:
+              *, exact_gap_cov: ArrayLike | None = None, **kwargs) -> TruthTest:
     """Joint test of per-block ``dgap_k`` estimates (e.g. GapEstimator's ``dgap_cv``; Z cancels in
     them) against the exact ``gap_k - gap_{2k}``.
 
     ``blocks`` has one column per k of ``ks`` whose double is in ``ks`` (the order of
-    :func:`dgap_exact`); ``exact_gap`` is the exact gap on ``ks``. Further keywords go to
-    :func:`curve_test`.
+    :func:`dgap_exact`); ``exact_gap`` is the exact gap on ``ks``. When the exact curve is itself
+    Monte Carlo, give its full covariance ``exact_gap_cov`` (shape ``(n_k, n_k)``): the differences'
+    covariance is then ``D V D'`` with ``D`` the differencing map, which keeps the (large, positive)
+    correlation of ``gap_k`` and ``gap_2k`` computed from one sample over x. ``exact_gap_mcse`` alone
+    treats the errors as independent, an upper bound on the differences' error (conservative: the
+    test loses power). Further keywords go to :func:`curve_test`.
     """
-    _, d, se = dgap_exact(ks, exact_gap, exact_gap_mcse)
-    return curve_test(blocks, d, se, **kwargs)
+    k = np.asarray(ks)
+    if exact_gap_cov is None:
+        _, d, se = dgap_exact(ks, exact_gap, exact_gap_mcse)
+        return curve_test(blocks, d, se, **kwargs)
+    _, d, _ = dgap_exact(ks, exact_gap)
+    v = np.asarray(exact_gap_cov, dtype=float)
+    if v.shape != (k.size, k.size) or not np.all(np.isfinite(v)):
+        raise ValueError(f"'exact_gap_cov' must be a finite array of shape ({k.size}, {k.size})")
+    pos = {int(x): i for i, x in enumerate(k)}
+    pairs = [(i, pos[2 * int(x)]) for i, x in enumerate(k) if 2 * int(x) in pos]
+    dmap = np.zeros((len(pairs), k.size))
+    for row, (i1, i2) in enumerate(pairs):
+        dmap[row, i1], dmap[row, i2] = 1.0, -1.0
+    return curve_test(blocks, d, exact_cov=dmap @ v @ dmap.T, **kwargs)
