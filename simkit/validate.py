@@ -36,13 +36,33 @@ CLAIMS = {
 NOT_STUDIED = "not yet studied"
 
 
+def _row_groups(checks: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """``(label, analysis, rows)`` per claim: the exploratory row (label ``C6``; also for a claim
+    without checks) and, apart from it, a confirmatory row per protocol (label ``C6 confirmatory``)."""
+    groups = []
+    for c in CLAIMS:
+        rows = [r for r in checks if r["claim"] == c]
+        expl = [r for r in rows if not str(r.get("analysis", "exploratory")).startswith("confirmatory")]
+        conf: dict[str, list[dict]] = {}
+        for r in rows:
+            if r not in expl:
+                conf.setdefault(str(r["analysis"]), []).append(r)
+        if expl or not conf:
+            groups.append((c, "exploratory", expl))
+        for n, (analysis, rs) in enumerate(conf.items()):
+            groups.append((f"{c} confirmatory" + (f" {n + 1}" if n else ""), analysis, rs))
+    return groups
+
+
 def combine_checks(checks: list[dict]) -> xr.Dataset:
-    """The per-claim table (dimension ``claim``) and every check (dimension ``check``)."""
-    claims = list(CLAIMS)
+    """The per-claim table (dimension ``claim``: confirmatory rows apart from exploratory ones) and
+    every check (dimension ``check``)."""
+    groups = _row_groups(checks)
+    claims = [g[0] for g in groups]
+    analysis = [g[1] for g in groups]
     verdict, statistic, est, mcse, ffr, studies, detail = [], [], [], [], [], [], []
     emp = {k: [] for k in ("", "_low", "_high")}
-    for c in claims:
-        rows = [r for r in checks if r["claim"] == c]
+    for _, _, rows in groups:
         # demonstrated rate of the claim: from one study's calibration when all its rated checks are there
         rated = [r for r in rows if np.isfinite(float(r["false_fail_rate"]))]
         cal = rated[0].get("claim_calibration", {}) if rated and len({r["study"] for r in rated}) == 1 else {}
@@ -79,7 +99,10 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             "false_fail_rate": (("claim",), np.array(ffr, dtype=float)),
             "studies": (("claim",), np.array(studies, dtype=str)),
             "detail": (("claim",), np.array(detail, dtype=str)),
-            "claim_text": (("claim",), np.array([CLAIMS[c] for c in claims], dtype=str)),
+            "claim_text": (("claim",), np.array([CLAIMS[c.split()[0]] for c in claims], dtype=str)),
+            "analysis": (("claim",), np.array(analysis, dtype=str)),
+            "check_analysis": (("check",), np.array([str(r.get("analysis", "exploratory")) for r in checks],
+                                                    dtype=str)),
             "check_claim": (("check",), np.array([r["claim"] for r in checks], dtype=str)),
             "check_study": (("check",), np.array([r["study"] for r in checks], dtype=str)),
             "check_statistic": (("check",), np.array([r["statistic"] for r in checks], dtype=str)),
@@ -104,6 +127,10 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "studies": a("studies", "1", "studies contributing checks"),
         "detail": a("detail", "1", "what each check found"),
         "claim_text": a("claim", "1", "THEORY.md section 3"),
+        "analysis": a("analysis of the row", "1", "'confirmatory (<protocol>, sha256 <prefix>)': the checks apply "
+                      "a rule pre-registered in protocols/ to a full-design run of it; 'exploratory' otherwise "
+                      "(simkit.protocol)"),
+        "check_analysis": a("analysis of the check", "1", "as analysis"),
         "check_claim": a("claim of the check", "1", "C1..C7"),
         "check_study": a("study of the check", "1", "registered study name"),
         "check_statistic": a("statistic of the check", "1", ""),
@@ -112,7 +139,8 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "check_false_fail_rate": a("false-failure rate of the check", "1", ""),
         "check_verdict": a("verdict of the check", "1", "pass, fail or error"),
         "check_detail": a("detail of the check", "1", ""),
-        "claim": a("claim", "1", "THEORY.md section 3"),
+        "claim": a("claim", "1", "THEORY.md section 3; 'C6 confirmatory' rows are kept apart from the "
+                   "exploratory rows of the same claim"),
         "check": a("check index", "1", "one row per study check"),
         **{f"{pre}empirical_false_fail{k}": a(f"empirical false-failure rate{lim}", "1", f"share of seeds of "
                                                f"'simkit calibrate' (data/calibration/<study>.nc) on which the {what} "
@@ -204,7 +232,9 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
         for i, c in enumerate(ds["claim"].values):
             e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
             f = float(ds["false_fail_rate"].values[i])
-            rows.append([str(c), str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
+            an = str(ds["analysis"].values[i]) if "analysis" in ds else "exploratory"
+            rows.append([str(c) + ("\n" + an.split(" (")[1].rstrip(")") if an.startswith("confirmatory") else ""),
+                         str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
                          format_pm(e, m) if np.isfinite(e) else "—", f"{f:.1e}" if np.isfinite(f) else "—",
                          empirical_text(ds, i), str(ds["verdict"].values[i])])
         doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate",

@@ -34,9 +34,7 @@ Run it: ``simkit run dimension`` (the pre-registered design) or ``simkit run dim
 
 from __future__ import annotations
 
-import hashlib
 import math
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +48,7 @@ from simkit import Uniform, VMFKernel, exact
 from simkit.analysis import jackknife, mean_mcse
 from simkit.embedding import LinearEmbedding
 from simkit.lifted import FourierEmbedding, LiftedRisk
+from simkit.protocol import protocol_attrs as _protocol_attrs
 from simkit.runner import Check, Param, Study, Var, task_seed
 from simkit.training import EmpiricalRisk, TrainingSample, train
 
@@ -179,19 +178,8 @@ def _block_of(rng: np.random.Generator) -> int:
 
 
 def protocol_attrs(root: Path = _ROOT, path: str = PROTOCOL_PATH) -> dict[str, str]:
-    """``protocol_path``, ``protocol_sha256`` (of the file's bytes) and ``protocol_commit`` (the last commit
-    touching it: ``git log -1 --format=%H -- path``; "uncommitted" or "absent" otherwise)."""
-    f = root / path
-    if not f.is_file():
-        return {"protocol_path": path, "protocol_sha256": "absent", "protocol_commit": "absent"}
-    sha = hashlib.sha256(f.read_bytes()).hexdigest()
-    try:
-        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%H", "--", path], capture_output=True,
-                             text=True, timeout=10)
-        commit = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "uncommitted"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
-    return {"protocol_path": path, "protocol_sha256": sha, "protocol_commit": commit}
+    """The protocol's provenance attributes (:func:`simkit.protocol.protocol_attrs`)."""
+    return _protocol_attrs(path, root)
 
 
 def _dims(text: str) -> list[int]:
@@ -306,14 +294,14 @@ def _fam_eval(ds, fam, verdict_name, reason_name):
 
 
 CHECKS = (
-    Check("C6", lambda ds: f"confirmatory (protocols/dimension.md, sha256 {_sha(ds)[:16]}…): growth 2^b - 1 of E[G] "
+    Check("C6", lambda ds: f"pre-registered rule (protocols/dimension.md, sha256 {_sha(ds)[:16]}…): growth 2^b - 1 of E[G] "
           f"per doubling of d (Fourier lift, 9 parameters, Lipschitz 1/sqrt(3), frame redrawn per block), one-sided "
           f"non-inferiority t test of H0 growth >= {100 * DELTA:g}% at {ALPHA:g} (jackknife SE)",
-          lambda ds: _fam_eval(ds, "fourier", "verdict", "verdict_reason"), ALPHA),
-    Check("C6", lambda ds: f"confirmatory positive control (protocols/dimension.md, sha256 {_sha(ds)[:16]}…): the "
+          lambda ds: _fam_eval(ds, "fourier", "verdict", "verdict_reason"), ALPHA, protocol=PROTOCOL_PATH),
+    Check("C6", lambda ds: f"pre-registered positive control (protocols/dimension.md, sha256 {_sha(ds)[:16]}…): the "
           f"same rule on linear phi = Wx/|Wx| (3d parameters) at tau_d = tau sqrt({D_REF}/d) (score range grows like "
           f"sqrt d) must NOT show growth < {100 * DELTA:g}%",
-          lambda ds: _fam_eval(ds, "linear", "control_verdict", "control_reason"), None),
+          lambda ds: _fam_eval(ds, "linear", "control_verdict", "control_reason"), None, protocol=PROTOCOL_PATH),
 )
 
 

@@ -127,7 +127,8 @@ def test_quick_design_runs(quick):
     assert "quick" in ds.attrs["analysis"]
     rows = STUDY.claim_rows(ds)
     assert [r["claim"] for r in rows] == ["C6", "C6"]
-    assert rows[0]["statistic"].startswith("confirmatory (protocols/dimension.md, sha256 ")
+    assert rows[0]["statistic"].startswith("pre-registered rule (protocols/dimension.md, sha256 ")
+    assert [r["analysis"] for r in rows] == ["exploratory", "exploratory"]  # a quick design never confirms
     # linear control trains at tau sqrt(8/d)
     lin = ds["family"].values == "linear"
     np.testing.assert_allclose(ds["tau_train"].values[lin], 0.1 * np.sqrt(8 / ds["d"].values[lin]))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from simkit.protocol import analysis_label
 from simkit.runner.params import Param
 
 __all__ = ["Var", "Check", "Study", "get_study", "study_names", "UndeclaredVariable", "ENTRY_POINT_GROUP"]
@@ -90,6 +91,9 @@ class Check:
     evaluate: Callable[[xr.Dataset], dict]
     false_fail_rate: float | Callable[[xr.Dataset], float] | None = None
     pvalues: Callable[[xr.Dataset], dict[str, tuple[float, float]]] | None = None
+    #: path of the pre-registered protocol (``protocols/<study>.md``) whose rule this check applies;
+    #: its rows are confirmatory only on a full-design dataset of that protocol (simkit.protocol)
+    protocol: str | None = None
 
     def row(self, ds: xr.Dataset) -> dict:
         out = dict(self.evaluate(ds))
@@ -98,7 +102,8 @@ class Check:
         return {"claim": self.claim, "statistic": stat, "estimate": float(out["estimate"]),
                 "estimate_mcse": float(out["estimate_mcse"]),
                 "false_fail_rate": float("nan") if rate is None else float(rate),
-                "verdict": str(out["verdict"]), "detail": str(out.get("detail", ""))}
+                "verdict": str(out["verdict"]), "detail": str(out.get("detail", "")),
+                "analysis": analysis_label(ds, self.protocol)}
 
 
 class Study:

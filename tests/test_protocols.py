@@ -1,0 +1,93 @@
+"""Pre-registration (issue 14): every committed dataset that names a protocol matches it, and the
+protocol was committed strictly before the run; validate keeps confirmatory rows apart."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from simkit.protocol import analysis_label, is_confirmatory, protocol_attrs
+from simkit.runner import read_dataset
+from simkit.validate import combine_checks
+
+ROOT = Path(__file__).resolve().parent.parent
+DATASETS = sorted(p for p in (ROOT / "data").glob("*.nc"))
+
+
+def _git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+
+
+def _with_protocol():
+    out = []
+    for p in DATASETS:
+        with xr.open_dataset(p, engine="h5netcdf") as ds:
+            if "protocol_path" in ds.attrs:
+                out.append(p)
+    return out
+
+
+PROTOCOL_DATASETS = _with_protocol()
+
+
+def test_some_dataset_is_confirmatory():
+    assert PROTOCOL_DATASETS, "no committed dataset names a protocol"
+
+
+@pytest.mark.parametrize("path", PROTOCOL_DATASETS, ids=lambda p: p.name)
+def test_dataset_matches_its_protocol_committed_before_the_run(path):
+    ds = read_dataset(path)
+    proto = str(ds.attrs["protocol_path"])
+    assert ds.attrs["protocol_sha256"] == hashlib.sha256((ROOT / proto).read_bytes()).hexdigest(), \
+        f"{proto} changed after the run of {path.name}"
+    commit = str(ds.attrs["protocol_commit"])
+    data_commit = str(ds.attrs["git_commit"]).removesuffix("-dirty")
+    if _git("cat-file", "-e", f"{data_commit}^{{commit}}").returncode != 0:
+        pytest.skip(f"the dataset's git_commit {data_commit} is not in this clone")
+    assert _git("merge-base", "--is-ancestor", commit, data_commit).returncode == 0
+    assert commit != data_commit
+    # the protocol's own commit touches nothing but protocols/ (committed alone)
+    files = _git("show", "--name-only", "--format=", commit).stdout.split()
+    assert files and all(f.startswith("protocols/") for f in files), files
+    assert _git("log", "-1", "--format=%H", "--", proto).stdout.strip() == commit
+    assert is_confirmatory(ds, proto)
+
+
+def test_analysis_label_rules(tmp_path):
+    (tmp_path / "protocols").mkdir()
+    f = tmp_path / "protocols" / "x.md"
+    f.write_text("rule\n")
+    attrs = protocol_attrs("protocols/x.md", tmp_path)
+    assert attrs["protocol_commit"] in ("uncommitted", "unknown")
+    full = xr.Dataset(attrs={**attrs, "config": json.dumps({"quick": False})})
+    assert analysis_label(full, "protocols/x.md", tmp_path).startswith("confirmatory (protocols/x.md, sha256 ")
+    # negative controls: no protocol, another protocol, a quick design, the file edited after the run
+    assert analysis_label(full, None, tmp_path) == "exploratory"
+    assert analysis_label(full, "protocols/y.md", tmp_path) == "exploratory"
+    quick = full.assign_attrs(config=json.dumps({"quick": True}))
+    assert analysis_label(quick, "protocols/x.md", tmp_path) == "exploratory"
+    f.write_text("rule, edited after the run\n")
+    assert analysis_label(full, "protocols/x.md", tmp_path) == "exploratory"
+
+
+def test_validate_keeps_confirmatory_rows_apart():
+    base = {"statistic": "s", "estimate": 1.0, "estimate_mcse": 0.1, "false_fail_rate": 0.01, "detail": ""}
+    checks = [{**base, "claim": "C6", "study": "generalisation", "verdict": "fail", "analysis": "exploratory"},
+              {**base, "claim": "C6", "study": "dimension", "verdict": "pass",
+               "analysis": "confirmatory (protocols/dimension.md, sha256 abc)"},
+              {**base, "claim": "C1", "study": "rate_k", "verdict": "pass", "analysis": "exploratory"}]
+    t = combine_checks(checks)
+    claims = list(t["claim"].values)
+    assert claims.index("C6 confirmatory") == claims.index("C6") + 1
+    assert str(t["verdict"].sel(claim="C6").values) == "fail"
+    assert str(t["verdict"].sel(claim="C6 confirmatory").values) == "pass"
+    assert str(t["analysis"].sel(claim="C6 confirmatory").values).startswith("confirmatory (protocols/dimension.md")
+    assert str(t["analysis"].sel(claim="C1").values) == "exploratory"
+    assert list(t["check_analysis"].values)[1].startswith("confirmatory")
+    assert np.isnan(float(t["false_fail_rate"].sel(claim="C4")))  # not studied
