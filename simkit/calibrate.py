@@ -13,7 +13,7 @@ Design
 *The seeds are runner tasks.* :class:`Calibration` is a meta-:class:`~simkit.runner.Study` named
 ``calibrate-<study>``: one cell per seed, no preparation, one block per cell. The block's
 ``generate`` runs the target study at that seed with :func:`simkit.runner.run_study` -- the
-target's own runner call, in-process inside the task, into a scratch file -- so seed ``s`` of a
+target's own runner call, in-process inside the task (its dataset is evaluated, not written) -- so seed ``s`` of a
 calibration is exactly ``simkit run <study> --seed s`` (same task seeds, same dataset), and then
 evaluates the target's checks on that dataset. So the calibration is checkpointed per seed,
 resumes after an interruption, runs on Dask (``executor``: one seed per worker task) and its
@@ -264,12 +264,11 @@ class Calibration(Study):
         cfg = {**self.target_cfg, "seed": int(seed)}
         if self.scratch is None:
             with tempfile.TemporaryDirectory(prefix="simkit-calibrate-") as d:
-                res = run_study(self.target, cfg, Path(d) / f"{self.target.name}-seed{seed}.nc", progress=False)
+                res = run_study(self.target, cfg, Path(d) / f"{self.target.name}-seed{seed}.nc", progress=False,
+                                write=False)
         else:
             out = Path(self.scratch) / f"{self.target.name}-seed{seed}.nc"
-            res = run_study(self.target, cfg, out, progress=False)
-            if res.completed:
-                out.unlink(missing_ok=True)
+            res = run_study(self.target, cfg, out, progress=False, write=False)  # checks use the returned dataset
         if not res.completed:
             raise KeyboardInterrupt
         return res.dataset, len(res.errors)

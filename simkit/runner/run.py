@@ -149,7 +149,7 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
 
 def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,
               executor=None, scheduler=None, progress: bool = True, keep_checkpoint: bool = False,
-              stop_after: int | None = None) -> RunResult:
+              stop_after: int | None = None, write: bool = True) -> RunResult:
     """Run (or resume) a study and write its dataset.
 
     Parameters
@@ -170,6 +170,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         Keep the checkpoint directory after writing the dataset.
     stop_after : int, optional
         Stop (as if interrupted) after this many newly finished tasks; for tests and demos.
+    write : bool
+        Write the dataset to ``out`` (default). ``False`` returns it without writing (``out`` still
+        names the lock and the checkpoint): for callers that only evaluate it, e.g. ``simkit calibrate``.
     """
     if isinstance(study, str):
         study = get_study(study)
@@ -182,12 +185,12 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     lock = RunLock(out)
     lock.acquire()  # OutputBusy while another process runs the same output
     try:
-        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after)
+        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write)
     finally:
         lock.release()
 
 
-def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after) -> RunResult:
+def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write=True) -> RunResult:
     t0 = time.perf_counter()
     owned = executor is None or not hasattr(executor, "run")
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
@@ -290,7 +293,8 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
                                   resumed=resumed, errors=errors))
     try:
-        write_dataset(ds, out)
+        if write:
+            write_dataset(ds, out)
     except WriteFailed as exc:
         raise WriteFailed(f"{exc}; all {n_tasks} tasks are kept in {ckpt.dir}; run the same command again to "
                           "write it") from None
