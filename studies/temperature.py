@@ -1,4 +1,5 @@
-"""Claim C5: temperature as a regulariser -- KL(Q(x,.) || pi) <= 2/tau, and small tau inflates the bias.
+"""Claim C5: temperature as a regulariser -- KL(Q(x,.) || pi) <= 2/tau, small tau inflates the bias, and
+the gap becomes sensitive to the norms of the negatives' embeddings (pre-registered, protocols/temperature.md).
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
@@ -22,7 +23,19 @@ Methods    Exact: simkit.exact (CE, c1, scales, gap for uniform pi) and the clos
 Performance  Every exact per-anchor KL against 2/tau (a deterministic check of the proved bound); max
            over anchors of KL_hat - z MCSE against 2/tau; CE Monte Carlo against exact (t test,
            Bonferroni over the grid); monotonicity of the expansion scale and |c1(tau_min)| against
-           |c1| for tau >= 1/kappa_M; looseness KL/(2/tau); every estimate with its MCSE.
+           |c1| for tau >= 1/kappa_M; looseness KL/(2/tau); every estimate with its MCSE. These checks
+           are exploratory.
+
+Norms clause (confirmatory, protocols/temperature.md; simkit.norms)
+           Embeddings before normalisation psi(x) = r(x) u_W(x), r(x) = exp(beta e_1.x) fixed, u_W = Wx/|Wx|
+           trained by ERM (pi uniform on S^2, vMF positives, k negatives, n tuples, tau on a grid from 1
+           to 0.02; every tau of a block shares its sample, W0 and fresh tuples). Estimands: the gap G with
+           the normalised effect G tau, and the gap's sensitivity S = dG/deps to the negatives' norms
+           (psi(y_j) -> e^eps psi(y_j)), pathwise and by a finite difference with common random numbers;
+           control variate: the fixed reference psi = r x, whose G and S have mean 0. Rule: one-sided
+           intersection-union test, slope of log E[S] on log tau < NORM_B0 and E[S](tau_min) > 0, each at
+           NORM_ALPHA; controls (the reference's S; the norms changed in a score-ignored component) must
+           not pass it.
 
 Run it: ``simkit run temperature`` or ``python studies/temperature.py`` (same options).
 """
@@ -43,12 +56,17 @@ from simkit.special import log_vmf_norm, mean_resultant_length
 from simkit.analysis import combine_verdicts, mean_mcse
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.infonce import TAU_MIN, GapEstimator, k_grid
-from simkit.runner import Check, Param, Study, Var
+from simkit.embedding import LinearEmbedding
+from simkit.norms import (FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, growth_rule, train_scaled)
+from simkit.protocol import protocol_attrs
+from simkit.runner import Check, Param, Study, Var, task_seed
 from simkit.runner.run import ENGINE_SCHEMA
 from simkit.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
 from simkit.sphere import Uniform, VonMisesFisher
+from simkit.training import TrainingSample
 
-__all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "entropy_h", "kl_sup", "tau_grid"]
+__all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "entropy_h", "kl_sup", "tau_grid",
+           "NORM_ALPHA", "NORM_B0", "NORM_CHECKS", "PROTOCOL_PATH", "norm_block_seeds", "norm_verdicts"]
 
 #: family-wise false-failure rate of each statistical C5 check (Bonferroni within a check)
 ALPHA = 1e-3
@@ -525,6 +543,250 @@ CHECKS = (
 
 
 # ----------------------------------------------------------------------------------------------
+# the norms clause of C5 (pre-registered: protocols/temperature.md)
+#
+# Embeddings before normalisation, psi(x) = r(x) u_W(x) (simkit.norms): the score carries the norms.
+# One cell per temperature of the norms grid (setting NORMS_SETTING); every tau of a block shares its
+# training sample, initial W and fresh tuples (common random numbers, seeds from norm_block_seeds).
+
+PROTOCOL_PATH = "protocols/temperature.md"
+#: setting name of the norms cells; not in RATE_SETTINGS, so the KL / CE / c1 cells and their seeds are unchanged
+NORMS_SETTING = "norms"
+#: one-sided level of each of the two tests of the norms rule (simkit.norms.growth_rule)
+NORM_ALPHA = 0.01
+#: margin: H1 says the sensitivity at least doubles over the 50-fold grid tau = 1 .. 0.02, b < -ln 2 / ln 50
+NORM_B0 = -math.log(2.0) / math.log(50.0)
+#: planned false-failure rate of the primary rule: 1 - power at the design alternative (protocols/temperature.md 5)
+NORM_BETA = 0.10
+#: input dimension of the norms design (pi uniform on S^2; u_W: S^2 -> S^2, W 3 x 3)
+P_NORM = 3
+NORM_SEED_SPLIT = ("norms part, per block: SeedSequence(seed, spawn_key=(*cell_key('temperature', {'design': "
+                   "'norms'}), 1, block)).spawn(3) -> training sample, initial W, fresh tuples; shared by every tau")
+
+
+def norm_block_seeds(seed: int, block: int) -> list[np.random.SeedSequence]:
+    """Seeds of norms block ``block`` (training sample, initial W, fresh tuples), shared by every tau."""
+    return task_seed(seed, "temperature", {"design": "norms"}, 1, block).spawn(3)
+
+
+def _block_of(rng: np.random.Generator) -> int:
+    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
+    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
+    if len(key) < 2 or key[-2] != 1:
+        raise ValueError("'rng' must be the generator the engine passes to generate() (spawn key "
+                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
+    return int(key[-1])
+
+
+def _norm_taus(text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"'norm_taus' must be comma-separated numbers, got {text!r}") from None
+    if len(vals) < 3 or len(set(vals)) != len(vals) or any(not (TAU_MIN <= v <= 100.0) for v in vals):
+        raise ValueError(f"'norm_taus' must list at least three distinct temperatures in [{TAU_MIN:g}, 100], "
+                         f"got {text!r}")
+    return sorted(vals, reverse=True)
+
+
+#: per-block quantities of the norms part: (long name, in nats, description)
+NORM_QUANTITIES = {
+    "gap": ("G of phi_hat, plain", True, "mean l_k over the fresh tuples - mean over the training tuples, at the "
+            "trained phi_hat (psi = r u_W)"),
+    "gap_ref": ("G of the fixed reference", True, "the same for psi = r(x) x (u = identity, not trained): zero mean"),
+    "gap_cv": ("G, control variate", True, "gap - gap_ref (exactly zero-mean control): the estimate of G"),
+    "sens": ("S of phi_hat, plain", True, "dG^eps/deps at 0 under psi(y_j) -> e^eps psi(y_j) for the negatives, "
+             "pathwise: mean sum_j p_j s_j (fresh) - mean (train) (simkit.norms.gap_sensitivity)"),
+    "sens_fd": ("S of phi_hat by finite difference", True, f"(G^h - G^-h) / 2h, h = {FD_STEP:g}, common random "
+                "numbers (same phi_hat, same tuples)"),
+    "sens_ref": ("null control: S of the fixed reference", True, "zero mean exactly (the reference does not depend "
+                 "on the training sample)"),
+    "sens_cv": ("S, control variate", True, "sens - sens_ref: the primary estimate of the sensitivity"),
+    "sens_ignored": ("control: S with the norms changed in a score-ignored component", True,
+                     "mode 'ignored' of simkit.norms: the negatives' norms change by e^eps as in 'sens', the score "
+                     "does not see it; 0 up to rounding"),
+    "sens_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of dl/deps", True, "sd / sqrt(norm_eval)"),
+    "gap_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of l_k", True, "sd / sqrt(norm_eval)"),
+    "train_risk": ("R_hat(phi_hat)", True, "empirical risk of the trained embedding"),
+    "converged": ("L-BFGS-B converged", False, "1 if the success flag was set"),
+    "iterations": ("L-BFGS-B iterations", False, "one start"),
+    "grad_norm": ("final gradient norm", False, "max abs component"),
+    "skipped": ("norms block not run", False, "1 for a block >= norm_blocks (all other values NaN)"),
+}
+#: raw block variables of the norms cells (the KL / CE / c1 cells leave them NaN, and the norms cells theirs)
+_NORM_RAW = {f"norm_{n}": () for n in NORM_QUANTITIES}
+NORM_CONTROLS = {"primary": "sens_cv", "null": "sens_ref", "ignored": "sens_ignored"}
+_RULE_FIELDS = {
+    "b": "OLS slope of log E[S] on log tau (block-mean curve)", "b_se": "delete-one-block jackknife SE of b",
+    "t": "(b - b0) / b_se on norm_blocks - 1 df", "p": "one-sided P(T <= t); H0 b >= b0",
+    "level": "E[S] at the smallest tau, in nats", "level_se": "MCSE of level, in nats",
+    "level_t": "level / level_se", "level_p": "one-sided P(T >= level_t); H0 E[S](tau_min) <= 0",
+    "ratio": "E[S](tau_min) / E[S](tau_max)", "passed": "1 if both one-sided tests reject at alpha (rule passes)",
+    "defined": "1 if every block mean and jackknife replicate is > 0", "n_blocks": "finished blocks",
+}
+_RULE_NAMES = {"primary": "primary S (control variate)", "null": "null control S of the fixed reference",
+               "ignored": "control S with a score-ignored component"}
+TN, TB = ("tau_n",), ("tau_n", "norm_block")
+
+
+def _norm_schema() -> dict:
+    out = {
+        "tau_n": Var(TN, "temperature tau of the norms design", "1", "score psi(x).psi(y)/tau, psi = r u_W"),
+        "norm_block": Var(("norm_block",), "replicate block of the norms design", "1", "independent training samples"),
+        **{f"raw_norm_{n}": Var(TB, f"per-block {ln}" + (", in nats" if nats else ""), "1", d)
+           for n, (ln, nats, d) in NORM_QUANTITIES.items()},
+    }
+    for n in ("gap_cv", "gap", "sens_cv", "sens", "sens_ref", "sens_ignored", "sens_fd", "train_risk"):
+        ln, _, d = NORM_QUANTITIES[n]
+        out[f"norm_{n}"] = Var(TN, f"E[{ln}], in nats", "1", f"mean over blocks; {d}")
+        out[f"norm_{n}_mcse"] = Var(TN, f"MCSE of norm_{n}, in nats", "1", "sd over blocks / sqrt(blocks)")
+    out.update({
+        "norm_gap_tau": Var(TN, "normalised gap G tau, in nats", "1", "tau x norm_gap_cv: flat in tau if G grows "
+                            "only like the 1/tau scale of the scores"),
+        "norm_gap_tau_mcse": Var(TN, "MCSE of norm_gap_tau, in nats", "1", "tau x norm_gap_cv_mcse"),
+        "norm_sens_tau": Var(TN, "normalised sensitivity S tau, in nats", "1", "tau x norm_sens_cv"),
+        "norm_sens_tau_mcse": Var(TN, "MCSE of norm_sens_tau, in nats", "1", "tau x norm_sens_cv_mcse"),
+        "norm_fd_rel_error": Var(TN, "largest |S_fd - S| / |S| over blocks", "1",
+                                 "finite difference against the pathwise derivative (same phi_hat and tuples)"),
+        "norm_converged": Var(TN, "fraction of converged trainings", "1", "L-BFGS-B success flag"),
+        "norm_iterations": Var(TN, "mean L-BFGS-B iterations", "1", "over blocks"),
+        "norm_r_min": Var((), "smallest norm factor r = e^-beta", "1", "r(x) = exp(beta e_1.x)"),
+        "norm_r_max": Var((), "largest norm factor r = e^beta", "1", "r(x) = exp(beta e_1.x)"),
+        "norm_gap_slope": Var((), "secondary: slope of log E[G] on log tau", "1", "block-mean curve of gap_cv, "
+                              "jackknife SE; -1 is the 1/tau scaling of the scores, below -1 is growth beyond it"),
+        "norm_gap_slope_se": Var((), "jackknife SE of norm_gap_slope", "1", "NaN if a block mean of G is <= 0"),
+        "norm_sens_slope_tau": Var((), "secondary: slope of log E[S tau] on log tau", "1", "norm_primary_b + 1"),
+        "norm_verdict": Var((), "verdict of the pre-registered primary rule", "1", "pass when growth_rule passes on "
+                            "sens_cv (protocols/temperature.md section 7)"),
+        "norm_verdict_reason": Var((), "why the primary rule did not pass", "1", "empty when it passed"),
+        "norm_null_verdict": Var((), "verdict of the null control", "1", "pass when the rule does NOT pass on sens_ref"),
+        "norm_null_verdict_reason": Var((), "why the null control check did not pass", "1", "empty when it passed"),
+        "norm_ignored_verdict": Var((), "verdict of the score-ignored control", "1",
+                                    "pass when the rule does NOT pass on sens_ignored"),
+        "norm_ignored_verdict_reason": Var((), "why the score-ignored control check did not pass", "1",
+                                           "empty when it passed"),
+        "norm_conclusion": Var((), "confirmatory conclusion on the norms clause of C5", "1",
+                               "confirmed / not confirmed (protocols/temperature.md section 7)"),
+    })
+    for c, what in _RULE_NAMES.items():
+        for f, d in _RULE_FIELDS.items():
+            out[f"norm_{c}_{f}"] = Var((), f"{what}: {f}", "1", d)
+    return out
+
+
+SCHEMA.update(_norm_schema())
+
+
+def _norm_generate(cell: dict, cfg: dict, rng: np.random.Generator) -> dict:
+    """One norms block at the cell's tau: train u_W on the block's sample, then G and S of phi_hat, of the
+    fixed reference, and with the score-ignored component."""
+    block = _block_of(rng)
+    out = {name: np.nan for name in NORM_QUANTITIES}
+    if block >= cfg["norm_blocks"]:
+        out["skipped"] = 1.0
+        return {f"norm_{n}": np.asarray(v, dtype=float) for n, v in out.items()}
+    s_sample, s_init, s_eval = norm_block_seeds(cfg["seed"], block)
+    pi, kernel, tau, k = Uniform(P_NORM), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["norm_k"]
+    sample = TrainingSample.draw(pi, kernel, cfg["norm_n"], k, rng=np.random.default_rng(s_sample))
+    init = LinearEmbedding.random(P_NORM, P_NORM, rng=np.random.default_rng(s_init))
+    fresh = TrainingSample.draw(pi, kernel, cfg["norm_eval"], k, rng=np.random.default_rng(s_eval))
+    profile = NormProfile.axis(cfg["norm_beta"], P_NORM)
+    train_risk, fresh_risk = ScaledRisk(sample, tau, profile), ScaledRisk(fresh, tau, profile)
+    phi, rep = train_scaled(train_risk, init, maxiter=cfg["norm_maxiter"])
+    a = gap_sensitivity(phi, train_risk, fresh_risk)
+    ref = gap_sensitivity(LinearEmbedding.identity(P_NORM), train_risk, fresh_risk)
+    ign = gap_sensitivity(phi, train_risk, fresh_risk, mode="ignored")
+    out.update(gap=a.gap, gap_ref=ref.gap, gap_cv=a.gap - ref.gap, sens=a.sens, sens_fd=a.sens_fd, sens_ref=ref.sens,
+               sens_cv=a.sens - ref.sens, sens_ignored=ign.sens_fd, sens_eval_mcse=a.sens_eval_mcse,
+               gap_eval_mcse=a.gap_eval_mcse, train_risk=rep["value"], converged=float(rep["converged"]),
+               iterations=float(rep["iterations"]), grad_norm=rep["grad_norm"], skipped=0.0)
+    return {f"norm_{n}": np.asarray(v, dtype=float) for n, v in out.items()}
+
+
+def norm_verdicts(primary, null, ignored, errors: str) -> dict:
+    """The verdict rule of protocols/temperature.md section 7 from the three growth_rule results."""
+    out = {}
+    if errors:
+        for c in ("", "_null", "_ignored"):
+            out[f"norm{c}_verdict"], out[f"norm{c}_verdict_reason"] = "error", f"task errors: {errors}"
+        out["norm_conclusion"] = "not confirmed (task errors)"
+        return out
+    out["norm_verdict"], out["norm_verdict_reason"] = ("pass", "") if primary.passed else ("fail", primary.reason)
+    for c, r in (("null", null), ("ignored", ignored)):
+        out[f"norm_{c}_verdict"], out[f"norm_{c}_verdict_reason"] = (
+            ("fail", "the control passed the rule: the design cannot tell growth from noise") if r.passed
+            else ("pass", ""))
+    if out["norm_null_verdict"] != "pass" or out["norm_ignored_verdict"] != "pass":
+        out["norm_conclusion"] = "not confirmed (inconclusive: a control passed the rule)"
+    elif primary.passed:
+        out["norm_conclusion"] = "confirmed"
+    else:
+        out["norm_conclusion"] = "not confirmed (growth of the sensitivity as tau falls not shown)"
+    return out
+
+
+def _norm_summary(raw: xr.Dataset, taus: np.ndarray, nb: int) -> dict:
+    """Summaries, rules and verdicts of the norms part from its raw cells (tau_n, norm_block)."""
+    v = {n: raw[f"raw_norm_{n}"].values for n in NORM_QUANTITIES}
+    out = {f"raw_norm_{n}": a for n, a in v.items()}
+    for n in ("gap_cv", "gap", "sens_cv", "sens", "sens_ref", "sens_ignored", "sens_fd", "train_risk"):
+        out[f"norm_{n}"], out[f"norm_{n}_mcse"] = mean_mcse(v[n], axis=1)
+    out["norm_gap_tau"], out["norm_gap_tau_mcse"] = taus * out["norm_gap_cv"], taus * out["norm_gap_cv_mcse"]
+    out["norm_sens_tau"], out["norm_sens_tau_mcse"] = taus * out["norm_sens_cv"], taus * out["norm_sens_cv_mcse"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["norm_fd_rel_error"] = _nan_reduce(np.nanmax, np.abs(v["sens_fd"] - v["sens"]) / np.abs(v["sens"]))
+    out["norm_converged"], out["norm_iterations"] = mean_mcse(v["converged"], axis=1)[0], mean_mcse(
+        v["iterations"], axis=1)[0]
+    rules = {c: growth_rule(taus, v[q].T, b0=NORM_B0, alpha=NORM_ALPHA) for c, q in NORM_CONTROLS.items()}
+    for c, r in rules.items():
+        for f in _RULE_FIELDS:
+            out[f"norm_{c}_{f}"] = float(getattr(r, "se" if f == "b_se" else f))
+    g = growth_rule(taus, v["gap_cv"].T, b0=0.0, alpha=0.5)  # descriptive slope of log E[G] only
+    out["norm_gap_slope"], out["norm_gap_slope_se"] = g.b, g.se
+    out["norm_sens_slope_tau"] = rules["primary"].b + 1.0
+    errors = "; ".join(f"tau = {t:g}: {e}" for t, e in zip(taus, raw["cell_error"].values) if str(e))
+    out.update(norm_verdicts(rules["primary"], rules["null"], rules["ignored"], errors))
+    return out
+
+
+def _norm_rule_text(ds: xr.Dataset, c: str) -> str:
+    g = lambda f: float(ds[f"norm_{c}_{f}"].values)  # noqa: E731
+    return (f"slope b = {g('b'):.3f} ± {g('b_se'):.3f} (H0 b >= {NORM_B0:.3f}: t = {g('t'):.2f}, p = {g('p'):.3g}); "
+            f"E[S](tau_min) = {g('level'):.4g} ± {g('level_se'):.2g} (p = {g('level_p'):.3g}); "
+            f"ratio tau_min/tau_max {g('ratio'):.3g}; {int(g('n_blocks'))} blocks")
+
+
+def _norm_eval(ds: xr.Dataset, c: str) -> dict:
+    name = {"primary": "norm_verdict", "null": "norm_null_verdict", "ignored": "norm_ignored_verdict"}[c]
+    verdict, reason = str(ds[name].values), str(ds[f"{name}_reason"].values)
+    detail = f"{_RULE_NAMES[c]}: {_norm_rule_text(ds, c)} -> {verdict}" + (f" ({reason})" if reason else "")
+    if c == "primary":
+        detail += f"; conclusion: {ds['norm_conclusion'].values}"
+    return {"estimate": float(ds[f"norm_{c}_b"].values), "estimate_mcse": float(ds[f"norm_{c}_b_se"].values),
+            "verdict": verdict, "detail": detail}
+
+
+def _sha(ds: xr.Dataset) -> str:
+    return str(ds.attrs.get("protocol_sha256", "?"))[:16]
+
+
+NORM_CHECKS = (
+    Check("C5", lambda ds: f"pre-registered rule (protocols/temperature.md, sha256 {_sha(ds)}…): the gap's sensitivity "
+          f"S = dG/deps to the negatives' embedding norms (psi = r u_W before normalisation, psi(y_j) -> e^eps psi(y_j)) "
+          f"grows as tau falls: one-sided jackknife t test of H0 slope of log E[S] on log tau >= {NORM_B0:.3f} AND "
+          f"E[S](tau_min) > 0, each at {NORM_ALPHA:g} (false-failure rate {NORM_BETA:g} = 1 - planned power at the "
+          "design alternative, not a guarantee for smaller effects)",
+          lambda ds: _norm_eval(ds, "primary"), NORM_BETA, protocol=PROTOCOL_PATH),
+    Check("C5", lambda ds: f"pre-registered null control (protocols/temperature.md, sha256 {_sha(ds)}…): the same rule "
+          "on S of the fixed reference psi = r x (not trained, E[S] = 0 exactly) must NOT pass",
+          lambda ds: _norm_eval(ds, "null"), NORM_ALPHA, protocol=PROTOCOL_PATH),
+    Check("C5", lambda ds: f"pre-registered control (protocols/temperature.md, sha256 {_sha(ds)}…): the negatives' norms "
+          "changed in a component the score ignores (S = 0 up to rounding); the rule must NOT pass (deterministic)",
+          lambda ds: _norm_eval(ds, "ignored"), None, protocol=PROTOCOL_PATH),
+)
+
+
+# ----------------------------------------------------------------------------------------------
 # the study
 
 class Temperature(Study):
@@ -543,10 +805,13 @@ class Temperature(Study):
                    "Q(x,.); MCSE over independent blocks (or over draws, per anchor)",
         "performance": "exact KL against 2/tau (deterministic); max_x (KL_hat - z MCSE) against 2/tau; CE t test "
                        "against exact (Bonferroni); monotone expansion scale and |c1| growth below 1/kappa_M; "
-                       "looseness KL/(2/tau); MCSE of every estimate",
+                       "looseness KL/(2/tau); MCSE of every estimate (exploratory). Norms clause (confirmatory, "
+                       "protocols/temperature.md): G and G tau per tau; sensitivity S = dG/deps of the gap to the "
+                       "negatives' embedding norms (psi = r u_W before normalisation); one-sided rule on S with a "
+                       "null control and a score-ignored-component control",
     }
     schema = SCHEMA
-    checks = CHECKS
+    checks = CHECKS + NORM_CHECKS
     params = {
         "settings": Param("settings", str, "uniform-d3,vmf-d8,mixture-d16", "comma-separated settings "
                           "(simkit.designs.RATE_SETTINGS)", choices=tuple(SETTINGS), multi=True,
@@ -569,6 +834,21 @@ class Temperature(Study):
                             low=16, high=1 << 20, quick=1024),
         "n_mc": Param("n_mc", int, 1 << 14, "Monte Carlo size over x for exact values of mixtures",
                       low=256, high=1 << 24, quick=1 << 13),
+        # the norms clause (pre-registered: protocols/temperature.md)
+        "norm_taus": Param("norm_taus", str, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the norms design "
+                           "(comma-separated)", quick="1,0.2,0.05"),
+        "norm_blocks": Param("norm_blocks", int, 64, "replicate blocks of the norms design (pre-registered)", low=3,
+                             high=100000, quick=32),
+        "norm_n": Param("norm_n", int, 256, "training tuples of the norms design", low=8, high=1 << 16, quick=64),
+        "norm_k": Param("norm_k", int, 32, "negatives per tuple of the norms design", low=1, high=4096, quick=16),
+        "norm_beta": Param("norm_beta", float, 0.5, "amplitude of the norm factor r(x) = exp(beta e_1.x)", low=0.0,
+                           high=3.0),
+        "norm_kappa_m": Param("norm_kappa_m", float, 10.0, "kernel concentration of the norms design", low=0.5,
+                              high=200.0),
+        "norm_eval": Param("norm_eval", int, 8192, "fresh tuples per block of the norms design", low=64,
+                           high=1 << 22, quick=1024),
+        "norm_maxiter": Param("norm_maxiter", int, 2000, "L-BFGS-B iteration limit of the norms design", low=10,
+                              high=100000, quick=500),
     }
 
     def check_config(self, cfg):
@@ -576,6 +856,10 @@ class Temperature(Study):
             raise ValueError(f"'tau_min' must be < tau_max = {cfg['tau_max']:g}, got {cfg['tau_min']:g}")
         if cfg["k_fixed"] > cfg["k_max"]:
             raise ValueError(f"'k_fixed' must be <= k_max = {cfg['k_max']}, got {cfg['k_fixed']}")
+        _norm_taus(cfg["norm_taus"])
+
+    def n_blocks(self, cfg):
+        return max(int(cfg["n_blocks"]), int(cfg["norm_blocks"]))
 
     def cells(self, cfg):
         out = []
@@ -584,16 +868,22 @@ class Temperature(Study):
             for tau in tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]):
                 out.append({"setting": name, "pi": family, "dim": int(d), "kappa_pi": float(kp),
                             "kappa_m": float(km), "tau": tau})
+        for tau in _norm_taus(cfg["norm_taus"]):
+            out.append({"setting": NORMS_SETTING, "pi": "uniform", "dim": P_NORM, "kappa_pi": 0.0,
+                        "kappa_m": float(cfg["norm_kappa_m"]), "tau": float(tau)})
         return out
 
     def _estimator(self, cell, cfg) -> GapEstimator:
         return GapEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["k_max"])
 
     def block_dims(self, cfg):
-        return dict(_RAW), {"k": k_grid(cfg["k_max"]), "anchor": np.arange(cfg["kl_anchors"])}
+        return {**_RAW, **_NORM_RAW}, {"k": k_grid(cfg["k_max"]), "anchor": np.arange(cfg["kl_anchors"])}
 
     def prepare(self, cell, cfg, rng):
-        """Control-variate pilot, then every exact constant; Monte Carlo (mixtures) from ``rng`` only."""
+        """Control-variate pilot, then every exact constant; Monte Carlo (mixtures) from ``rng`` only.
+        The norms cells have no constants."""
+        if cell["setting"] == NORMS_SETTING:
+            return {}
         est = self._estimator(cell, cfg)
         pi, kernel, tau, n_mc = est.pi, est.kernel, est.tau, cfg["n_mc"]
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
@@ -609,6 +899,14 @@ class Temperature(Study):
                 "gap_exact": gex}
 
     def generate(self, cell, cfg, prep, rng):
+        nan = {n: np.full(len(self.block_dims(cfg)[1][dims[0]]) if dims else (), np.nan)
+               for n, dims in {**_RAW, **_NORM_RAW}.items()}
+        if cell["setting"] == NORMS_SETTING:
+            return {**nan, **_norm_generate(cell, cfg, rng)}
+        key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
+        if len(key) >= 2 and key[-2] == 1 and key[-1] >= cfg["n_blocks"]:
+            return nan  # a block beyond n_blocks, run only for the norms design (norm_blocks > n_blocks)
+        nan = {n: v for n, v in nan.items() if n in _NORM_RAW}
         est = self._estimator(cell, cfg)
         out = est.block(cfg["block_anchors"], rng, prep["coef"])
         pi, tau = est.pi, est.tau
@@ -618,10 +916,16 @@ class Temperature(Study):
         kl_q, kl_q_se = kl_direct(pi, x, sample_q(pi, x, tau, cfg["kl_samples"], rng=rng), tau)
         return {"gap_cv": out["gap_cv"], "gap_plain": out["gap_plain"], "loss": out["loss"],
                 "ell_inf": out["ell_inf"], "kl_exact": kl_q_pi(pi, x, tau), "kl_q": kl_q, "kl_q_mcse": kl_q_se,
-                "kl_is": kl_is, "kl_is_mcse": kl_is_se, "kl_is_ess": ess}
+                "kl_is": kl_is, "kl_is_mcse": kl_is_se, "kl_is_ess": ess, **nan}
 
     def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
-        """The raw cells laid out over (setting, tau), the summaries with their MCSE, and the verdicts."""
+        """The raw cells laid out over (setting, tau), the summaries with their MCSE, and the verdicts; the
+        norms cells over (tau_n, norm_block) with their summaries, rules and verdicts."""
+        is_norm = raw["setting"].values.astype(str) == NORMS_SETTING
+        norm_raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(is_norm),
+                             "block": slice(0, int(cfg["norm_blocks"]))})
+        raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(~is_norm), "block": slice(0, int(cfg["n_blocks"]))})
+        norm_taus = np.array(_norm_taus(cfg["norm_taus"]))
         settings = cfg["settings"].split(",")
         taus = np.array(tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]))
         k = raw["k"].values
@@ -649,6 +953,11 @@ class Temperature(Study):
                 for i in range(n_set)]
         for name in rows[0]:
             out[name] = np.array([r[name] for r in rows])
+        ds.coords["tau_n"] = ("tau_n", norm_taus)
+        ds.coords["norm_block"] = ("norm_block", np.arange(int(cfg["norm_blocks"])))
+        out.update(_norm_summary(norm_raw, norm_taus, int(cfg["norm_blocks"])))
+        r = NormProfile.axis(cfg["norm_beta"], P_NORM).r_max
+        out["norm_r_min"], out["norm_r_max"] = 1.0 / r, r
         for name, value in out.items():
             ds[name] = (SCHEMA[name].dims, value)
         return ds
@@ -656,13 +965,40 @@ class Temperature(Study):
     def attrs(self, cfg):
         crit = critical_values(cfg)
         return {"alpha": ALPHA, "z_ce": crit["ce"], "z_kl": crit["kl"], "z_c1": crit["c1"],
-                "ess_reliable": ESS_RELIABLE, "k_onset_factor": K_ONSET_FACTOR}
+                "ess_reliable": ESS_RELIABLE, "k_onset_factor": K_ONSET_FACTOR, "norm_alpha": NORM_ALPHA,
+                "norm_b0": NORM_B0, "norm_beta_rate": NORM_BETA, "norm_fd_step": FD_STEP,
+                "norm_seed_split": NORM_SEED_SPLIT, **protocol_attrs(PROTOCOL_PATH),
+                "analysis": ("norms clause confirmatory (protocols/temperature.md); KL, CE and c1 checks exploratory"
+                             if not cfg.get("quick") else "quick (CI) design: not the confirmatory run")}
 
     def report_sections(self, doc, ds):
         from simkit.report.temperature import temperature_sections
         temperature_sections(doc, ds)
 
     def summary_text(self, ds) -> str:
+        return "\n".join([self._kl_summary_text(ds), self._norm_summary_text(ds)])
+
+    @staticmethod
+    def _norm_summary_text(ds) -> str:
+        lines = [f"norms clause (psi = r u_W, r in [{float(ds['norm_r_min'].values):.3g}, "
+                 f"{float(ds['norm_r_max'].values):.3g}]; {ds.sizes['norm_block']} blocks)",
+                 f"{'tau':>8}{'G ± MCSE':>22}{'G·tau ± MCSE':>22}{'S ± MCSE':>22}{'S·tau ± MCSE':>22}"
+                 f"{'S null ± MCSE':>22}{'S ignored':>11}{'FD rel err':>11}"]
+        for j, t in enumerate(ds["tau_n"].values):
+            pm = lambda n: f"{float(ds[n].values[j]):>11.4g} ± {float(ds[n + '_mcse'].values[j]):<8.2g}"  # noqa: E731
+            lines.append(f"{t:>8.4g}{pm('norm_gap_cv')}{pm('norm_gap_tau')}{pm('norm_sens_cv')}{pm('norm_sens_tau')}"
+                         f"{pm('norm_sens_ref')}{float(ds['norm_sens_ignored'].values[j]):>11.2g}"
+                         f"{float(ds['norm_fd_rel_error'].values[j]):>11.2g}")
+        lines.append(f"slope of log E[G] on log tau: {float(ds['norm_gap_slope'].values):.3f} ± "
+                     f"{float(ds['norm_gap_slope_se'].values):.3f}")
+        for c in NORM_CONTROLS:
+            lines.append(f"{_RULE_NAMES[c]}: {_norm_rule_text(ds, c)}")
+        lines.append(f"verdicts: primary {ds['norm_verdict'].values}, null control {ds['norm_null_verdict'].values}, "
+                     f"ignored-component control {ds['norm_ignored_verdict'].values} -> {ds['norm_conclusion'].values}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _kl_summary_text(ds) -> str:
         k = ds["k"].values
         kf = _k_fixed(ds)
         g1, g2 = int(np.nonzero(k == kf)[0][0]), k.size - 1
