@@ -1,0 +1,645 @@
+"""Claim C1 in the hard regime (confirmatory): uniform pi on S^2, tau = 0.02, k up to 2^20; and
+sensitivity tables of the rate verdict (exploratory).
+
+Pre-registered in ``protocols/hard_regime.md`` (committed alone before the confirmatory run; its
+path, SHA-256 and commit are global attributes of the dataset). So far C1 was tested (``rate_k``)
+only where the expansion scale max(E[Z2/Z^2], E[m1/Z]) is about 10; here it is 50 (kappa = 50), the
+gap's k * gap_k rises to a maximum near k = 300 before settling to c1 = 25.5, and the fit starts
+at k_min = smallest grid k >= 16 * 50 = 1024.
+
+ADEMP (Morris, White & Crowther 2019)
+-------------------------------------
+Aim        C1 (THEORY.md section 3): gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k), in a
+           regime where the expansion scale is 50 (issue 14 item 6).
+Data       pi uniform on S^2, M(x, .) = vMF(x, kappa_M = 50), tau = 0.02 = 1/kappa_M (so Q = M), phi =
+           identity; 2^20 negatives per replicate block, shared by its 256 anchors.
+Estimand   gap_k on k = 1, 2, 4, ..., 2^20; its log-log slope; c1 (exact: (kappa coth kappa + 1)/2 = 25.5).
+Methods    simkit.infonce.GapEstimator (the estimator of rate_k: common random numbers across k,
+           control variates with exact conditional means and pilot coefficients); the rate rule
+           simkit.analysis.rate_verdict and the exact-curve tests of simkit.analysis.truth_verdict at
+           alpha = 1e-3, as rate_k applies them (through truth_verdict_standardised: the same Hotelling
+           tests on columns divided by their block sd, which the k range 1..2^20 needs numerically).
+Performance  Slope +- jackknife SE and its intervals, p of slope = -1/2, c1 and c2 against exact, Hotelling
+           T^2 of the Monte Carlo curve and of dgap against the exact curve; exploratory sensitivity of
+           the rate verdict to the k_min factor (4..64), the block size (32..1024 anchors at a fixed
+           total) and the pilot size (0 = Taylor coefficients, 1..8 pilot blocks), in the hard regime
+           and at the three rate_k settings (k_max 2^16).
+
+Cells: ``hard`` (the confirmatory cell, the design of the protocol) and ``<base>:b=<size>`` (the same
+setting with blocks of ``size`` anchors, ``sens_total`` anchors in all: exploratory); for each
+rate_k setting ``<setting>`` (256-anchor blocks) and ``<setting>:b=<size>`` likewise (exploratory).
+An engine task of a block-size cell runs ``sens_total / n_blocks / size`` sub-blocks (dimension
+``sub``) when that is >= 1, else one block of ``size`` anchors if its index is below
+``sens_total / size`` (the other tasks are skipped, NaN). The pilot-size table reuses the blocks of
+the 256-anchor cells: their first ``sens_pilot_blocks`` tasks also record the block means of the
+control variates B_k and C_k (two more calls of :meth:`GapEstimator.block` on copies of the task's
+generator, so on the same draws), from which the block mean of A_k follows, and then the estimate
+of gap_k under any coefficients.
+
+Run it: ``simkit run hard_regime`` (the pre-registered design) or ``--quick`` (CI, never confirmatory).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+
+import numpy as np
+import statsmodels.api as sm
+from scipy import stats
+
+from simkit import VMFKernel, exact
+from simkit.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
+from simkit.designs import RATE_SETTINGS, build_pi
+from simkit.exact_curve import gap_curve, second_order_constant
+from simkit.infonce import GapEstimator, k_grid
+from simkit.protocol import protocol_attrs
+from simkit.runner import Check, Param, Study, Var
+
+__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict",
+           "block_groups", "pilot_gap", "exact_fit_bias"]
+
+#: level of each of the five component tests of the rule (as rate_k): slope interval, slope = -1/2,
+#: c1 t, and via the exact-curve tests c2 t, the exact curve and the exact dgap
+ALPHA = 1e-3
+N_ALPHA_TESTS = 5
+PROTOCOL_PATH = "protocols/hard_regime.md"
+#: the hard regime: uniform pi on S^2, vMF kernel kappa_M = 50, tau = 1/kappa_M
+HARD = {"pi": "uniform", "dim": 3, "kappa_pi": 0.0, "kappa_m": 50.0, "tau": 0.02}
+#: anchors per block of the confirmatory cell and of the rate_k-setting cells (rate_k's value)
+BLOCK_ANCHORS = 256
+
+C, CB, CK = ("cell",), ("cell", "block"), ("cell", "k")
+NATS = "nats (dimensionless, udunits '1')"
+
+
+def _v(dims, long_name, description, units="1"):
+    return Var(dims, long_name, units, description)
+
+
+def _ints(name: str, text: str, *, low: int = 0, power_of_two: bool = False) -> list[int]:
+    try:
+        vals = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
+    if len(set(vals)) != len(vals) or any(v < low for v in vals):
+        raise ValueError(f"'{name}' must list distinct integers >= {low}, got {text!r}")
+    if power_of_two and any(v & (v - 1) for v in vals):
+        raise ValueError(f"'{name}' must list powers of two, got {text!r}")
+    return vals
+
+
+def _floats(name: str, text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"'{name}' must be comma-separated numbers, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise ValueError(f"'{name}' must list numbers > 0, got {text!r}")
+    return vals
+
+
+# ----------------------------------------------------------------------------------------------
+# the dataset
+
+_KMF = ("cell", "kmf")
+_PIL = ("cell", "pilot")
+SCHEMA = {
+    # raw replicate blocks
+    "raw_gap_cv": _v(("cell", "block", "sub", "k"), "per-(sub-)block control-variate gap G_k, in nats",
+                     "mean over the block's anchors of D_k - b_A A_k - b_B B_k - b_C C_k (simkit.infonce); block = "
+                     "engine task, sub = sub-block within the task (block-size cells with blocks smaller than a task); "
+                     "NaN where a task runs no such sub-block; " + NATS),
+    "raw_gap_plain": _v(("cell", "block", "k"), "per-block mean of D_k = l_k - log k - l_inf, in nats",
+                        "256-anchor cells only (NaN elsewhere); " + NATS),
+    "raw_dgap_cv": _v(("cell", "block", "k"), "per-block Z-free dgap_k = gap_k - gap_2k with its control variate, "
+                      "in nats", "256-anchor cells only; NaN where 2k is off the grid; " + NATS),
+    "raw_ell_inf": _v(CB, "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
+    **{f"raw_cv_{n}": _v(("cell", "block", "k"), f"per-block mean of the control variate {n.upper()}_k",
+                         "the first sens_pilot_blocks blocks of the 256-anchor cells (NaN elsewhere): recovered from "
+                         "GapEstimator.block on the same draws (see the module docstring); for the pilot-size table") for n in ("a", "b", "c")},
+    "prep_coef": _v(("cell", "coef_dim0", "coef_dim1"), "control-variate coefficients of the cell",
+                    "from pilot_blocks pilot blocks of 256 anchors (GapEstimator.calibrate); NaN beyond the cell's k grid"),
+    "prep_pilot_coef": _v(("cell", "pilot_coef_dim0", "pilot_coef_dim1", "pilot_coef_dim2"),
+                          "control-variate coefficients by pilot size", "pilot sizes of the 'pilot' coordinate; "
+                          "nested pilots (the same first pilot blocks); 0 = Taylor values (1, 1, -1/2)"),
+    **{f"prep_{n}": _v(C, f"per-cell constant {n}", "prepare stage (exact values; nats for c1, c2 and CE)")
+       for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "c2_exact", "c2_exact_mcse", "rho", "mbar")},
+    "prep_gap_exact": _v(("cell", "gap_exact_dim0"), "exact gap on the k grid, in nats",
+                         "simkit.exact_curve.gap_curve; 256-anchor cells with exact quadrature (uniform, vMF pi); NaN "
+                         "elsewhere"),
+    "prep_gap_exact_cov": _v(("cell", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the exact gap's "
+                             "Monte Carlo error across k (nats squared)", "zero: the curve is exact where computed"),
+    # per-cell summaries
+    "gap": _v(CK, "finite-k gap R_k - log k - CE, in nats", "mean over the cell's (sub-)blocks of G_k"),
+    "gap_mcse": _v(CK, "Monte Carlo standard error of gap, in nats", "sd over (sub-)blocks / sqrt(their number)"),
+    "k_gap": _v(CK, "k times gap, in nats", "approaches c1 as k grows"),
+    "k_gap_mcse": _v(CK, "MCSE of k_gap, in nats", "k * gap_mcse"),
+    "gap_exact": _v(CK, "exact gap, in nats", "simkit.exact_curve.gap_curve (Frullani integral, no expansion); NaN "
+                    "where not computed"),
+    "gap_exact_mcse": _v(CK, "MCSE of gap_exact, in nats", "0 where exact"),
+    "fit_gap": _v(CK, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k (k >= k_min)"),
+    "resid_rate": _v(CK, "standardised residual of the rate fit", "(log gap - fit) / (gap_mcse / gap)"),
+    "n_units": _v(C, "independent blocks in the cell's analysis", "finished (sub-)blocks"),
+    "anchors_total": _v(C, "anchors in the cell's analysis", "n_units * block_size"),
+    "expansion_scale": _v(C, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) (simkit.exact.expansion_scales); k_min = "
+                          "smallest grid k >= k_min_factor * scale"),
+    "c2_over_c1": _v(C, "c2 / c1", "the k at which c2/k^2 equals c1/k (descriptive; not the k_min rule)"),
+    **{name: _v(C, f"rate rule: {name}", f"simkit.analysis.rate_verdict field {name!r} at the protocol's k_min "
+                "factor; see rate_k's dataset for the definitions") for name in
+       ("slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low",
+        "slope_verdict_high", "curvature", "slope_se_wls", "k_min")},
+    "c1_estimate": _v(C, "estimated c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
+    "c1_estimate_mcse": _v(C, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
+    "c2_estimate": _v(C, "estimated c2, in nats", "coefficient of 1/k^2"),
+    "c2_estimate_mcse": _v(C, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    "c1_z": _v(C, "standardised difference of c1_estimate from c1_exact", "Student t on n_units - 1 df"),
+    "c1_exact": _v(C, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
+                   "+ 1)/2 for the hard cell"),
+    "c1_exact_mcse": _v(C, "MCSE of c1_exact, in nats", "0 where exact (Monte Carlo over x for the mixture)"),
+    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact_curve.second_order_constant (docs/second-order.md)"),
+    "c2_exact_mcse": _v(C, "MCSE of c2_exact, in nats", "0 where exact"),
+    "ce_exact": _v(C, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
+    "ce_estimate": _v(C, "Monte Carlo CE, in nats", "block mean of l_inf (256-anchor cells)"),
+    "ce_estimate_mcse": _v(C, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
+    **{name: _v(C, f"exact-curve test: {name}", "simkit.analysis.truth_verdict_standardised (the tests of "
+                "truth_verdict on columns divided by their between-block sd; the confirmatory cell only, NaN elsewhere): "
+                "c2_t Student t, curve and dgap Hotelling T^2 with p-values") for name in TRUTH_FIELDS},
+    "rate_verdict": _v(C, "rate-rule verdict", "simkit.analysis.rate_verdict at the protocol's k_min factor: pass, "
+                       "fail or error"),
+    "verdict": _v(C, "verdict for C1", f"confirmatory cell: pass when the rate rule passes AND the exact-curve tests find no "
+                  f"problem (every component test at {ALPHA:g}); other cells: the rate rule alone (exploratory)"),
+    "verdict_reason": _v(C, "why the cell failed", "empty when it passed"),
+    "slope_exact_fit": _v(C, "slope of the rate fit applied to the exact curve",
+                          "the same WLS (log gap on 1, log k, 1/k; the Monte Carlo weights) on gap_exact: the "
+                          "method's deterministic bias at k_min (exploratory)"),
+    "c1_exact_fit": _v(C, "c1 of the constant fit applied to the exact curve, in nats",
+                       "WLS of gap_exact on 1/k, 1/k^2 (Monte Carlo weights): the fit's truncation bias (exploratory)"),
+    # sensitivity to the k_min factor
+    **{f"kmf_{n}": _v(_KMF, f"k_min-factor sensitivity: {n}", f"rate_verdict field {n!r} at k_min = smallest grid k >= "
+                      "kmf * expansion_scale (exploratory)") for n in ("slope", "slope_se", "k_min", "c1_z",
+                                                                         "c1_estimate", "c1_estimate_mcse",
+                                                                         "slope_p_half")},
+    "kmf_verdict": _v(_KMF, "k_min-factor sensitivity: rate verdict", "rate_verdict (exploratory)"),
+    "kmf_reason": _v(_KMF, "k_min-factor sensitivity: reason", "empty when it passed"),
+    "kmf_slope_exact_fit": _v(_KMF, "k_min-factor sensitivity: slope of the fit to the exact curve",
+                              "deterministic bias of the rate fit at that k_min (NaN without an exact curve)"),
+    "kmf_c1_exact_fit": _v(_KMF, "k_min-factor sensitivity: c1 of the fit to the exact curve, in nats",
+                           "deterministic bias of the constant fit"),
+    # sensitivity to the pilot size
+    **{f"pilot_{n}": _v(_PIL, f"pilot-size sensitivity: {n}", f"rate_verdict field {n!r} with the coefficients of "
+                        "that pilot applied to the same blocks (the first sens_pilot_blocks blocks of the 256-anchor "
+                        "cells; exploratory)") for n in
+       ("slope", "slope_se", "c1_z", "c1_estimate", "c1_estimate_mcse")},
+    "pilot_verdict": _v(_PIL, "pilot-size sensitivity: rate verdict", "rate_verdict (exploratory)"),
+    "pilot_reason": _v(_PIL, "pilot-size sensitivity: reason", "empty when it passed"),
+    "pilot_gap_mcse_kmax": _v(_PIL, "pilot-size sensitivity: MCSE of gap at k_max, in nats",
+                              "sd over blocks / sqrt(n_blocks) of the gap at the largest k"),
+    # coordinates
+    "cell": _v(C, "design cell", "hard (confirmatory), hard:b=<size> and the rate_k settings (exploratory)"),
+    "base": _v(C, "setting of the cell", "hard or a name of simkit.designs.RATE_SETTINGS"),
+    "role": _v(C, "role of the cell", "confirmatory, rate_k (256-anchor blocks, exploratory) or block_size "
+               "(exploratory)"),
+    "block_size": _v(C, "anchors per block", "sharing the block's k_max negatives"),
+    "total_anchors": _v(C, "anchors per cell by design", "n_blocks * 256 (256-anchor cells) or sens_total"),
+    "k_max": _v(C, "negatives per block", "largest k of the cell; the k grid beyond it is NaN"),
+    "pi": _v(C, "data distribution family", "uniform, vmf (mean e_1) or mixture (simkit.designs.build_pi)"),
+    "dim": _v(C, "ambient dimension d", "points on S^{d-1} in R^d"),
+    "kappa_pi": _v(C, "concentration of pi", "vMF concentration of pi or of each mixture component"),
+    "kappa_m": _v(C, "kernel concentration kappa_M", "M(x, .) = vMF(x, kappa_M)"),
+    "tau": _v(C, "temperature tau", "score s(x, y) = x.y / tau"),
+    "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
+    "sub": _v(("sub",), "sub-block within a task", "index"),
+    "kmf": _v(("kmf",), "k_min factor", "k_min = smallest grid k >= kmf * expansion_scale"),
+    "pilot": _v(("pilot",), "pilot size", "pilot blocks of 256 anchors for the control-variate coefficients (0 = "
+                "the Taylor values (1, 1, -1/2), no pilot)"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# the rule (protocols/hard_regime.md section 5): rate_k's, through the library
+
+def rate_rule(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: float, c1: float, c1_mcse: float, *,
+              failed_blocks: bool = False) -> dict:
+    """The rate part of the rule: :func:`simkit.analysis.rate_verdict` at :data:`ALPHA` with the c1 test, exactly as
+    rate_k calls it (k_min = smallest grid k >= k_min_factor * scale; level-(1 - ALPHA) slope interval contains
+    -1; slope = -1/2 rejected at ALPHA; |t of c1| within the Student t critical value on blocks - 1 df)."""
+    return rate_verdict(k, blocks, scale, k_min_factor, c1, c1_mcse, alpha=ALPHA, test_constant=True,
+                        failed_blocks=failed_blocks)
+
+
+def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray,
+                         gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
+                         c2_exact: tuple[float, float]) -> tuple[str, str, dict]:
+    """The whole rule: the rate part (``rate`` from :func:`rate_rule`) and the exact-curve tests of
+    :func:`simkit.analysis.truth_verdict` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact curve
+    at every k, each at :data:`ALPHA`), combined as rate_k combines them. Returns ``(verdict, reason, truth fields)``.
+
+    The exact-curve tests go through :func:`simkit.analysis.truth_verdict_standardised`: the same Hotelling tests
+    on columns divided by their between-block sd (the statistics are invariant under that rescaling). On the
+    grid k = 1..2^20 at tau = 0.02 the block sd of gap_k spans ~8 orders of magnitude, and truth_verdict's
+    covariance solve refuses the raw covariance (condition number > 1e12) although its correlation matrix is
+    well conditioned."""
+    fields, problems = truth_verdict_standardised(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact,
+                                                  alpha=ALPHA)
+    if rate["verdict"] == "error" or not np.isfinite(rate["slope"]):
+        return rate["verdict"], rate["reason"], fields
+    problems = [p for p in (rate["reason"], *problems) if p]
+    return ("pass" if not problems else "fail"), "; ".join(problems), fields
+
+
+# ----------------------------------------------------------------------------------------------
+# analysis helpers (exploratory tables)
+
+def block_groups(raw_gap_cv: np.ndarray) -> np.ndarray:
+    """Independent (sub-)blocks of one cell: ``(block, sub, k)`` -> ``(units, k)``, all-NaN rows dropped."""
+    a = np.asarray(raw_gap_cv, dtype=float).reshape(-1, raw_gap_cv.shape[-1])
+    return a[np.any(np.isfinite(a), axis=1)]
+
+
+def pilot_gap(gap_plain: np.ndarray, means: tuple[np.ndarray, np.ndarray, np.ndarray], coef: np.ndarray) -> np.ndarray:
+    """Per-block gap estimate ``mean D - c_A mean A - c_B mean B - c_C mean C`` under coefficients ``coef`` (G, >=3)."""
+    ma, mb, mc = means
+    return gap_plain - coef[:, 0] * ma - coef[:, 1] * mb - coef[:, 2] * mc
+
+
+def exact_fit_bias(k: np.ndarray, gap_exact: np.ndarray, gap_mcse: np.ndarray, k_min: float) -> tuple[float, float]:
+    """The rate fit (log gap on 1, log k, 1/k) and the constant fit (gap on 1/k, 1/k^2), with the Monte Carlo
+    weights of :func:`simkit.analysis.fit_rate` / ``fit_inverse_powers``, applied to the exact curve over
+    k >= k_min: ``(slope, c1)`` that the method would report without Monte Carlo error."""
+    sel = (k >= k_min) & np.isfinite(gap_exact) & np.isfinite(gap_mcse) & (gap_mcse > 0)
+    if sel.sum() < 4 or np.any(gap_exact[sel] <= 0):
+        return math.nan, math.nan
+    ks, g, se = k[sel].astype(float), gap_exact[sel], gap_mcse[sel]
+    x = np.column_stack([np.ones_like(ks), np.log(ks), 1.0 / ks])
+    slope = sm.WLS(np.log(g), x, weights=(g / se) ** 2).fit().params[1]
+    c1 = sm.WLS(g, np.column_stack([1.0 / ks, 1.0 / ks**2]), weights=1.0 / se**2).fit().params[0]
+    return float(slope), float(c1)
+
+
+# ----------------------------------------------------------------------------------------------
+# the check
+
+def _hard(ds):
+    idx = [i for i, c in enumerate(ds["cell"].values) if str(c) == "hard"]
+    if not idx:
+        raise ValueError("the dataset has no 'hard' cell")
+    return ds.isel(cell=idx[0])
+
+
+def _c1_check(ds) -> dict:
+    h = _hard(ds)
+    g = lambda n: float(h[n].values)  # noqa: E731
+    verdict, reason = str(h["verdict"].values), str(h["verdict_reason"].values)
+    detail = (f"hard (uniform S^2, kappa_M 50, tau 0.02, k <= {int(g('k_max'))}, k_min {g('k_min'):.0f}): slope "
+              f"{g('slope'):.4f} ± {g('slope_se'):.4f} (level-{1 - ALPHA:g} interval [{g('slope_verdict_low'):.4f}, "
+              f"{g('slope_verdict_high'):.4f}], p(-1/2) {g('slope_p_half'):.2g}); c1 {g('c1_estimate'):.4f} ± "
+              f"{g('c1_estimate_mcse'):.4f} vs exact {g('c1_exact'):.4f} (t {g('c1_z'):+.2f}); c2 t {g('c2_t'):+.2f}; "
+              f"curve p {g('curve_p'):.3g}, dgap p {g('dgap_p'):.3g} -> {verdict}" + (f" ({reason})" if reason else ""))
+    return {"estimate": g("slope"), "estimate_mcse": g("slope_se"), "verdict": verdict, "detail": detail}
+
+
+def _c1_pvalues(ds) -> dict[str, tuple[float, float]]:
+    h = _hard(ds)
+    n = int(h["n_units"].values)
+    t_slope = (float(h["slope"].values) + 1.0) / float(h["slope_se"].values)
+    out = {f"hard:{name}": (float(2 * stats.t.sf(abs(t), n - 1)), ALPHA)
+           for name, t in (("slope", t_slope), ("c1", float(h["c1_z"].values)), ("c2", float(h["c2_t"].values)))}
+    out["hard:curve"] = (float(h["curve_p"].values), ALPHA)
+    out["hard:dgap"] = (float(h["dgap_p"].values), ALPHA)
+    return out
+
+
+def _sha(ds):
+    return str(ds.attrs.get("protocol_sha256", "?"))
+
+
+C1_CHECK = Check(
+    claim="C1",
+    statistic=lambda ds: (f"pre-registered rule (protocols/hard_regime.md, sha256 {_sha(ds)[:16]}…): C1 at tau = 0.02 "
+                          f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
+                          f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student t), "
+                          f"MC curve and Z-free dgap against the exact curve at every k (Hotelling T^2), each at "
+                          f"{ALPHA:g} (simkit.analysis.rate_verdict, truth_verdict)"),
+    evaluate=_c1_check,
+    false_fail_rate=1.0 - (1.0 - ALPHA) ** N_ALPHA_TESTS,
+    pvalues=_c1_pvalues,
+    protocol=PROTOCOL_PATH,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# the study
+
+def _task_index(rng: np.random.Generator) -> int:
+    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
+    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
+    if len(key) < 2 or key[-2] != 1:
+        raise ValueError("'rng' must be the generator the engine passes to generate() (spawn key "
+                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
+    return int(key[-1])
+
+
+class HardRegime(Study):
+    name = "hard_regime"
+    claim = "C1"
+    title = "Claim C1 in the hard regime (confirmatory): tau = 0.02, k up to 2^20; sensitivity of the rate verdict"
+    cell_dim = "cell"
+    default_seed = 20261214
+    ademp = {
+        "aim": "C1 where the expansion scale is 50 (uniform pi on S^2, tau = 0.02): gap_k = c1/k + O(1/k^2), "
+               "rate 1/k not 1/sqrt(k) (protocols/hard_regime.md); sensitivity of the rate verdict (exploratory)",
+        "data": "uniform pi on S^2, vMF(x, 50) positives, tau = 0.02, phi = identity; 2^20 negatives per block; "
+                "the rate_k settings at 2^16 for the exploratory tables",
+        "estimand": "gap_k on k = 1..2^20; its log-log slope; c1 = 25.5",
+        "methods": "GapEstimator (CRN across k, exact-mean control variates, pilot coefficients); rate_verdict and "
+                   "truth_verdict at alpha = 1e-3 (the rate_k rule); jackknife over blocks",
+        "performance": "slope +- SE, intervals, p(-1/2), c1/c2 t, curve and dgap T^2 p; sensitivity tables over the "
+                       "k_min factor, block size and pilot size",
+    }
+    schema = SCHEMA
+    checks = (C1_CHECK,)
+    params = {
+        "n_blocks": Param("n_blocks", int, 64, "replicate blocks of the confirmatory cell (pre-registered); also the "
+                          "number of engine tasks of every cell", low=8, high=100000, quick=24),
+        "k_max": Param("k_max", int, 1 << 20, "negatives per block of the hard cells (power of two)", low=16,
+                       high=1 << 20, power_of_two=True, quick=1 << 13),
+        "pilot_blocks": Param("pilot_blocks", int, 4, "pilot blocks (256 anchors) for the control-variate "
+                              "coefficients", low=1, high=64, quick=2),
+        "k_min_factor": Param("k_min_factor", float, 16.0, "fit k >= k_min_factor * expansion scale", low=0.0),
+        "kappa_m": Param("kappa_m", float, HARD["kappa_m"], "kernel concentration of the hard cells", low=0.0,
+                         high=1e6),
+        "tau": Param("tau", float, HARD["tau"], "temperature of the hard cells", low=0.005),
+        "n_mc": Param("n_mc", int, 1 << 18, "Monte Carlo size over x for constants without a 1-D reduction (mixture)",
+                      low=1024, high=1 << 24, quick=1 << 16),
+        "sens_block_sizes": Param("sens_block_sizes", str, "32,64,128,256,512,1024", "block sizes of the hard "
+                                  "block-size cells (powers of two; empty for none)", quick="32,1024"),
+        "sens_total": Param("sens_total", int, 4096, "anchors of every block-size cell (a multiple of n_blocks)",
+                            low=64, high=1 << 24, quick=3072),
+        "sens_pilots": Param("sens_pilots", str, "0,1,2,4,8", "pilot sizes of the pilot-size table (0 = Taylor "
+                             "coefficients)", quick="0,1,2"),
+        "sens_pilot_blocks": Param("sens_pilot_blocks", int, 16, "the first blocks of each 256-anchor cell that also "
+                                   "record the control-variate means (the pilot-size table uses them)", low=3,
+                                   high=100000, quick=12),
+        "sens_k_min_factors": Param("sens_k_min_factors", str, "4,8,16,32,64", "k_min factors of the k_min table",
+                                    quick="4,16,64"),
+        "rate_settings": Param("rate_settings", str, "uniform-d3,vmf-d8,mixture-d16", "rate_k settings of the "
+                               "exploratory tables (empty for none)", quick="uniform-d3"),
+        "rate_k_max": Param("rate_k_max", int, 1 << 16, "negatives per block of the rate_k-setting cells", low=16,
+                            high=1 << 20, power_of_two=True, quick=4096),
+        "rate_block_sizes": Param("rate_block_sizes", str, "32,1024", "block sizes of the rate_k-setting block-size "
+                                  "cells (empty for none)", quick=""),
+    }
+
+    # -- design ------------------------------------------------------------------------------
+    def check_config(self, cfg):
+        if cfg["sens_total"] % cfg["n_blocks"]:
+            raise ValueError(f"'sens_total' must be a multiple of n_blocks = {cfg['n_blocks']}, got {cfg['sens_total']}")
+        per_task = cfg["sens_total"] // cfg["n_blocks"]
+        for name in ("sens_block_sizes", "rate_block_sizes"):
+            for b in _ints(name, cfg[name], low=8, power_of_two=True):
+                if (per_task % b) if b <= per_task else (cfg["sens_total"] % b):
+                    raise ValueError(f"'{name}' must divide sens_total / n_blocks = {per_task} (sizes up to it) or "
+                                     f"sens_total = {cfg['sens_total']} (larger sizes), got {b}")
+                if cfg["sens_total"] // b < 3:
+                    raise ValueError(f"'{name}' must leave >= 3 blocks of {b} anchors in sens_total = "
+                                     f"{cfg['sens_total']}, got {b}")
+        pilots = _ints("sens_pilots", cfg["sens_pilots"])
+        if any(p > 64 for p in pilots):
+            raise ValueError(f"'sens_pilots' must be <= 64, got {cfg['sens_pilots']!r}")
+        _floats("sens_k_min_factors", cfg["sens_k_min_factors"])
+        for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
+            if s not in RATE_SETTINGS:
+                raise ValueError(f"'rate_settings' must name settings of simkit.designs.RATE_SETTINGS "
+                                 f"({', '.join(RATE_SETTINGS)}), got {s!r}")
+        if cfg["rate_k_max"] > cfg["k_max"]:
+            raise ValueError(f"'rate_k_max' must be <= k_max = {cfg['k_max']}, got {cfg['rate_k_max']}")
+
+    def _sub(self, cfg) -> int:
+        sizes = (_ints("sens_block_sizes", cfg["sens_block_sizes"]) + _ints("rate_block_sizes", cfg["rate_block_sizes"]))
+        per_task = cfg["sens_total"] // cfg["n_blocks"]
+        return max([1] + [per_task // b for b in sizes if b <= per_task])
+
+    def cells(self, cfg):
+        out = []
+
+        def add(base, setting, role, b, k_max):
+            name = base if role != "block_size" else f"{base}:b={b}"
+            out.append({"cell": name, "base": base, "role": role, "block_size": int(b),
+                        "total_anchors": int(cfg["n_blocks"] * BLOCK_ANCHORS if role != "block_size" else cfg["sens_total"]),
+                        "k_max": int(k_max), **setting})
+
+        hard = {**HARD, "kappa_m": float(cfg["kappa_m"]), "tau": float(cfg["tau"])}
+        add("hard", hard, "confirmatory", BLOCK_ANCHORS, cfg["k_max"])
+        for b in _ints("sens_block_sizes", cfg["sens_block_sizes"]):
+            add("hard", hard, "block_size", b, cfg["k_max"])
+        for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
+            fam, d, kp, km, tau = RATE_SETTINGS[s]
+            setting = {"pi": fam, "dim": int(d), "kappa_pi": float(kp), "kappa_m": float(km), "tau": float(tau)}
+            add(s, setting, "rate_k", BLOCK_ANCHORS, cfg["rate_k_max"])
+            for b in _ints("rate_block_sizes", cfg["rate_block_sizes"]):
+                add(s, setting, "block_size", b, cfg["rate_k_max"])
+        return out
+
+    def block_dims(self, cfg):
+        dims = {"gap_cv": ("sub", "k"), "gap_plain": ("k",), "dgap_cv": ("k",), "ell_inf": (),
+                "cv_a": ("k",), "cv_b": ("k",), "cv_c": ("k",)}
+        return dims, {"k": k_grid(cfg["k_max"]), "sub": np.arange(self._sub(cfg))}
+
+    @staticmethod
+    def _estimator(cell) -> GapEstimator:
+        return GapEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cell["k_max"])
+
+    # -- stages ------------------------------------------------------------------------------
+    def prepare(self, cell, cfg, rng):
+        est = self._estimator(cell)
+        pi, kernel, tau = est.pi, est.kernel, est.tau
+        n_full = k_grid(cfg["k_max"]).size
+        n_k = est.grid.size
+        pilots = _ints("sens_pilots", cfg["sens_pilots"])
+        pilot_coef = np.full((len(pilots), n_full, 4), np.nan)
+        main = cell["role"] != "block_size"
+        if main:  # nested pilots: every calibration starts from the same generator state
+            for j, p in enumerate(pilots):
+                pilot_coef[j, :n_k] = (est.default_coef() if p == 0 else
+                                       est.calibrate(BLOCK_ANCHORS, copy.deepcopy(rng), n_blocks=p))
+        coef = np.full((n_full, 4), np.nan)
+        coef[:n_k] = est.calibrate(BLOCK_ANCHORS, rng, n_blocks=cfg["pilot_blocks"])
+        c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
+        rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
+        # CE and c2 are not needed by the rate rule of a block-size cell (Monte Carlo for the mixture: skipped)
+        ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng) if main else math.nan
+        c2 = second_order_constant(pi, kernel, tau, rng=rng, n_mc=cfg["n_mc"]) if main else math.nan
+        gap_ex = np.full(n_full, np.nan)
+        if main and cell["pi"] != "mixture":  # exact quadrature; the mixture's curve would be Monte Carlo
+            gap_ex[:n_k] = gap_curve(pi, kernel, tau, est.grid, rng=rng).gap
+        out = {"coef": coef, "pilot_coef": pilot_coef, "rho": rho, "mbar": mbar, "gap_exact": gap_ex,
+               "gap_exact_cov": np.zeros((n_full, n_full))}
+        for name, v in (("c1_exact", c1), ("ce_exact", ce), ("c2_exact", c2)):
+            out[name], out[f"{name}_mcse"] = ((v.value, v.mcse) if isinstance(v, exact.Estimate) else (v, 0.0))
+        return {n: np.asarray(v, dtype=float) for n, v in out.items()}
+
+    def generate(self, cell, cfg, prep, rng):
+        est = self._estimator(cell)
+        n_full, n_k = k_grid(cfg["k_max"]).size, est.grid.size
+        n_sub = self._sub(cfg)
+        coef = np.asarray(prep["coef"])[:n_k]
+        out = {"gap_cv": np.full((n_sub, n_full), np.nan), "ell_inf": np.array(np.nan),
+               **{n: np.full(n_full, np.nan) for n in ("gap_plain", "dgap_cv", "cv_a", "cv_b", "cv_c")}}
+        if cell["role"] != "block_size":
+            r_b, r_c = copy.deepcopy(rng), copy.deepcopy(rng)  # copies before any draw: the same draws
+            res = est.block(BLOCK_ANCHORS, rng, coef)
+            out["gap_cv"][0, :n_k] = res["gap_cv"]
+            for name in ("gap_plain", "dgap_cv"):
+                out[name][:n_k] = res[name]
+            out["ell_inf"] = np.asarray(res["ell_inf"], dtype=float)
+            if _task_index(rng) >= cfg["sens_pilot_blocks"]:
+                return out
+            # the same draws twice more, with coefficients e_B and e_C: gap_plain - gap_cv is then the block mean
+            # of B_k, resp. C_k, and that of A_k follows from the estimate itself (its b_A is the pilot's, > 0)
+            unit_b, unit_c = np.zeros_like(coef), np.zeros_like(coef)
+            unit_b[:, 1], unit_c[:, 2] = 1.0, 1.0
+            mb = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_b, unit_b)["gap_cv"]
+            mc = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_c, unit_c)["gap_cv"]
+            ma = (res["gap_plain"] - res["gap_cv"] - coef[:, 1] * mb - coef[:, 2] * mc) / coef[:, 0]
+            for name, v in (("cv_a", ma), ("cv_b", mb), ("cv_c", mc)):
+                out[name][:n_k] = v
+            return out
+        b = int(cell["block_size"])
+        per_task = cfg["sens_total"] // cfg["n_blocks"]
+        if b <= per_task:
+            for j in range(per_task // b):
+                out["gap_cv"][j, :n_k] = est.block(b, rng, coef)["gap_cv"]
+        elif _task_index(rng) < cfg["sens_total"] // b:
+            out["gap_cv"][0, :n_k] = est.block(b, rng, coef)["gap_cv"]
+        return out
+
+    # -- summaries ---------------------------------------------------------------------------
+    def summarise(self, raw, cfg) -> dict:
+        k_all = raw["k"].values
+        n_cell, n_full = raw.sizes["cell"], k_all.size
+        kmfs = _floats("sens_k_min_factors", cfg["sens_k_min_factors"])
+        pilots = _ints("sens_pilots", cfg["sens_pilots"])
+        nan_c = lambda: np.full(n_cell, np.nan)  # noqa: E731
+        out = {name: np.full((n_cell, n_full), np.nan) for name in
+               ("gap", "gap_mcse", "k_gap", "k_gap_mcse", "gap_exact", "gap_exact_mcse", "fit_gap", "resid_rate")}
+        scalars = ("n_units", "anchors_total", "expansion_scale", "c2_over_c1", "slope", "slope_se", "slope_ci_low",
+                   "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low", "slope_verdict_high",
+                   "curvature", "slope_se_wls", "k_min", "c1_estimate", "c1_estimate_mcse", "c2_estimate",
+                   "c2_estimate_mcse", "c1_z", "c1_exact", "c1_exact_mcse", "c2_exact", "c2_exact_mcse", "ce_exact",
+                   "ce_estimate", "ce_estimate_mcse", *TRUTH_FIELDS, "slope_exact_fit", "c1_exact_fit")
+        out.update({n: nan_c() for n in scalars})
+        for n in ("rate_verdict", "verdict", "verdict_reason"):
+            out[n] = [""] * n_cell
+        for n in ("slope", "slope_se", "k_min", "c1_z", "c1_estimate", "c1_estimate_mcse", "slope_p_half",
+                  "slope_exact_fit", "c1_exact_fit"):
+            out[f"kmf_{n}"] = np.full((n_cell, len(kmfs)), np.nan)
+        out["kmf_verdict"] = [[""] * len(kmfs) for _ in range(n_cell)]
+        out["kmf_reason"] = [[""] * len(kmfs) for _ in range(n_cell)]
+        for n in ("slope", "slope_se", "c1_z", "c1_estimate", "c1_estimate_mcse", "gap_mcse_kmax"):
+            out[f"pilot_{n}"] = np.full((n_cell, len(pilots)), np.nan)
+        out["pilot_verdict"] = [["n/a"] * len(pilots) for _ in range(n_cell)]
+        out["pilot_reason"] = [[""] * len(pilots) for _ in range(n_cell)]
+        renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
+                   "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z"}
+
+        for i in range(n_cell):
+            n_k = int(np.log2(int(raw["k_max"].values[i]))) + 1
+            k = k_all[:n_k]
+            role = str(raw["role"].values[i])
+            failed = bool(str(raw["cell_error"].values[i]))
+            units = block_groups(raw["raw_gap_cv"].values[i][..., :n_k])
+            units_fin = units[np.all(np.isfinite(units), axis=1)]
+            scale = float(max(raw["prep_rho"].values[i], raw["prep_mbar"].values[i]))
+            c1x, c1x_se = float(raw["prep_c1_exact"].values[i]), float(raw["prep_c1_exact_mcse"].values[i])
+            for n in ("c1_exact", "c1_exact_mcse", "c2_exact", "c2_exact_mcse", "ce_exact"):
+                out[n][i] = float(raw[f"prep_{n}"].values[i])
+            out["expansion_scale"][i] = scale
+            out["c2_over_c1"][i] = out["c2_exact"][i] / c1x
+            out["n_units"][i] = units_fin.shape[0]
+            out["anchors_total"][i] = units_fin.shape[0] * int(raw["block_size"].values[i])
+            mean, mcse = mean_mcse(units, axis=0)
+            out["gap"][i, :n_k], out["gap_mcse"][i, :n_k] = mean, mcse
+            out["k_gap"][i, :n_k], out["k_gap_mcse"][i, :n_k] = mean * k, mcse * k
+            gx = raw["prep_gap_exact"].values[i][:n_k]
+            out["gap_exact"][i, :n_k] = gx
+            out["gap_exact_mcse"][i, :n_k] = np.where(np.isfinite(gx), 0.0, np.nan)
+            if role != "block_size":
+                out["ce_estimate"][i], out["ce_estimate_mcse"][i] = mean_mcse(raw["raw_ell_inf"].values[i])
+
+            def verdict(blocks, factor):
+                return rate_rule(k, blocks, scale, factor, c1x, c1x_se, failed_blocks=failed)
+
+            r = verdict(units, cfg["k_min_factor"])
+            for f in RATE_FIELDS:
+                name = renamed.get(f, f)
+                if name in out and name not in ("sign", "k_sign"):
+                    out[name][i] = r[f]
+            out["fit_gap"][i, :n_k], out["resid_rate"][i, :n_k] = r["fit_abs"], r["resid_rate"]
+            out["rate_verdict"][i] = out["verdict"][i] = r["verdict"]
+            out["verdict_reason"][i] = r["reason"]
+            if np.isfinite(r["k_min"]):
+                out["slope_exact_fit"][i], out["c1_exact_fit"][i] = exact_fit_bias(k, gx, mcse, r["k_min"])
+            for j, f in enumerate(kmfs):
+                rj = verdict(units, f)
+                for n in ("slope", "slope_se", "k_min", "slope_p_half"):
+                    out[f"kmf_{n}"][i, j] = rj[n]
+                out["kmf_c1_z"][i, j] = rj["const_z"]
+                out["kmf_c1_estimate"][i, j], out["kmf_c1_estimate_mcse"][i, j] = (rj["const_estimate"],
+                                                                                   rj["const_estimate_mcse"])
+                out["kmf_verdict"][i][j], out["kmf_reason"][i][j] = rj["verdict"], rj["reason"]
+                if np.isfinite(rj["k_min"]):
+                    out["kmf_slope_exact_fit"][i, j], out["kmf_c1_exact_fit"][i, j] = exact_fit_bias(
+                        k, gx, mcse, rj["k_min"])
+            if role == "block_size":
+                continue
+            rows = np.all(np.isfinite(raw["raw_cv_a"].values[i][:, :n_k]), axis=1)  # the first sens_pilot_blocks
+            plain = raw["raw_gap_plain"].values[i][rows, :n_k]
+            means = tuple(raw[f"raw_cv_{n}"].values[i][rows, :n_k] for n in ("a", "b", "c"))
+            for j in range(len(pilots)):
+                g = pilot_gap(plain, means, raw["prep_pilot_coef"].values[i][j][:n_k])
+                rj = verdict(g, cfg["k_min_factor"])
+                for n, f in (("slope", "slope"), ("slope_se", "slope_se"), ("c1_z", "const_z"),
+                             ("c1_estimate", "const_estimate"), ("c1_estimate_mcse", "const_estimate_mcse")):
+                    out[f"pilot_{n}"][i, j] = rj[f]
+                out["pilot_gap_mcse_kmax"][i, j] = mean_mcse(g[:, -1])[1]
+                out["pilot_verdict"][i][j], out["pilot_reason"][i][j] = rj["verdict"], rj["reason"]
+            if role == "confirmatory":
+                v, reason, fields = confirmatory_verdict(
+                    r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,
+                    raw["prep_gap_exact_cov"].values[i][:n_k, :n_k], (out["c2_estimate"][i], out["c2_estimate_mcse"][i]),
+                    (out["c2_exact"][i], out["c2_exact_mcse"][i]))
+                for n, val in fields.items():
+                    out[n][i] = val
+                out["verdict"][i], out["verdict_reason"][i] = v, reason
+        out["kmf"] = np.asarray(kmfs, dtype=float)
+        out["pilot"] = np.asarray(pilots, dtype=float)
+        return out
+
+    def attrs(self, cfg):
+        return {"alpha": ALPHA, **protocol_attrs(PROTOCOL_PATH),
+                "analysis": "confirmatory (cell 'hard'); every other cell and table exploratory"
+                if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
+
+    def report_sections(self, doc, ds):
+        from simkit.report.hard_regime import hard_regime_sections
+        hard_regime_sections(doc, ds)
+
+    def summary_text(self, ds) -> str:
+        lines = [f"{'cell':<22}{'units':>6}{'k_min':>8}{'slope':>10}{'SE':>9}{'c1 est':>10}{'c1 exact':>10}{'t':>7}"
+                 "  verdict"]
+        for i, c in enumerate(ds["cell"].values):
+            g = lambda n: float(ds[n].values[i])  # noqa: E731
+            lines.append(f"{str(c):<22}{g('n_units'):>6.0f}{g('k_min'):>8.0f}{g('slope'):>10.4f}{g('slope_se'):>9.4f}"
+                         f"{g('c1_estimate'):>10.4f}{g('c1_exact'):>10.4f}{g('c1_z'):>+7.2f}  {ds['verdict'].values[i]}")
+        for row in self.claim_rows(ds):
+            lines.append(f"{row['claim']} [{row['analysis']}]: {row['verdict']} -- {row['detail']}")
+        return "\n".join(lines)
+
+
+STUDY = HardRegime()
+
+if __name__ == "__main__":
+    from simkit.cli import main
+    sys.exit(main(["run", "hard_regime", *sys.argv[1:]]))
