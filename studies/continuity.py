@@ -1,5 +1,9 @@
 """Claim C4: loss differences are controlled by softmax *averages* over the negatives, not their max.
 
+Pre-registered in ``protocols/continuity.md`` (committed alone before the confirmatory run; its path, SHA-256
+and commit are global attributes of the dataset). The pre-protocol two-sided test of "slope of log E B_avg on
+log k = 0" stays, unchanged in meaning, as an exploratory check and per-cell ``flat_verdict``.
+
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
 Aim        C4 (THEORY.md section 3, Prop. 4): the Gateaux derivative of the log-sum-exp in l_k along
@@ -13,7 +17,11 @@ Data       Pairs (phi, psi) of embeddings S^{p-1} -> S^{d-1}: phi random from it
            (x, x+, x-_1..x-_K), x ~ pi, x+ ~ vMF(x, kappa_M), negatives i.i.d. from pi, independent
            across tuples; every k = 1, 2, 4, ..., K uses the first k negatives (common random numbers).
            Settings: a two-layer tanh embedding in d = 16 with uniform pi, and a linear embedding in
-           d = 16 with the vMF mixture pi of simkit.designs.
+           d = 16 with the vMF mixture pi of simkit.designs (parametric psi); and a localised one,
+           "bump-d16": phi two-layer tanh S^2 -> S^15, uniform pi, psi = normalise(phi + a b(x) e) with
+           a = BUMP_GAIN eps and b a bump on a cap of pi-mass 2^-6 (:class:`CapBump`), so only rare
+           negatives are displaced (a lot): the max over negatives picks them up as k grows, the
+           softmax average weighs them by their mass.
 Estimand   Per tuple and k: |l_k(psi) - l_k(phi)|, the averaging bound B_avg and the max bound
            B_max (below); their means over tuples and pairs as functions of k; the ratios
            E B_max / E B_avg, E B_avg / E|dl|, E B_max / E|dl|.
@@ -22,9 +30,13 @@ Methods    Exact evaluation per tuple (running log-sum-exp over the negatives, s
            over k >= k_fit_min (WLS, statsmodels, with delete-one-block jackknife SE: simkit.analysis
            .fit_rate); ratios of means with jackknife MCSE.
 Performance  Violations (must be 0 for every bound: a deterministic check of proved inequalities);
-           slope of the averaging bound with a two-sided t test of slope = 0 at level ALPHA and its
-           detectable slope (power); slope of the max bound with a one-sided t test of slope <= 0
-           at level ALPHA; every mean and ratio with its MCSE.
+           primary (pre-registered): OLS slope b of log2 E B_avg on log2 k over k >= k_fit_min per
+           (setting, eps), jackknife SE, one-sided non-inferiority t test of H0: 2^b - 1 >= DELTA at
+           ALPHA_NI, intersection-union over the cells; positive controls through the same rule (the
+           negatives' max in every cell, B_max in the bump cells) that must not pass; secondary
+           one-sided growth tests of E B_max and E B_max / E B_avg; exploratory: WLS slope of the
+           averaging bound with a two-sided t test of slope = 0 at level ALPHA and its detectable slope,
+           WLS slope of the max bound with a one-sided t test at ALPHA; every mean and ratio with its MCSE.
 
 The bounds (derived here; notation of THEORY.md section 1)
 ----------------------------------------------------------
@@ -79,11 +91,12 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
+from scipy import special, stats
 from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
@@ -91,23 +104,38 @@ from simkit.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.infonce import k_grid
+from simkit.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 
-__all__ = ["loss_difference_bounds", "violations", "perturb", "SETTINGS", "SCHEMA", "STUDY", "ALPHA"]
+__all__ = ["loss_difference_bounds", "violations", "perturb", "cap_cosine", "CapBump", "SETTINGS", "SCHEMA", "STUDY",
+           "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "NonInferiority", "non_inferiority", "growth_test",
+           "confirmatory_verdicts"]
 
-#: level of each per-(setting, eps) test (flatness two-sided, growth one-sided)
+#: level of each exploratory per-(setting, eps) test (flatness two-sided, growth one-sided): the
+#: pre-protocol check, unchanged
 ALPHA = 1e-3
+#: the pre-registered rule (protocols/continuity.md): one-sided level per cell, margin per doubling of k
+PROTOCOL_PATH = "protocols/continuity.md"
+ALPHA_NI = 0.01
+DELTA = 0.01
+#: the margin on the slope scale: b0 = log2(1 + DELTA)
+B0 = math.log2(1.0 + DELTA)
 #: a bound counts as violated when |dl| > B + TOL_ABS + TOL_REL |l_k| (rounding of the loss difference
 #: is ~1e-15 |l_k|; the allowance is ~1000 times that)
 TOL_ABS, TOL_REL = 1e-12, 1e-12
 #: anchors processed at once (bounds memory: chunk x K x d floats per array)
 _CHUNK = 8
 
-#: name -> (embedding family, p, d, hidden width, pi family, kappa_pi, kappa_M, tau)
+#: name -> (embedding family, p, d, hidden width, pi family, kappa_pi, kappa_M, tau, perturbation, cap fraction);
+#: perturbation "params": psi = phi with parameters moved (:func:`perturb`); "bump": psi = phi plus a bump
+#: on a spherical cap of the input sphere holding the given fraction of pi's mass (:class:`CapBump`)
 SETTINGS = {
-    "twolayer-d16": ("two_layer", 16, 16, 32, "uniform", 0.0, 20.0, 0.5),
-    "linear-d16": ("linear", 16, 16, 0, "mixture", 6.0, 20.0, 0.5),
+    "twolayer-d16": ("two_layer", 16, 16, 32, "uniform", 0.0, 20.0, 0.5, "params", 0.0),
+    "linear-d16": ("linear", 16, 16, 0, "mixture", 6.0, 20.0, 0.5, "params", 0.0),
+    "bump-d16": ("two_layer", 3, 16, 32, "uniform", 0.0, 20.0, 0.5, "bump", 2.0 ** -6),
 }
+#: bump amplitude a = BUMP_GAIN * eps (eps = 0.5: a = 2, a displacement 2 sin(atan(2)/2) = 1.05 at the cap centre)
+BUMP_GAIN = 4.0
 
 #: per-block variables over (eps, k) and what they are
 _EK = ("eps", "k")
@@ -121,15 +149,16 @@ BLOCK_VARS = {
     "viol_score": "number of tuples with |dl| above B_score (+ rounding allowance)",
     "viol_avg": "number of tuples with |dl| above B_avg (+ rounding allowance)",
     "viol_max": "number of tuples with |dl| above B_max (+ rounding allowance)",
-    "tight_score": "largest |dl| / B_score over the block's tuples",
-    "tight_avg": "largest |dl| / B_avg over the block's tuples",
-    "tight_max": "largest |dl| / B_max over the block's tuples",
+    "tight_score": "largest (|dl| - rounding allowance)_+ / B_score over the block's tuples",
+    "tight_avg": "largest (|dl| - rounding allowance)_+ / B_avg over the block's tuples",
+    "tight_max": "largest (|dl| - rounding allowance)_+ / B_max over the block's tuples",
 }
 _E = ("eps",)
 BLOCK_VARS_E = {
     "anchor_term": "mean of 2 |phi(x) - psi(x)| + |phi(x+) - psi(x+)|",
     "neg_plain": "mean over all K negatives of |phi(x-) - psi(x-)| (unweighted)",
-    "param_dist": "||theta_psi - theta_phi|| (= eps ||theta_phi||)",
+    "param_dist": "size of the perturbation: ||theta_psi - theta_phi|| (= eps ||theta_phi||) for a parametric "
+                  "setting; ||psi(c) - phi(c)|| at the cap centre c (= 2 sin(atan(BUMP_GAIN eps)/2)) for a bump",
 }
 
 
@@ -224,6 +253,94 @@ def perturb(phi, eps: float, *, rng):
     return phi.with_params(phi.params + eps * np.linalg.norm(phi.params) * e)
 
 
+def cap_cosine(p: int, fraction: float) -> float:
+    """The cosine t of the spherical cap {x : x.c >= t} of S^{p-1} that holds ``fraction`` (in (0, 1/2])
+    of the uniform measure: P(x.c >= t) = I_{1 - t^2}((p - 1)/2, 1/2) / 2 for t >= 0 (t = 1 - 2 fraction
+    for p = 3)."""
+    if not (isinstance(fraction, (int, float, np.floating)) and 0 < fraction <= 0.5):
+        raise ValueError(f"'fraction' must be a number in (0, 0.5], got {fraction!r}")
+    if not (isinstance(p, (int, np.integer)) and p >= 2):
+        raise ValueError(f"'p' must be an integer >= 2, got {p!r}")
+    return float(math.sqrt(1.0 - special.betaincinv((p - 1) / 2.0, 0.5, 2.0 * fraction)))
+
+
+class CapBump:
+    """psi(x) = normalise(phi(x) + a b(x) e): phi displaced by a bump on a small spherical cap of the input sphere.
+
+    Parameters
+    ----------
+    phi : callable
+        The embedding S^{p-1} -> S^{d-1} (points on the last axis; an :class:`simkit.embedding.Embedding`).
+    centre : array_like, shape (p,)
+        Unit vector c, the centre of the cap C = {x : x.c >= t}.
+    cos_radius : float
+        t in (-1, 1).
+    amplitude : float
+        a >= 0.
+    direction : array_like, shape (d,)
+        Unit vector e.
+
+    Notes
+    -----
+    The bump profile is b(x) = ((x.c - t)_+ / (1 - t))^2, continuous, 1 at the centre and 0 outside C, so
+    psi = phi off the cap; where e is orthogonal to phi(x) (at the centre, by construction in
+    :meth:`random`) ||psi(x) - phi(x)|| = 2 sin(atan(a b(x)) / 2), e.g. 1.05 at the centre for a = 2,
+    and never more than 2 anywhere. Only the negatives
+    that land in the cap (probability = the cap's pi-mass) are displaced: a max over k negatives
+    picks such a rare displacement up once k ~ 1 / mass, a softmax average weighs it by its mass.
+
+    psi is not a member of a parametric family, and need not be: the bounds (1), (AVG), (MAX) of the
+    module notes use only that u, v, w_j and u', v', w'_j are unit vectors (|u| = 1, |w'_j - v'| <= 2)
+    and the convexity of G on the score segment r + t (r' - r); no path of embeddings between phi and
+    psi, no parameter and no smoothness of psi enters. So they hold for this psi as proved, and the
+    study counts violations for it exactly as for the parametric perturbations.
+    """
+
+    def __init__(self, phi, centre: ArrayLike, cos_radius: float, amplitude: float, direction: ArrayLike):
+        c = np.asarray(centre, dtype=float)
+        e = np.asarray(direction, dtype=float)
+        if c.ndim != 1 or abs(np.linalg.norm(c) - 1.0) > 1e-12:
+            raise ValueError(f"'centre' must be a unit vector of shape (p,), got shape {c.shape}")
+        if e.ndim != 1 or abs(np.linalg.norm(e) - 1.0) > 1e-12:
+            raise ValueError(f"'direction' must be a unit vector of shape (d,), got shape {e.shape}")
+        if not (isinstance(cos_radius, (int, float, np.floating)) and -1 < cos_radius < 1):
+            raise ValueError(f"'cos_radius' must be a number in (-1, 1), got {cos_radius!r}")
+        if not (isinstance(amplitude, (int, float, np.floating)) and math.isfinite(amplitude) and amplitude >= 0):
+            raise ValueError(f"'amplitude' must be a finite number >= 0, got {amplitude!r}")
+        self.phi, self.centre, self.cos_radius, self.amplitude, self.direction = phi, c, float(cos_radius), \
+            float(amplitude), e
+
+    def profile(self, x: ArrayLike) -> NDArray[np.float64]:
+        """b(x) = ((x.c - t)_+ / (1 - t))^2 for points x of shape (..., p)."""
+        z = (np.asarray(x, dtype=float) @ self.centre - self.cos_radius) / (1.0 - self.cos_radius)
+        return np.square(np.maximum(z, 0.0))
+
+    def __call__(self, x: ArrayLike) -> NDArray[np.float64]:
+        """psi(x), unit vectors of shape (n, d) for points x of shape (n, p)."""
+        f = self.phi(x)
+        h = f + (self.amplitude * self.profile(x))[..., None] * self.direction
+        norm = np.linalg.norm(h, axis=-1, keepdims=True)
+        if np.any(norm < 1e-12):
+            raise ValueError("psi is undefined where phi(x) + a b(x) e = 0; choose e orthogonal to phi(centre)")
+        return h / norm
+
+    @classmethod
+    def random(cls, phi, p: int, fraction: float, amplitudes, *, rng) -> list[CapBump]:
+        """One bump per amplitude sharing a centre c uniform on S^{p-1} and a direction e uniform among
+        unit vectors orthogonal to phi(c) (drawn in that order from ``rng``, required)."""
+        if rng is None:
+            raise ValueError("'rng' is required: pass a seed or a numpy Generator (e.g. the study task's rng)")
+        rng = np.random.default_rng(rng)
+        c = rng.standard_normal(p)
+        c /= np.linalg.norm(c)
+        f = phi(c[None, :])[0]
+        e = rng.standard_normal(f.size)
+        e -= (e @ f) * f
+        e /= np.linalg.norm(e)
+        t = cap_cosine(p, fraction)
+        return [cls(phi, c, t, float(a), e) for a in amplitudes]
+
+
 # ----------------------------------------------------------------------------------------------
 # the dataset's variables
 
@@ -244,6 +361,12 @@ SLOPES = {"avg": ("bound_avg", "mean B_avg"), "max": ("bound_max", "mean B_max")
           "negavg": ("neg_avg", "mean softmax average of |dw|"), "negmax": ("neg_max", "mean max_j |dw_j|"),
           "score": ("bound_score", "mean B_score"), "dl": ("dl", "mean |dl|")}
 _ONE_SIDED = ("max", "negmax")
+#: quantities put through the non-inferiority rule: name -> (per-block variable, role)
+NI_QUANTITIES = {"avg": ("bound_avg", "primary: E B_avg"),
+                 "negmax": ("neg_max", "positive control in every cell: E max_j |dw_j|"),
+                 "max": ("bound_max", "positive control in the bump cells, descriptive elsewhere: E B_max"),
+                 "negavg": ("neg_avg", "descriptive: E softmax average of |dw|")}
+_NI_FIELDS = ("b", "b_se", "growth", "growth_se", "t", "p")
 
 
 def _in_nats(name: str) -> bool:
@@ -270,6 +393,19 @@ def _slope_vars(name: str, text: str) -> dict:
                                           "(critical t + z_0.8) times the SE")}
 
 
+def _ni_vars(q: str, role: str) -> dict:
+    text = role.split(": ", 1)[1]
+    pre = f"ni_{q}"
+    desc = f"{role} (protocols/continuity.md); OLS over k >= k_fit_min, equal weights, block-mean curve"
+    return {f"{pre}_b": Var(SE, f"OLS slope of log2 {text} on log2 k", "1", desc),
+            f"{pre}_b_se": Var(SE, f"jackknife SE of {pre}_b", "1", "delete-one-block jackknife"),
+            f"{pre}_growth": Var(SE, f"growth of {text} per doubling of k", "1", f"2^{pre}_b - 1"),
+            f"{pre}_growth_se": Var(SE, f"SE of {pre}_growth", "1", "delta method: ln 2 * 2^b * SE(b)"),
+            f"{pre}_t": Var(SE, f"non-inferiority t statistic for {text}", "1", f"({pre}_b - log2(1 + delta)) / SE"),
+            f"{pre}_p": Var(SE, f"non-inferiority p-value for {text}", "1", "one-sided, H0: growth >= delta per "
+                            "doubling of k; Student t with n_blocks - 1 df")}
+
+
 #: every variable and coordinate of the dataset (the runner adds block, cell_error and cell_key)
 SCHEMA = {
     "setting": Var(S, "design setting", "1", "name in studies/continuity.py SETTINGS"),
@@ -281,6 +417,10 @@ SCHEMA = {
               f"means from seed {MIXTURE_SEED})"),
     "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of each mixture component"),
     "kappa_m": Var(S, "kernel concentration kappa_M", "1", "x+ ~ vMF(x, kappa_M)"),
+    "perturbation": Var(S, "kind of perturbation psi of phi", "1", "params: parameters moved by eps ||theta|| "
+                        "(perturb); bump: psi = normalise(phi + BUMP_GAIN eps b(x) e), b a bump on a cap (CapBump)"),
+    "cap_fraction": Var(S, "pi-mass of the bump's cap", "1", "fraction of the uniform measure on S^{p-1} in the cap "
+                        "(0 for a parametric perturbation)"),
     "tau": Var(S, "temperature tau", "1", "s(x, y) = phi(x).phi(y)/tau"),
     "eps": Var(("eps",), "relative parameter perturbation eps", "1", "theta_psi = theta_phi + eps ||theta_phi|| e"),
     "k": Var(("k",), "number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max; the first k of K negatives"),
@@ -291,16 +431,39 @@ SCHEMA = {
     **{k: v for n, text in BLOCK_VARS_E.items() for k, v in _mean_var(n, SE, text).items()},
     **{f"violations_{t}": Var(SEK, f"tuples violating B_{t}", "1", "count over all blocks (attrs['tuples_per_k'] "
                               "tuples per k and eps)") for t in ("score", "avg", "max")},
-    **{f"tightness_{t}": Var(SEK, f"largest |dl| / B_{t} over tuples", "1", "at most 1 when the bound holds; near "
-                             "1: tight on some tuple") for t in ("score", "avg", "max")},
+    **{f"tightness_{t}": Var(SEK, f"largest |dl| / B_{t} over tuples", "1", "(|dl| - rounding allowance)_+ / B_t: at "
+                             "most 1 exactly when the bound holds; near 1: tight on some tuple")
+       for t in ("score", "avg", "max")},
     **{k: v for name, (_, _, ln) in RATIOS.items() for k, v in {
         name: Var(SEK, ln, "1", "ratio of means over tuples and blocks"),
         f"{name}_mcse": Var(SEK, f"MCSE of {name}", "1", "delete-one-block jackknife")}.items()},
     **{k: v for name, (_, text) in SLOPES.items() for k, v in _slope_vars(name, text).items()},
-    "verdict": Var(SE, "verdict for C4", "1", f"pass when no tuple violates any bound, the two-sided test of zero "
-                   f"slope for B_avg is not rejected at {ALPHA:g} and the one-sided test of positive slope for B_max "
-                   f"rejects at {ALPHA:g}; error when a task failed"),
-    "verdict_reason": Var(SE, "why a cell failed", "1", "empty when it passed"),
+    "flat_verdict": Var(SE, "exploratory (pre-protocol) verdict for C4", "1",
+                        f"pass when no tuple violates any bound, the two-sided test of zero WLS slope for B_avg is not "
+                        f"rejected at {ALPHA:g} and the one-sided test of positive WLS slope for B_max rejects at "
+                        f"{ALPHA:g}; error when a task failed"),
+    "flat_reason": Var(SE, "why a cell failed the exploratory rule", "1", "empty when it passed"),
+    **{k: v for q, (var, role) in NI_QUANTITIES.items() for k, v in _ni_vars(q, role).items()},
+    "ni_blocks": Var(SE, "blocks in the non-inferiority tests", "1", "finished blocks (df = n - 1)"),
+    **{k: v for name, text in (("s1", "log2 E B_max"), ("s2", "log2 (E B_max / E B_avg)")) for k, v in {
+        f"{name}_b": Var(SE, f"OLS slope of {text} on log2 k", "1", "secondary (protocols/continuity.md section 8); "
+                         "k >= k_fit_min, equal weights, block-mean curves"),
+        f"{name}_b_se": Var(SE, f"jackknife SE of {name}_b", "1", "delete-one-block jackknife"),
+        f"{name}_t": Var(SE, f"t statistic of {name}_b", "1", f"{name}_b / {name}_b_se"),
+        f"{name}_p": Var(SE, f"one-sided p-value for {name}_b > 0", "1", "Student t with n_blocks - 1 df, H0: slope "
+                         "<= 0")}.items()},
+    "verdict": Var(SE, "confirmatory primary verdict for C4 per cell", "1",
+                   f"protocols/continuity.md: pass when the one-sided non-inferiority test of E B_avg against growth "
+                   f">= {100 * DELTA:g}% per doubling of k rejects at {ALPHA_NI:g}; error when a task failed"),
+    "verdict_reason": Var(SE, "why a cell failed the primary rule", "1", "empty when it passed"),
+    "control_verdict": Var(SE, "positive-control verdict per cell", "1",
+                           "pass when E max_j |dw_j| (every cell) and E B_max (bump cells) do NOT pass the same rule"),
+    "control_reason": Var(SE, "why the control failed in a cell", "1", "empty when it passed"),
+    "secondary_verdict": Var(SE, "secondary verdict per cell", "1", f"pass when S1 (B_max grows) and S2 (E B_max / "
+                             f"E B_avg grows) both reject H0: slope <= 0 at {ALPHA_NI:g}"),
+    "secondary_reason": Var(SE, "why the secondary failed in a cell", "1", "empty when it passed"),
+    "conclusion": Var((), "C4 confirmatory conclusion", "1", "protocols/continuity.md section 7: confirmed, or not "
+                      "confirmed with the reason"),
 }
 
 
@@ -326,6 +489,174 @@ def _slope(k: np.ndarray, blocks: np.ndarray, k_min: int, one_sided: bool) -> tu
     p = stats.t.sf(b / se, fit.df) if one_sided else 2 * stats.t.sf(abs(b / se), fit.df)
     q = stats.t.isf(ALPHA if one_sided else ALPHA / 2, fit.df)
     return b, se, p, q * se, (q + stats.norm.isf(0.2)) * se
+
+
+# ----------------------------------------------------------------------------------------------
+# the pre-registered rule (protocols/continuity.md sections 2, 3, 6, 8)
+
+@dataclass(frozen=True)
+class NonInferiority:
+    """One-sided non-inferiority test of a block-mean curve against growth >= delta per doubling of k."""
+
+    b: float           # OLS slope of log2(block-mean curve) on log2 k over k >= k_min
+    se: float          # delete-one-block jackknife SE of b
+    growth: float      # 2^b - 1 per doubling of k
+    growth_se: float   # delta method: ln 2 * 2^b * se
+    t: float           # (b - log2(1 + delta)) / se
+    df: int
+    p: float           # one-sided, H1: b < log2(1 + delta)
+    reject: bool       # p < alpha: growth < delta shown
+    n_blocks: int
+    defined: bool      # the curve is > 0 on the fit range in the full sample and every jackknife replicate
+
+
+def _jack_log2_slope(k: ArrayLike, blocks: ArrayLike, k_min: int, ratio: bool) -> tuple[float, float, int, bool]:
+    """(b, jackknife SE, blocks used, defined) for the OLS slope of log2 of the block-mean curve on log2 k
+    over k >= k_min (equal weights); with ``ratio`` the blocks are (n, 2, G) and the curve is mean[0] / mean[1]."""
+    x = np.log2(np.asarray(k, dtype=float))
+    b = np.asarray(blocks, dtype=float)
+    want = 3 if ratio else 2
+    if b.ndim != want or b.shape[-1] != x.size or (ratio and b.shape[1] != 2):
+        shape = f"(n_blocks, 2, {x.size})" if ratio else f"(n_blocks, {x.size})"
+        raise ValueError(f"'blocks' must have shape {shape}, got {b.shape}")
+    sel = x >= math.log2(k_min)
+    if np.unique(x[sel]).size < 2:
+        raise ValueError(f"'k_min' must leave at least two distinct k in the fit, got k_min = {k_min}")
+    xc = x[sel] - x[sel].mean()
+    sxx = float(xc @ xc)
+
+    def stat(curve):
+        c = (curve[0] / curve[1] if ratio else curve)[sel]
+        if not np.all(np.isfinite(c) & (c > 0)):
+            return np.array([np.nan])
+        y = np.log2(c)
+        return np.array([float(xc @ (y - y.mean())) / sxx])
+
+    b = b[np.all(np.isfinite(b.reshape(b.shape[0], -1)), axis=1)]
+    n = b.shape[0]
+    if n < 3:
+        return math.nan, math.nan, n, False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est, se, reps = jackknife(stat, b)
+    est, se = float(est[0]), float(se[0])
+    defined = bool(np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps)))
+    return est, (se if defined else math.nan), n, defined
+
+
+def non_inferiority(k: ArrayLike, blocks: ArrayLike, k_min: int = 16, *, delta: float = DELTA,
+                    alpha: float = ALPHA_NI, ratio: bool = False) -> NonInferiority:
+    """The pre-registered primary test (protocols/continuity.md section 3): H0 ``2^b - 1 >= delta`` against
+    H1 ``2^b - 1 < delta``.
+
+    Parameters
+    ----------
+    k : array_like, shape (G,)
+        The grid of k (positive).
+    blocks : array_like, shape (n_blocks, G)
+        Per-block means of the bound at each k (independent blocks, common random numbers across k);
+        blocks with a NaN are dropped. ``(n_blocks, 2, G)`` with ``ratio``: numerator and denominator.
+    k_min : int
+        Smallest k in the fit.
+    delta, alpha : float
+        Margin (relative growth per doubling of k) and one-sided level.
+
+    Returns
+    -------
+    NonInferiority
+        b = OLS slope of log2 of the block-mean curve on log2 k over k >= k_min, jackknife SE,
+        t = (b - log2(1 + delta)) / SE on n_blocks - 1 df, p = P(T <= t); reject when p < alpha.
+        Undefined (NaN, no rejection) when the mean curve is not positive on the fit range (in the full
+        sample or a jackknife replicate) or fewer than 3 blocks remain.
+    """
+    if not (isinstance(delta, (int, float, np.floating)) and delta > -1):
+        raise ValueError(f"'delta' must be a number > -1, got {delta!r}")
+    if not (isinstance(alpha, (int, float, np.floating)) and 0 < alpha < 1):
+        raise ValueError(f"'alpha' must be in (0, 1), got {alpha!r}")
+    est, se, n, defined = _jack_log2_slope(k, blocks, k_min, ratio)
+    nan = math.nan
+    if not defined:
+        g = 2.0 ** est - 1.0 if math.isfinite(est) else nan
+        return NonInferiority(est, nan, g, nan, nan, max(n - 1, 0), nan, False, n, False)
+    b0 = math.log2(1.0 + delta)
+    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
+    p = float(stats.t.cdf(t, n - 1))
+    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
+                          bool(p < alpha), n, True)
+
+
+def growth_test(k: ArrayLike, blocks: ArrayLike, k_min: int = 16, *, alpha: float = ALPHA_NI,
+                ratio: bool = False) -> tuple[float, float, float, float, bool]:
+    """The secondary tests S1/S2 (protocols/continuity.md section 8): the same OLS slope b and jackknife SE,
+    H0: b <= 0 against H1: b > 0, t = b / SE on n_blocks - 1 df, p = P(T >= t).
+
+    Returns ``(b, se, t, p, reject)``; all NaN and no rejection when b is undefined."""
+    est, se, n, defined = _jack_log2_slope(k, blocks, k_min, ratio)
+    if not defined:
+        return est, math.nan, math.nan, math.nan, False
+    t = est / se if se > 0 else (math.inf if est > 0 else -math.inf)
+    p = float(stats.t.sf(t, n - 1))
+    return est, se, float(t), p, bool(p < alpha)
+
+
+def _is_bump(perturbation: str) -> bool:
+    return str(perturbation) == "bump"
+
+
+def confirmatory_verdicts(out: dict, settings, perturbations, errors) -> dict:
+    """Per-cell verdicts of the rule of protocols/continuity.md section 7 (primary, control, secondary) from the
+    summary arrays in ``out`` (``ni_<q>_p``, ``ni_<q>_b``, ``s1_p``, ``s2_p``, violation counts), and the
+    conclusion. Returns arrays ``verdict``, ``verdict_reason``, ``control_verdict``, ``control_reason``,
+    ``secondary_verdict``, ``secondary_reason`` (setting, eps) and the scalar ``conclusion``."""
+    n_set, n_eps = np.shape(out["ni_avg_p"])
+    res = {n: np.empty((n_set, n_eps), dtype=object) for n in ("verdict", "verdict_reason", "control_verdict",
+                                                               "control_reason", "secondary_verdict",
+                                                               "secondary_reason")}
+    for i in range(n_set):
+        err = str(errors[i])
+        for j in range(n_eps):
+            p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
+            if err:
+                v, r = "error", "a task failed (see cell_error)"
+            elif not math.isfinite(p):
+                v, r = "fail", "b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"
+            elif p < ALPHA_NI:
+                v, r = "pass", ""
+            else:
+                v, r = "fail", (f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
+                                f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})")
+            res["verdict"][i, j], res["verdict_reason"][i, j] = v, r
+            controls = ["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]
+            probs = []
+            for q in controls:
+                pq = float(out[f"ni_{q}_p"][i, j])
+                if not math.isfinite(pq):
+                    probs.append(f"{q}: b undefined")
+                elif pq < ALPHA_NI:
+                    probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
+                                 f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
+            res["control_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
+            res["control_reason"][i, j] = "; ".join(probs)
+            probs = []
+            for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / E B_avg")):
+                ps = float(out[f"{name}_p"][i, j])
+                if not (math.isfinite(ps) and ps < ALPHA_NI):
+                    probs.append(f"{text} not shown (p = {ps:.3g})")
+            res["secondary_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
+            res["secondary_reason"][i, j] = "; ".join(probs)
+    n_viol = int(sum(np.nansum(out[f"violations_{t}"]) for t in ("score", "avg", "max")))
+    prim, ctrl = combine_verdicts(res["verdict"]), combine_verdicts(res["control_verdict"])
+    if any(str(e) for e in errors):
+        conclusion = "error (a task failed)"
+    elif n_viol:
+        conclusion = "not confirmed (bound violated)"
+    elif ctrl != "pass":
+        conclusion = "not confirmed (inconclusive: the positive control passed the rule)"
+    elif prim != "pass":
+        conclusion = "not confirmed (growth >= delta not excluded)"
+    else:
+        conclusion = "confirmed"
+    res["conclusion"] = conclusion
+    return res
 
 
 def _slope_problems(p_avg: float, p_max: float, b_avg: float, b_max: float) -> list[str]:
@@ -354,20 +685,73 @@ def _n_violations(ds: xr.Dataset) -> int:
     return int(sum(int(ds[f"violations_{t}"].values.sum()) for t in ("avg", "max", "score")))
 
 
+def _task_error(ds: xr.Dataset) -> bool:
+    return "cell_error" in ds and any(str(e) for e in ds["cell_error"].values.ravel())
+
+
+def _sha(ds: xr.Dataset) -> str:
+    return str(ds.attrs.get("protocol_sha256", "?"))[:16]
+
+
 def _bounds_check(ds: xr.Dataset) -> dict:
     """Deterministic: B_score, B_avg and B_max are proved bounds, so no tuple may violate them."""
     n = _n_violations(ds)
-    errors = "error" in [str(v) for v in ds["verdict"].values.ravel()]
     detail = (f"{n} bound violations over {int(ds.attrs.get('tuples_per_k', 0))} tuples x {ds.sizes['k']} k x "
               f"{ds.sizes['eps']} eps x {ds.sizes['setting']} settings; largest |dl|/B_avg "
               f"{float(np.nanmax(ds['tightness_avg'].values)):.3g}, |dl|/B_max "
               f"{float(np.nanmax(ds['tightness_max'].values)):.3g}")
-    return {"estimate": n, "estimate_mcse": 0.0, "verdict": "error" if errors else ("fail" if n else "pass"),
+    return {"estimate": n, "estimate_mcse": 0.0, "verdict": "error" if _task_error(ds) else ("fail" if n else "pass"),
             "detail": detail}
 
 
+def _cells(ds):
+    return [(i, j, str(s), float(e)) for i, s in enumerate(ds["setting"].values) for j, e in enumerate(ds["eps"].values)]
+
+
+def _primary_check(ds: xr.Dataset) -> dict:
+    """Primary (protocols/continuity.md section 7.2): non-inferiority of E B_avg in every cell (intersection-union);
+    estimate: the largest growth per doubling over the cells."""
+    g, gse = ds["ni_avg_growth"].values, ds["ni_avg_growth_se"].values
+    worst = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(g), g, np.inf))), g.shape) if g.size else (0, 0)
+    parts = [f"{s} eps {e:g}: growth {100 * g[i, j]:+.3f}% ± {100 * gse[i, j]:.3f}% per doubling (b = "
+             f"{ds['ni_avg_b'].values[i, j]:.2e} ± {ds['ni_avg_b_se'].values[i, j]:.1e}), t = "
+             f"{ds['ni_avg_t'].values[i, j]:.1f}, p = {ds['ni_avg_p'].values[i, j]:.2g} -> {ds['verdict'].values[i, j]}"
+             for i, j, s, e in _cells(ds)]
+    return {"estimate": g[worst], "estimate_mcse": gse[worst], "verdict": combine_verdicts(ds["verdict"].values),
+            "detail": f"conclusion: {ds['conclusion'].values.item()}; " + "; ".join(parts)}
+
+
+def _control_check(ds: xr.Dataset) -> dict:
+    """Positive control (section 7.3): the negatives' max (every cell) and B_max (bump cells) must NOT pass the rule;
+    estimate: the smallest control growth per doubling."""
+    parts, vals = [], []
+    for i, j, s, e in _cells(ds):
+        qs = ("negmax", "max") if _is_bump(ds["perturbation"].values[i]) else ("negmax",)
+        for q in qs:
+            vals.append((ds[f"ni_{q}_growth"].values[i, j], ds[f"ni_{q}_growth_se"].values[i, j]))
+            parts.append(f"{s} eps {e:g} {q}: growth {100 * vals[-1][0]:+.2f}% ± {100 * vals[-1][1]:.2f}%, p = "
+                         f"{ds[f'ni_{q}_p'].values[i, j]:.2g}")
+    g = np.array([v[0] for v in vals], dtype=float)
+    m = int(np.nanargmin(np.where(np.isfinite(g), g, -np.inf))) if g.size else 0
+    return {"estimate": vals[m][0], "estimate_mcse": vals[m][1], "verdict": combine_verdicts(ds["control_verdict"].values),
+            "detail": "; ".join(parts)}
+
+
+def _secondary_check(ds: xr.Dataset) -> dict:
+    """Secondary (section 8): S1 E B_max grows and S2 E B_max / E B_avg grows, one-sided, every cell; estimate: the
+    smallest S2 slope."""
+    b, se = ds["s2_b"].values, ds["s2_b_se"].values
+    m = np.unravel_index(int(np.nanargmin(np.where(np.isfinite(b), b, -np.inf))), b.shape)
+    parts = [f"{s} eps {e:g}: S1 b = {ds['s1_b'].values[i, j]:.4f} ± {ds['s1_b_se'].values[i, j]:.4f} (p = "
+             f"{ds['s1_p'].values[i, j]:.2g}), S2 b = {b[i, j]:.4f} ± {se[i, j]:.4f} (p = {ds['s2_p'].values[i, j]:.2g})"
+             for i, j, s, e in _cells(ds)]
+    return {"estimate": b[m], "estimate_mcse": se[m], "verdict": combine_verdicts(ds["secondary_verdict"].values),
+            "detail": "; ".join(parts)}
+
+
 def _slopes_check(ds: xr.Dataset) -> dict:
-    """Statistical: per (setting, eps), B_avg flat and B_max growing; estimate the B_avg slope farthest from 0."""
+    """Exploratory (the pre-protocol rule, unchanged): per (setting, eps), WLS slope of B_avg = 0 not rejected
+    two-sided and B_max growing one-sided; estimate the B_avg slope farthest from 0."""
     b, se = ds["slope_avg"].values, ds["slope_avg_se"].values
     with np.errstate(invalid="ignore", divide="ignore"):
         z = np.where(np.isfinite(b), np.abs(b) / se, np.inf)
@@ -377,7 +761,7 @@ def _slopes_check(ds: xr.Dataset) -> dict:
         for j, e in enumerate(ds["eps"].values):
             probs = _slope_problems(*(float(ds[n].values[i, j]) for n in ("slope_avg_p", "slope_max_p", "slope_avg",
                                                                           "slope_max")))
-            v = "error" if str(ds["verdict"].values[i, j]) == "error" else ("fail" if probs else "pass")
+            v = "error" if str(ds["flat_verdict"].values[i, j]) == "error" else ("fail" if probs else "pass")
             verdicts.append(v)
             parts.append(f"{s} eps {e:g}: B_avg slope {b[i, j]:.2e} ± {se[i, j]:.1e}, B_max slope "
                          f"{ds['slope_max'].values[i, j]:.3f} ± {ds['slope_max_se'].values[i, j]:.3f}, "
@@ -387,16 +771,77 @@ def _slopes_check(ds: xr.Dataset) -> dict:
             "detail": "; ".join(parts)}
 
 
+def _tail(p_fail) -> float:
+    """Sum of per-test failure probabilities (Bonferroni bound on the check's failure probability), capped at 1."""
+    p = np.asarray(p_fail, dtype=float)
+    return float(min(1.0, np.sum(np.where(np.isfinite(p), p, 1.0))))
+
+
+def _df(ds) -> NDArray:
+    return np.maximum(ds["ni_blocks"].values - 1, 1)
+
+
+def _primary_rate(ds: xr.Dataset) -> float:
+    """P(primary fails | b = 0 in every cell), the claim in its strict form (flat), with the run's SEs: a cell
+    rejects when b_hat < b0 + t_alpha SE, so it fails with probability 1 - F_t(b0 / SE + t_alpha)."""
+    df, se = _df(ds), ds["ni_avg_b_se"].values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _tail(stats.t.sf(B0 / se + stats.t.ppf(ALPHA_NI, df), df))
+
+
+def _control_rate(ds: xr.Dataset) -> float:
+    """P(control fails | each control's slope equals its estimate): a control test rejects with probability
+    F_t((b0 - b_hat) / SE + t_alpha)."""
+    df, out = _df(ds), []
+    for i in range(ds.sizes["setting"]):
+        for q in (("negmax", "max") if _is_bump(ds["perturbation"].values[i]) else ("negmax",)):
+            b, se = ds[f"ni_{q}_b"].values[i], ds[f"ni_{q}_b_se"].values[i]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out.extend(stats.t.cdf((B0 - b) / se + stats.t.ppf(ALPHA_NI, df[i]), df[i]))
+    return _tail(out)
+
+
+def _secondary_rate(ds: xr.Dataset) -> float:
+    """P(secondary fails | each slope equals its estimate): a test fails to reject with probability
+    F_t(t_{1 - alpha} - b_hat / SE)."""
+    df, out = _df(ds), []
+    for name in ("s1", "s2"):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.extend(np.ravel(stats.t.cdf(stats.t.isf(ALPHA_NI, df) - ds[f"{name}_b"].values / ds[f"{name}_b_se"].values,
+                                            df)))
+    return _tail(out)
+
+
+def _n_cells(ds) -> int:
+    return ds.sizes["setting"] * ds.sizes["eps"]
+
+
 CHECKS = (
-    Check("C4", lambda ds: f"deterministic check: no tuple violates B_score, B_avg or B_max at any k (proved bounds; "
-                           f"rounding allowance {TOL_ABS:g} + {TOL_REL:g} |l_k|), "
-                           f"{ds.sizes['setting'] * ds.sizes['eps']} (setting, eps) cells; estimate: the number of "
-                           f"violations",
-          _bounds_check, None),
-    Check("C4", lambda ds: f"per (setting, eps), {ds.sizes['setting'] * ds.sizes['eps']} cells: slope of log E B_avg "
-                           f"on log k = 0 not rejected (two-sided, {ALPHA:g}); slope of log E B_max > 0 detected "
-                           f"(one-sided, {ALPHA:g})",
-          _slopes_check, lambda ds: 1.0 - (1.0 - ALPHA) ** (ds.sizes["setting"] * ds.sizes["eps"])),
+    Check("C4", lambda ds: f"deterministic check (protocols/continuity.md 7.1, sha256 {_sha(ds)}…): no tuple violates "
+                           f"B_score, B_avg or B_max at any k (proved bounds, also for the non-parametric bump psi; "
+                           f"rounding allowance {TOL_ABS:g} + {TOL_REL:g} |l_k|), {_n_cells(ds)} (setting, eps) cells; "
+                           f"estimate: the number of violations",
+          _bounds_check, None, protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered primary (protocols/continuity.md 7.2, sha256 {_sha(ds)}…): per (setting, eps), "
+                           f"{_n_cells(ds)} cells, one-sided non-inferiority t test of H0: E B_avg grows by >= "
+                           f"{100 * DELTA:g}% per doubling of k (OLS slope of log2 E B_avg on log2 k, jackknife SE) at "
+                           f"{ALPHA_NI:g}; intersection-union (all cells must reject); estimate: the largest growth; "
+                           f"stated rate: P(fail | flat in every cell) with the run's SEs",
+          _primary_check, _primary_rate, protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered positive control (protocols/continuity.md 7.3, sha256 {_sha(ds)}…): the same "
+                           f"rule on E max_j |dw_j| (every cell) and on E B_max (bump cells) must NOT show growth < "
+                           f"{100 * DELTA:g}% per doubling; estimate: the smallest control growth; stated rate: plug-in "
+                           f"at the estimated slopes",
+          _control_check, _control_rate, protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered secondary (protocols/continuity.md 8, sha256 {_sha(ds)}…): S1 E B_max and S2 "
+                           f"E B_max / E B_avg grow with k (one-sided t of OLS slope > 0 at {ALPHA_NI:g}) in all "
+                           f"{_n_cells(ds)} cells; estimate: the smallest S2 slope; stated rate: plug-in at the "
+                           f"estimated slopes",
+          _secondary_check, _secondary_rate, protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"exploratory (pre-protocol rule, unchanged): per (setting, eps), {_n_cells(ds)} cells: WLS "
+                           f"slope of log E B_avg on log k = 0 not rejected (two-sided, {ALPHA:g}); WLS slope of log "
+                           f"E B_max > 0 detected (one-sided, {ALPHA:g})",
+          _slopes_check, lambda ds: 1.0 - (1.0 - ALPHA) ** _n_cells(ds)),
 )
 
 
@@ -412,6 +857,17 @@ def _parse_eps(text: str) -> list[float]:
     return sorted(vals)
 
 
+#: the design of protocols/continuity.md section 4 (the study's defaults)
+REGISTERED = {"settings": "twolayer-d16,linear-d16,bump-d16", "eps": "0.01,0.1,0.5", "k_max": 4096, "k_fit_min": 16,
+              "n_blocks": 128, "block_anchors": 32, "tau": None, "seed": 20261203}
+
+
+def registered_design(cfg: dict) -> bool:
+    """True for the pre-registered design (full, the protocol's seed and parameters): only its dataset records
+    the protocol (``protocol_path``, ...), so that any other run's claim rows are labelled exploratory."""
+    return not cfg.get("quick") and all(cfg.get(k) == v for k, v in REGISTERED.items())
+
+
 # ----------------------------------------------------------------------------------------------
 # the study
 
@@ -422,30 +878,38 @@ class Continuity(Study):
     cell_dim = "setting"
     schema = SCHEMA
     checks = CHECKS
+    #: the confirmatory seed of protocols/continuity.md (earlier runs: 20261130, the house default)
+    default_seed = 20261203
     ademp = {
         "aim": "C4 (Prop. 4): |l_k(phi) - l_k(psi)| is bounded by a softmax-weighted average of "
-               "||phi(x-_i) - psi(x-_i)|| over the negatives (flat in k); the Lipschitz bound with the max grows "
-               "with k",
-        "data": "pairs (phi, psi = phi with parameters moved by eps ||theta|| in a random direction); two-layer tanh "
-                "embedding d = 16 with uniform pi, linear embedding d = 16 with a vMF mixture pi; vMF positives; "
-                "K i.i.d. negatives per tuple, every k = 1, 2, ..., K from the first k (common random numbers)",
+               "||phi(x-_i) - psi(x-_i)|| over the negatives (does not grow with k); the Lipschitz bound with the max "
+               f"grows with k. Pre-registered (protocols/continuity.md): one-sided non-inferiority, H0: E B_avg grows "
+               f"by >= {100 * DELTA:g}% per doubling of k, in every (setting, eps) cell",
+        "data": "pairs (phi, psi): psi = phi with parameters moved by eps ||theta|| in a random direction (two-layer "
+                "tanh embedding d = 16 with uniform pi, linear embedding d = 16 with a vMF mixture pi), or psi = phi "
+                "plus a bump on a spherical cap of pi-mass 2^-6 (two-layer tanh S^2 -> S^15, uniform pi: only rare "
+                "negatives displaced); vMF positives; K i.i.d. negatives per tuple, every k = 1, 2, ..., K from the "
+                "first k (common random numbers)",
         "estimand": "per tuple |dl|, B_avg, B_max; their means over tuples and pairs as functions of k; ratios of "
                     "means",
         "methods": "exact per-tuple evaluation with running log-sum-exp; WLS slope of log mean bound on log k over "
                    "k >= k_fit_min with delete-one-block jackknife SE; ratios with jackknife MCSE",
-        "performance": "violations on every tuple (must be 0); two-sided t test of zero slope for B_avg and its "
-                       "detectable slope; one-sided t test of positive slope for B_max; MCSE of every mean and ratio",
+        "performance": "violations on every tuple (must be 0); primary one-sided non-inferiority t test of the OLS "
+                       "slope of log2 E B_avg on log2 k against log2(1 + delta), jackknife SE, intersection-union over "
+                       "cells; positive controls (negatives' max, B_max in the bump cells) through the same rule; "
+                       "secondary one-sided growth of B_max and of E B_max / E B_avg; exploratory two-sided WLS test "
+                       "of zero slope for B_avg; MCSE of every mean and ratio",
     }
     params = {
-        "settings": Param("settings", str, "twolayer-d16,linear-d16", "comma-separated settings",
+        "settings": Param("settings", str, "twolayer-d16,linear-d16,bump-d16", "comma-separated settings",
                           choices=tuple(SETTINGS), multi=True),
         "eps": Param("eps", str, "0.01,0.1,0.5", "comma-separated relative parameter perturbations eps in (0, 1]"),
         "k_max": Param("k_max", int, 4096, "negatives per tuple K (power of two); grid k = 1, 2, 4, ..., K",
                        low=16, high=1 << 16, power_of_two=True, quick=2048),
         "k_fit_min": Param("k_fit_min", int, 16, "smallest k in the slope fits (power of two)", low=1,
                            high=1 << 16, power_of_two=True),
-        "n_blocks": Param("n_blocks", int, 32, "independent replicate blocks (a fresh pair phi, psi each)",
-                          low=4, high=100000, quick=16),
+        "n_blocks": Param("n_blocks", int, 128, "independent replicate blocks (a fresh pair phi, psi each; "
+                          "pre-registered: protocols/continuity.md)", low=4, high=100000, quick=16),
         "block_anchors": Param("block_anchors", int, 32, "tuples per block", low=1, high=1 << 16, quick=16),
         "tau": Param("tau", float, None, "override the temperature of every setting", low=0.01),
     }
@@ -459,9 +923,10 @@ class Continuity(Study):
     def cells(self, cfg):
         out = []
         for name in cfg["settings"].split(","):
-            fam, p, d, m, pi, kp, km, tau = SETTINGS[name]
+            fam, p, d, m, pi, kp, km, tau, pert, frac = SETTINGS[name]
             out.append({"setting": name, "family": fam, "p": p, "d": d, "hidden": m, "pi": pi, "kappa_pi": kp,
-                        "kappa_m": km, "tau": float(cfg["tau"] if cfg["tau"] is not None else tau)})
+                        "kappa_m": km, "tau": float(cfg["tau"] if cfg["tau"] is not None else tau),
+                        "perturbation": pert, "cap_fraction": float(frac)})
         return out
 
     def block_dims(self, cfg):
@@ -478,7 +943,8 @@ class Continuity(Study):
     def generate(self, cell, cfg, prep, rng):
         """One block: a pair per eps (phi shared), block_anchors tuples with K negatives each.
 
-        Draw order: phi, one direction per eps, anchors, positives, then the negatives chunk by chunk.
+        Draw order: phi, the perturbation (one parameter direction per eps; or, for a bump, the cap
+        centre and the direction e shared by every eps), anchors, positives, then the negatives chunk by chunk.
         """
         eps = _parse_eps(cfg["eps"])
         K, N, tau = cfg["k_max"], cfg["block_anchors"], cell["tau"]
@@ -486,7 +952,10 @@ class Continuity(Study):
         pi = build_pi({"pi": cell["pi"], "dim": cell["p"], "kappa_pi": cell["kappa_pi"]})
         kernel = VMFKernel(cell["kappa_m"])
         phi = self._embedding(cell, rng)
-        psis = [perturb(phi, e, rng=rng) for e in eps]
+        if cell["perturbation"] == "bump":
+            psis = CapBump.random(phi, cell["p"], cell["cap_fraction"], [BUMP_GAIN * e for e in eps], rng=rng)
+        else:
+            psis = [perturb(phi, e, rng=rng) for e in eps]
         x = pi.rvs(N, rng=rng)
         xp = kernel.sample(x, rng=rng)
         E, G = len(eps), ks.size
@@ -510,8 +979,11 @@ class Continuity(Study):
                     for tag in ("score", "avg", "max"):
                         bound = b[f"bound_{tag}"]
                         counts[f"viol_{tag}"][i] += violations(b["delta"], bound, b["loss"]).sum(axis=0)
+                        # rounding-level |dl| (~1e-16) over a rounding-level bound (a negative at the rim of a
+                        # bump's cap) is no information: the allowance of violations() comes off first
+                        slack = np.maximum(dl - TOL_ABS - TOL_REL * np.abs(b["loss"]), 0.0)
                         with np.errstate(invalid="ignore", divide="ignore"):
-                            ratio = np.where(bound > 0, dl / bound, 0.0)
+                            ratio = np.where(bound > 0, slack / bound, 0.0)
                         tight[f"tight_{tag}"][i] = np.maximum(tight[f"tight_{tag}"][i], ratio.max(axis=0))
                     anchor[i] += b["anchor_term"].sum()
                     plain[i] += np.sqrt(np.sum((w2 - w) ** 2, axis=-1)).mean(axis=1).sum()
@@ -520,7 +992,11 @@ class Continuity(Study):
         out.update(tight)
         out["anchor_term"] = anchor / N
         out["neg_plain"] = plain / N
-        out["param_dist"] = np.array([np.linalg.norm(psi.params - phi.params) for psi in psis])
+        if cell["perturbation"] == "bump":  # the displacement at the cap centre
+            out["param_dist"] = np.array([np.linalg.norm(psi(psi.centre[None, :]) - phi(psi.centre[None, :]))
+                                          for psi in psis])
+        else:
+            out["param_dist"] = np.array([np.linalg.norm(psi.params - phi.params) for psi in psis])
         return out
 
     def summarise(self, raw: xr.Dataset, cfg) -> dict:
@@ -545,37 +1021,58 @@ class Continuity(Study):
                               for e in range(n_eps)] for s in range(n_set)])
             for i, suffix in enumerate(("", "_se", "_p", "_detect50", "_detect80")):
                 out[f"slope_{name}{suffix}"] = fits[..., i]
+        errors = [str(e) for e in raw["cell_error"].values]
         cells = [[_cell_verdict({t: int(out[f"violations_{t}"][s, e].sum()) for t in ("avg", "max", "score")},
                                 _slope_problems(out["slope_avg_p"][s, e], out["slope_max_p"][s, e],
                                                 out["slope_avg"][s, e], out["slope_max"][s, e]),
-                                str(raw["cell_error"].values[s]))
+                                errors[s])
                   for e in range(n_eps)] for s in range(n_set)]
-        out["verdict"] = np.array([[c[0] for c in row] for row in cells])
-        out["verdict_reason"] = np.array([[c[1] for c in row] for row in cells])
+        out["flat_verdict"] = np.array([[c[0] for c in row] for row in cells])
+        out["flat_reason"] = np.array([[c[1] for c in row] for row in cells])
+        # the pre-registered rule: OLS slopes of log2 block-mean curves on log2 k, jackknife SE
+        k_min = cfg["k_fit_min"]
+        for q, (var, _) in NI_QUANTITIES.items():
+            tests = [[non_inferiority(k, blocks[var][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
+            for field, attr in zip(_NI_FIELDS, ("b", "se", "growth", "growth_se", "t", "p")):
+                out[f"ni_{q}_{field}"] = np.array([[getattr(t, attr) for t in row] for row in tests], dtype=float)
+        out["ni_blocks"] = np.array([[non_inferiority(k, blocks["bound_avg"][s, :, e], k_min).n_blocks
+                                      for e in range(n_eps)] for s in range(n_set)], dtype=float)
+        s1 = [[growth_test(k, blocks["bound_max"][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
+        s2 = [[growth_test(k, np.stack([blocks["bound_max"][s, :, e], blocks["bound_avg"][s, :, e]], axis=1), k_min,
+                           ratio=True) for e in range(n_eps)] for s in range(n_set)]
+        for name, res in (("s1", s1), ("s2", s2)):
+            for i, field in enumerate(("b", "b_se", "t", "p")):
+                out[f"{name}_{field}"] = np.array([[r[i] for r in row] for row in res], dtype=float)
+        ver = confirmatory_verdicts(out, raw["setting"].values, raw["perturbation"].values, errors)
+        for name, value in ver.items():
+            out[name] = np.asarray(value, dtype=str)
         return out
 
     def attrs(self, cfg):
-        return {"alpha": ALPHA, "tolerance": f"|dl| > B + {TOL_ABS:g} + {TOL_REL:g} |l_k| counts as a violation",
-                "tuples_per_k": int(cfg["n_blocks"] * cfg["block_anchors"])}
+        return {"alpha": ALPHA, "alpha_ni": ALPHA_NI, "delta": DELTA, "b0": B0, "bump_gain": BUMP_GAIN,
+                "tolerance": f"|dl| > B + {TOL_ABS:g} + {TOL_REL:g} |l_k| counts as a violation",
+                "tuples_per_k": int(cfg["n_blocks"] * cfg["block_anchors"]),
+                **(protocol_attrs(PROTOCOL_PATH) if registered_design(cfg) else {}),
+                "analysis": "confirmatory (the design of protocols/continuity.md)" if registered_design(cfg) else
+                            "exploratory: not the pre-registered design (quick, another seed or other parameters)"}
 
     def report_sections(self, doc, ds):
         from simkit.report.continuity import continuity_sections
         continuity_sections(doc, ds)
 
     def summary_text(self, ds) -> str:
-        k = int(ds["k"].values[-1])
-        lines = [f"{'setting':<14}{'eps':>6}{'viol':>6}{'B_avg slope':>22}{'p':>9}{'B_max slope':>20}{'p':>9}"
-                 f"{'B_max/B_avg @' + str(k):>20}  verdict"]
+        lines = [f"{'setting':<14}{'eps':>6}{'viol':>6}{'B_avg growth/doubling':>26}{'':<0}{'NI p':>10}{'negmax growth':>18}"
+                 f"{'B_max growth':>18}{'S2 p':>9}  primary / control / secondary / exploratory"]
         for i, s in enumerate(ds["setting"].values):
             for j, e in enumerate(ds["eps"].values):
                 nv = int(sum(ds[f"violations_{t}"].values[i, j].sum() for t in ("avg", "max", "score")))
+                pct = lambda q: f"{100 * ds[f'ni_{q}_growth'].values[i, j]:+.3f}%"  # noqa: E731
+                head = f"{s:<14}{e:>6g}{nv:>6d}{pct('avg'):>14} ± {100 * ds['ni_avg_growth_se'].values[i, j]:.3f}%"
                 lines.append(
-                    f"{s:<14}{e:>6g}{nv:>6d}{ds['slope_avg'].values[i, j]:>+12.2e} ± "
-                    f"{ds['slope_avg_se'].values[i, j]:<7.1e}"
-                    f"{ds['slope_avg_p'].values[i, j]:>9.2g}{ds['slope_max'].values[i, j]:>+11.4f} ± "
-                    f"{ds['slope_max_se'].values[i, j]:<6.4f}{ds['slope_max_p'].values[i, j]:>9.1e}"
-                    f"{ds['ratio_max_avg'].values[i, j, -1]:>12.4f} ± {ds['ratio_max_avg_mcse'].values[i, j, -1]:<6.4f}"
-                    f"  {ds['verdict'].values[i, j]}")
+                    f"{head:<52}{ds['ni_avg_p'].values[i, j]:>10.2g}{pct('negmax'):>18}{pct('max'):>18}"
+                    f"{ds['s2_p'].values[i, j]:>9.1e}  {ds['verdict'].values[i, j]} / {ds['control_verdict'].values[i, j]}"
+                    f" / {ds['secondary_verdict'].values[i, j]} / {ds['flat_verdict'].values[i, j]}")
+        lines.append(f"C4 conclusion (protocols/continuity.md): {ds['conclusion'].values.item()}")
         return "\n".join(lines)
 
 
