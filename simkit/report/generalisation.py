@@ -486,6 +486,122 @@ def _table_page(doc: ReportDocument, ds: xr.Dataset) -> None:
              "control-variate column estimates the same quantity.", size=SMALL)
 
 
+_NI = {"kprim": ("C3", "primary: vMF kernel, uniform π (fresh replicate)"),
+       "kctl": ("C3", "positive control: τ_k = τ √(k_trend_min/k), complexity term ∝ √k"),
+       "krot": ("C7", "rotated vMF kernel vMF(Rx, κ_M), uniform π"),
+       "kbrown": ("C7", "Brownian (heat) kernel, vMF π")}
+
+
+def _ni_sweeps(ds: xr.Dataset) -> list[str]:
+    present = set(str(s) for s in ds["sweep"].values)
+    return [s for s in _NI if s in present and f"{s}_verdict" in ds]
+
+
+def _ni_page(doc: ReportDocument, ds: xr.Dataset) -> None:
+    """The pre-registered k rule (protocols/generalisation.md): table and E[G] against k for each NI sweep."""
+    sweeps = _ni_sweeps(ds)
+    if not sweeps:
+        return
+    delta = float(ds.attrs.get("delta_k", np.nan))
+    alpha = float(ds.attrs.get("alpha", np.nan))
+    doc.new_page()
+    doc.heading("Pre-registered: G does not grow with k (protocols/generalisation.md)")
+    doc.text(f"Analysis: {ds.attrs.get('analysis', '?')}. Protocol {ds.attrs.get('protocol_path', '?')}, sha256 "
+             f"{str(ds.attrs.get('protocol_sha256', '?'))[:16]}…, commit {str(ds.attrs.get('protocol_commit', '?'))[:12]}. "
+             f"Rule: b = OLS slope of log2 E[G] on log2 k over k ≥ k_trend_min (block means of G_cv), delete-one-block "
+             f"jackknife SE, one-sided non-inferiority t test of H0 growth 2^b − 1 ≥ {100 * delta:g}% per doubling of k "
+             f"at α = {alpha:g}. The positive control must NOT pass it. C3 conclusion: "
+             f"{_s(ds, 'c3_conclusion')}.", after=0.1)
+    rows, colors = [], {}
+    for s in sweeps:
+        claim, what = _NI[s]
+        verdict, reason = str(_s(ds, f"{s}_verdict")), str(_s(ds, f"{s}_verdict_reason"))
+        i = _idx(ds, s)
+        rows.append([claim, f"{s}: {what}", f"{ds['tau'].values[i].min():g}–{ds['tau'].values[i].max():g}",
+                     format_pm(_s(ds, f"{s}_b"), _s(ds, f"{s}_b_se")),
+                     format_pm(100 * _s(ds, f"{s}_growth"), 100 * _s(ds, f"{s}_growth_se")) + " %",
+                     _fin(_s(ds, f"{s}_level"), ".4f"), _fin(_s(ds, f"{s}_ni_p"), ".3g"),
+                     verdict.upper() + (f"\n{reason}" if reason else "")])
+        colors[(len(rows) - 1, 7)] = COLORS.get(verdict, COLORS["fail"])
+    doc.table(["claim", "sweep", "τ", "b ± SE", "growth per doubling", "mean E[G]", "p (H0 growth ≥ δ)", "verdict"],
+              rows, [0.45, 2.4, 0.6, 1.1, 1.2, 0.7, 0.8, 2.2], colors=colors)
+    doc.text("Control verdict PASS means the control behaves: the rule flags its growth (does not declare "
+             "non-inferiority). C7 rows: the same rule, estimator and k grid under a non-reversible kernel; R_k of the "
+             "identity is not known exactly there, so only the control-variate G (which does not need it) is "
+             "estimated.", size=SMALL)
+    fig, axes, ly = doc.figure("E[G] against k for the pre-registered sweeps (± 2 MCSE)", 1, len(sweeps),
+                               caption="Each panel: E[G] (control variate) ± 2 MCSE over the training sets, against "
+                                       "k; red: the fitted log2-log2 line (slope b); grey dashed: growth at the margin "
+                                       f"δ = {100 * delta:g}% per doubling from the first level; dotted: √k growth.")
+    for ax, s in zip(axes[0], sweeps):
+        i = _idx(ds, s)
+        k = ds["k"].values[i].astype(float)
+        g, gs = ds["gap_cv"].values[i], ds["gap_cv_mcse"].values[i]
+        _bars(ax, k, g, gs, color=COLORS["data"])
+        b = float(_s(ds, f"{s}_b"))
+        if np.isfinite(b) and np.all(g > 0):
+            x = np.log2(k)
+            ax.plot(k, 2.0 ** (np.mean(np.log2(g)) + b * (x - x.mean())), color=COLORS["fit"], lw=2)
+            ax.plot(k, g[0] * (1 + delta) ** (x - x[0]), "--", color=COLORS["ref"])
+            ax.plot(k, g[0] * np.sqrt(k / k[0]), ":", color=COLORS["ref"])
+        _logx(ax, k, 2)
+        ax.set(xlabel="negatives k", ylabel="E[G] (nats)", title=f"{s}: {str(_s(ds, f'{s}_verdict')).upper()}")
+    _legend(fig, ly, [_marker(COLORS["data"], label="E[G] ± 2 MCSE"), _line(COLORS["fit"], lw=2, label="fit, slope b"),
+                      _line(COLORS["ref"], "--", label="margin δ"), _line(COLORS["ref"], ":", label="√k growth")])
+    doc.save(fig)
+
+
+def _bound_page(doc: ReportDocument, ds: xr.Dataset) -> None:
+    """The realised gap beside the value of the Theorem-1-type bound (simkit.bounds), per (n, k, τ)."""
+    if "bound_complexity" not in ds:
+        return
+    j = np.flatnonzero(np.isfinite(ds["bound_complexity"].values))
+    if not j.size:
+        return
+    doc.new_page()
+    doc.heading("Realised gap against the value of the bound (Theorem 1 with constants derived in simkit.bounds)")
+    doc.text("THEORY.md states Theorem 1 by its rates only. simkit.bounds evaluates a bound of that structure with "
+             "explicit constants: for the linear class Θ_s = {W: ‖W‖_op = 1, σ_min ≥ s σ_max} "
+             f"(s = {ds.attrs.get('iso_min', '?')}, 9 parameters in the Frobenius ball of radius √3, L_φ = 2/s), the loss "
+             "is (4 L_φ/τ)-Lipschitz in the parameters for every k and has range ≤ 4/τ; an ε-net and Massart's lemma "
+             "give Rad_n ≤ inf_ε [L ε + D √(2P log(1 + 4ρ/ε)/n)], and E[G] ≤ 2 Rad_n (complexity term). The McDiarmid "
+             f"term D √(log(1/η)/(2n)) (η = {ds.attrs.get('eta', '?')}) bounds one training set's deviation and has mean "
+             "zero; the 1/k term is the plug-in |c1(identity)|/k (THEORY.md gives no bound constant for it, so a bound "
+             "on E is not fully specified). Check: E[G] + z MCSE ≤ complexity term at every point where every φ̂ lies in "
+             f"Θ_s. Verdict: {str(_s(ds, 'bound_verdict')).upper()}; largest ratio "
+             f"{_fin(_s(ds, 'bound_max_ratio'), '.3g')}. {_s(ds, 'bound_reason')}", after=0.1)
+    rows = []
+    for i in j:
+        v = lambda name: ds[name].values[i]  # noqa: E731
+        rows.append([str(v("point")), f"{int(v('n'))}", f"{int(v('k'))}", f"{v('tau'):g}",
+                     format_pm(v("gap_cv"), v("gap_cv_mcse")), _fin(v("gap_upper"), ".4f"),
+                     format_pm(v("excess"), v("excess_mcse")) if np.isfinite(v("excess")) else "—",
+                     _fin(v("bound_complexity"), ".2f"), _fin(v("bound_variability"), ".2f"),
+                     _fin(v("bound_bias"), ".4f"), _fin(v("bound_total"), ".2f"), _fin(v("bound_ratio"), ".1e"),
+                     _fin(v("in_class"), ".2f")])
+    doc.table(["point", "n", "k", "τ", "E[G] ± MCSE", "upper limit", "E[E] (plain) ± MCSE", "complexity 2Rad",
+               "variability", "1/k plug-in", "sum of terms", "E[G]/bound", "in Θ_s"], rows,
+              [0.7, 0.4, 0.4, 0.4, 1.1, 0.6, 1.1, 0.7, 0.6, 0.6, 0.6, 0.6, 0.4], size=6.5)
+    fig, axes, ly = doc.figure("Realised E[G] and the bound's terms (log scale)", 1, 2,
+                               caption="Left: against n (n sweep); right: against k (k sweep and the pre-registered k "
+                                       "sweeps). The bound is two to four orders of magnitude above the realised gap.")
+    for ax, (sweeps, lv) in zip(axes[0], ((("n",), "n"), (("k", "kprim", "kctl", "krot", "kbrown"), "k"))):
+        for c, s in enumerate(sweeps):
+            i = _idx(ds, s)
+            if not i.size:
+                continue
+            x = ds[lv].values[i].astype(float)
+            col = f"C{c}"
+            ax.errorbar(x, ds["gap_cv"].values[i], yerr=2 * ds["gap_cv_mcse"].values[i], color=col, marker="o",
+                        ms=3, lw=1, label=f"E[G], {s}")
+            ax.plot(x, ds["bound_complexity"].values[i], "--", color=col, lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel=lv, ylabel="nats", title=f"against {lv}: solid E[G] ± 2 MCSE, dashed 2 Rad_n bound")
+        ax.legend(fontsize=SMALL)
+    doc.save(fig)
+
+
 def generalisation_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the generalisation study (all but provenance), for its own report or the validation report."""
     _check(ds)
@@ -494,4 +610,6 @@ def generalisation_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     pages = {"n": _n_page, "k": _k_page, "tau": _tau_page, "d": _d_page}
     for s in _sweeps(ds):
         pages[s](doc, ds)
+    _ni_page(doc, ds)
+    _bound_page(doc, ds)
     _table_page(doc, ds)
