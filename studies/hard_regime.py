@@ -362,7 +362,7 @@ class HardRegime(Study):
     checks = (C1_CHECK,)
     params = {
         "n_blocks": Param("n_blocks", int, 64, "replicate blocks of the confirmatory cell (pre-registered); also the "
-                          "number of engine tasks of every cell", low=8, high=100000, quick=24),
+                          "number of engine tasks of every cell", low=8, high=100000, quick=20),
         "k_max": Param("k_max", int, 1 << 20, "negatives per block of the hard cells (power of two)", low=16,
                        high=1 << 20, power_of_two=True, quick=1 << 13),
         "pilot_blocks": Param("pilot_blocks", int, 4, "pilot blocks (256 anchors) for the control-variate "
@@ -374,9 +374,9 @@ class HardRegime(Study):
         "n_mc": Param("n_mc", int, 1 << 18, "Monte Carlo size over x for constants without a 1-D reduction (mixture)",
                       low=1024, high=1 << 24, quick=1 << 16),
         "sens_block_sizes": Param("sens_block_sizes", str, "32,64,128,256,512,1024", "block sizes of the hard "
-                                  "block-size cells (powers of two; empty for none)", quick="32,1024"),
+                                  "block-size cells (powers of two; empty for none)", quick="32,512"),
         "sens_total": Param("sens_total", int, 4096, "anchors of every block-size cell (a multiple of n_blocks)",
-                            low=64, high=1 << 24, quick=3072),
+                            low=64, high=1 << 24, quick=2560),
         "sens_pilots": Param("sens_pilots", str, "0,1,2,4,8", "pilot sizes of the pilot-size table (0 = Taylor "
                              "coefficients)", quick="0,1,2"),
         "sens_pilot_blocks": Param("sens_pilot_blocks", int, 16, "the first blocks of each 256-anchor cell that also "
@@ -385,7 +385,7 @@ class HardRegime(Study):
         "sens_k_min_factors": Param("sens_k_min_factors", str, "4,8,16,32,64", "k_min factors of the k_min table",
                                     quick="4,16,64"),
         "rate_settings": Param("rate_settings", str, "uniform-d3,vmf-d8,mixture-d16", "rate_k settings of the "
-                               "exploratory tables (empty for none)", quick="uniform-d3"),
+                               "exploratory tables (empty for none)", quick=""),
         "rate_k_max": Param("rate_k_max", int, 1 << 16, "negatives per block of the rate_k-setting cells", low=16,
                             high=1 << 20, power_of_two=True, quick=4096),
         "rate_block_sizes": Param("rate_block_sizes", str, "32,1024", "block sizes of the rate_k-setting block-size "

@@ -2,11 +2,12 @@
 protocol it records, the pre-registered rule on synthetic input with a positive control, the pilot-size
 re-weighting and the dataset's schema.
 
-False-failure rate of this file: the quick design's confirmatory cell passes the five component tests of
-the rule, each at alpha = 1e-3: 1 - (1 - 1e-3)^5 = 5.0e-3 (the rejection of slope = -1/2 cannot fail by
-chance: -1/2 lies ~170 slope SEs from -1 in the quick design). The synthetic tests use fixed seeds and
-margins of > 10 SE (false-failure rate < 1e-20); the others are deterministic. Power: in the quick design
-(24 blocks, k_max 2^13) the slope SE is ~0.003, so a true slope differing from -1 by ~0.017 (5.5 SE:
+False-failure rate of this file (registered per test with ``false_fail``): the quick design's confirmatory
+cell passes the five component tests of the rule, each at alpha = 1e-3: 1 - (1 - 1e-3)^5 = 5.0e-3 (the
+rejection of slope = -1/2 cannot fail by chance: -1/2 lies ~170 slope SEs from -1 in the quick design); the
+synthetic 1/k curve likewise 5.0e-3; the 1/sqrt(k) positive control 1.0e-3 (-1/2 not rejected at alpha);
+the standardised truth tests' null curve 1e-3. Sum 1.2e-2. The others are deterministic. Power: in the quick design
+(20 blocks, k_max 2^13) the slope SE is ~0.003, so a true slope differing from -1 by ~0.017 (5.5 SE:
 t_{0.9995; 23} + z_{0.9}) is detected with probability 0.9; the synthetic 1/sqrt(k) control is rejected
 with probability ~1 (slope -1/2 lies > 100 SE from -1 there).
 """
@@ -45,6 +46,7 @@ def _hard(ds):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(1 - (1 - ALPHA) ** 5, reason="the rule's five tests at ALPHA (slope interval, c1, c2, curve, dgap); the fits of the exact curve are deterministic")
 def test_quick_design_confirmatory_cell_passes(quick):
     """The quick design's hard cell passes the whole rule (false-failure rate 5e-3, module docstring)."""
     cfg, ds = quick
@@ -64,6 +66,7 @@ def test_quick_design_confirmatory_cell_passes(quick):
     assert abs(float(h["c1_exact_fit"]) - 25.5) < 0.1 * float(h["c1_estimate_mcse"])
 
 
+@pytest.mark.deterministic(reason="provenance attributes and labels; no tolerance")
 def test_quick_records_the_protocol_and_is_exploratory(quick):
     _, ds = quick
     assert ds.attrs["protocol_path"] == PROTOCOL_PATH
@@ -78,11 +81,12 @@ def test_quick_records_the_protocol_and_is_exploratory(quick):
     assert json.loads(ds.attrs["config"])["quick"] is True
 
 
+@pytest.mark.deterministic(reason="table structure; the factor-64 failure is a grid too short for any draw")
 def test_quick_sensitivity_tables(quick):
     """Block-size cells hold sens_total anchors; the k_min-factor and pilot tables are filled for 256-anchor cells."""
     cfg, ds = quick
     cells = [str(c) for c in ds["cell"].values]
-    assert cells == ["hard", "hard:b=32", "hard:b=1024", "uniform-d3"]
+    assert cells == ["hard", "hard:b=32", "hard:b=512"]
     for i, c in enumerate(cells):
         if ":b=" in c:
             b = int(c.split("=")[1])
@@ -105,10 +109,6 @@ def test_quick_sensitivity_tables(quick):
     first = ds["raw_gap_cv"].values[h][:n_pil, 0]
     r = rate_rule(ds["k"].values, first, float(ds["expansion_scale"].values[h]), cfg["k_min_factor"], 25.5, 0.0)
     assert float(ds["pilot_slope"].values[h][p]) == pytest.approx(r["slope"], abs=1e-9)
-    # the rate_k setting keeps its own grid: NaN beyond its k_max
-    u = cells.index("uniform-d3")
-    n_k = int(math.log2(cfg["rate_k_max"])) + 1
-    assert np.all(np.isfinite(ds["gap"].values[u][:n_k])) and np.all(np.isnan(ds["gap"].values[u][n_k:]))
 
 
 def test_dataset_schema_and_cf_attributes(quick):
@@ -132,6 +132,7 @@ def _synthetic(rate_power: float, rng, n_blocks=64, rel_noise=2e-3):
     return k, curve, blocks
 
 
+@pytest.mark.false_fail(1 - (1 - ALPHA) ** 5 + 5.7e-7, reason="the rule's five tests at ALPHA + a two-sided 5-SE normal bound on the slope")
 def test_rule_passes_a_1_over_k_curve():
     """Negative control: c1/k + c2/k^2 with 0.2% noise passes the rate part and the exact-curve tests
     (fixed seed; a 1/k curve fails only by chance, at the rule's 5e-3)."""
@@ -147,6 +148,7 @@ def test_rule_passes_a_1_over_k_curve():
     assert fields["curve_p"] >= ALPHA
 
 
+@pytest.mark.false_fail(ALPHA + 5.7e-7, reason="-1/2 not rejected at ALPHA at the true slope -1/2 + a 5-SE bound; the exclusions of -1 and of the 1/k curve miss with negligible probability")
 def test_rule_rejects_a_1_over_sqrt_k_curve():
     """Positive control: the rival rate 1/sqrt(k) (Li et al. 2026) must be rejected by the same rule: its slope
     interval excludes -1, and its curve differs from an exact 1/k curve."""
@@ -161,6 +163,8 @@ def test_rule_rejects_a_1_over_sqrt_k_curve():
     assert v == "fail" and fields["curve_p"] < ALPHA and "exact curve" in reason
 
 
+@pytest.mark.false_fail(1e-3, reason="no problem requires curve_p >= ALPHA = 1e-3 for blocks whose mean is the exact curve "
+                        "(a uniform p-value); the rest are identities")
 def test_standardised_truth_verdict_equals_truth_verdict_and_survives_scales():
     """simkit.analysis.truth_verdict_standardised gives truth_verdict's statistics where that works (they are
     invariant under a rescaling of the columns), and works where truth_verdict refuses the raw covariance
@@ -217,6 +221,25 @@ def test_pilot_reweighting_matches_a_direct_estimate():
     g = pilot_gap(out["gap_plain"], (out["cv_a"], out["cv_b"], out["cv_c"]), taylor)
     ref = est.block(256, copy.deepcopy(rng), taylor)["gap_cv"]
     np.testing.assert_allclose(g, ref, rtol=1e-9, atol=1e-13)
+
+
+@pytest.mark.deterministic(reason="array layout of one block; no tolerance")
+def test_rate_setting_cell_keeps_its_own_k_grid():
+    """A rate_k-setting cell (k_max below the study's) fills its grid and leaves NaN beyond it; the full design
+    holds the three rate_k settings with their block-size cells."""
+    cfg = {**resolve_config(STUDY, quick=True), "rate_settings": "uniform-d3", "rate_k_max": 1 << 10}
+    cell = next(c for c in STUDY.cells(cfg) if c["cell"] == "uniform-d3")
+    assert cell["role"] == "rate_k" and cell["k_max"] == 1 << 10 and cell["tau"] == 0.1
+    est = GapEstimator(Uniform(3), VMFKernel(10.0), 0.1, 1 << 10)
+    n_full, n_k = k_grid(cfg["k_max"]).size, est.grid.size
+    prep = {"coef": np.vstack([est.default_coef(), np.full((n_full - n_k, 4), np.nan)])}
+    out = STUDY.generate(cell, cfg, prep, np.random.default_rng(np.random.SeedSequence(3, spawn_key=(1, 0))))
+    assert out["gap_cv"].shape == (STUDY._sub(cfg), n_full)
+    assert np.all(np.isfinite(out["gap_cv"][0, :n_k])) and np.all(np.isnan(out["gap_cv"][0, n_k:]))
+    assert np.all(np.isnan(out["gap_cv"][1:]))
+    full = [c["cell"] for c in STUDY.cells(resolve_config(STUDY))]
+    assert full == ["hard", *[f"hard:b={b}" for b in (32, 64, 128, 256, 512, 1024)],
+                    *[n for s in ("uniform-d3", "vmf-d8", "mixture-d16") for n in (s, f"{s}:b=32", f"{s}:b=1024")]]
 
 
 # ----------------------------------------------------------------------------------------------
