@@ -198,6 +198,7 @@ def test_detailed_balance_fails_exactly(name):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="one Bonferroni family of 8 two-sided z tests at ALPHA; the |z| > 10 checks miss with probability 1 - O(1e-100)")
 def test_exchangeability_statistics():
     """Monte Carlo over 2^16 pairs (x ~ pi, x+ ~ M(x)) per kernel of the quick design:
 
@@ -260,6 +261,7 @@ def _summarise(study, raw, cfg) -> dict:
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
+@pytest.mark.false_fail(2 * ALPHA + 2 * float(stats.t.sf(stats.norm.isf(ALPHA / 2), 23)) + 3 * ALPHA, reason="two slope intervals at ALPHA, the c1 bound 3.29 on t(23) (3.2e-3), the verdict's three exact-curve tests at ALPHA (union bound)")
 def test_c7_rates_quick(quick, setting):
     """Per setting, for C1 (gap_k) and C2 (D_k): one sign for k >= k_min, the level-(1 - 1e-3)
     slope interval contains -1 and excludes -1/2 (p_half < 1e-3); for C1 |c1 z| <= 3.29; both
@@ -293,6 +295,7 @@ def _raw(ds, settings):
     return ds[keep].sel(setting=settings)
 
 
+@pytest.mark.deterministic(reason="the same raw blocks through two implementations of one analysis: equality, for any draw")
 def test_analysis_equals_rate_k_and_search_ce(quick):
     """The study's analysis is rate_k's (C1) and search_ce's (C2) on the same blocks: their own
     summarise, run on this dataset's raw blocks, gives the same slopes, intervals, p-values,
@@ -343,6 +346,7 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
 
 
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
+@pytest.mark.false_fail(2 * ALPHA, reason="-1/2 inside the level-(1 - ALPHA) intervals at the true slope -1/2, for C1 and C2; the fail verdicts miss with negligible probability (-1 is > 10 SE away)")
 def test_negative_control_sqrt_k(quick, setting):
     """Real blocks of gap_k and D_k multiplied by sqrt(k) decay as 1/sqrt(k) (true slope -1/2):
     both checks must fail with the interval excluding -1. Deterministic given the quick data: the
@@ -365,6 +369,7 @@ def test_negative_control_sqrt_k(quick, setting):
     assert _summarise(STUDY, raw, cfg)["verdict"].tolist() == ["pass"]  # the untransformed blocks
 
 
+@pytest.mark.deterministic(reason="a constructed sign change: the rule's outcome does not depend on the draw")
 def test_sign_change_in_fit_range_fails(quick):
     """A gap curve whose block means change sign for k >= k_min is not fitted; the check fails and says why."""
     cfg, ds = quick
@@ -376,6 +381,7 @@ def test_sign_change_in_fit_range_fails(quick):
     assert float(out["gap_sign"][0]) == 0.0 and np.isnan(float(out["gap_slope"][0]))
 
 
+@pytest.mark.false_fail(covered_by="test_c7_rates_quick", reason="its only chance failure is a claim verdict of the quick dataset, registered by test_c7_rates_quick")
 def test_quick_dataset_schema_claims_and_report(quick, tmp_path):
     cfg, ds = quick
     assert ds["k"].values.tolist() == [2**i for i in range(14)]

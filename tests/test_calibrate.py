@@ -105,6 +105,7 @@ def _row(ds, name):
 # the rates
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(2e-3, reason="exact binomial test p >= 1e-3 (conservative) + KS p >= 1e-3 on exactly uniform p-values")
 def test_exactly_uniform_pvalues_are_calibrated(calibrated):
     """Null control (budget: binomial 1e-3, KS 1e-3)."""
     ds, _ = calibrated
@@ -125,6 +126,7 @@ def test_exactly_uniform_pvalues_are_calibrated(calibrated):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(1.9e-5, reason="the Clopper-Pearson lower limit misses a true rate of 0.2357 with probability 1.9e-5 (binomial, stated in the test)")
 def test_miscalibrated_test_is_detected(calibrated):
     """Positive control: the normal critical value on 1 df rejects at 0.2357, not 0.01 (miss 1.9e-5)."""
     ds, _ = calibrated
@@ -133,6 +135,7 @@ def test_miscalibrated_test_is_detected(calibrated):
     assert float(z["empirical_rate_low"]) > Z_ALPHA, (int(z["n_reject"]), int(z["n_valid"]))
 
 
+@pytest.mark.deterministic(reason="the deterministic demo check never rejects; no tolerance")
 def test_deterministic_check_has_no_rate(calibrated):
     ds, _ = calibrated
     d = _row(ds, "demo.2:verdict")
@@ -141,6 +144,7 @@ def test_deterministic_check_has_no_rate(calibrated):
     assert str(d["check_kind"].values) == "verdict" and int(d["check_index"]) == 1
 
 
+@pytest.mark.deterministic(reason="labels, shapes and reject = (p < alpha) bookkeeping, for any draw")
 def test_rows_statistics_and_labels(calibrated):
     ds, _ = calibrated
     assert check_labels(STUDY) == ["demo.1", "demo.2"]
@@ -153,6 +157,7 @@ def test_rows_statistics_and_labels(calibrated):
     np.testing.assert_array_equal(ds["reject"].sel(check="demo.1:t").values, (p < T_ALPHA).astype(float))
 
 
+@pytest.mark.deterministic(reason="equality of the same seed's numbers in two runs; no tolerance")
 def test_each_seed_is_the_study_run_at_that_seed(calibrated, tmp_path):
     """Seed s of the calibration is exactly the study run with seed s (same task seeds)."""
     ds, _ = calibrated
@@ -163,6 +168,7 @@ def test_each_seed_is_the_study_run_at_that_seed(calibrated, tmp_path):
         assert float(ds["statistic"].sel(seed=s, check="demo.1:verdict")) == _evaluate(run)["estimate"]
 
 
+@pytest.mark.deterministic(reason="file round trip and attributes; no tolerance")
 def test_dataset_file_cf_attributes_and_round_trip(calibrated):
     ds, out = calibrated
     back = read_dataset(out)
@@ -209,6 +215,7 @@ def test_fewer_seeds_reuse_the_checkpoint_of_an_interrupted_run(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # validate, the alternative, the CLI
 
+@pytest.mark.deterministic(reason="bookkeeping of given rates; no tolerance")
 def test_calibration_rates_and_the_validation_columns(calibrated):
     ds, out = calibrated
     rates = calibration_rates("tiny-t", out.parent)
@@ -384,6 +391,7 @@ def test_calibration_dataset_passes_the_cf_checker(calibrated):
 
 
 @pytest.mark.parametrize("path", CALIBRATION_FILES, ids=[p.name for p in CALIBRATION_FILES])
+@pytest.mark.deterministic(reason="consistency of committed files (counts equal sums); no tolerance")
 def test_committed_calibration_datasets(path):
     """Every committed data/calibration/<study>.nc: CF-1.11 strict, and its rates are those of its rows."""
     assert _compliance(path).returncode == 0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import simkit
 from simkit.cli import main
@@ -101,6 +102,7 @@ def small_index_ds():
 # exact quantities against hand computation
 
 @pytest.mark.parametrize("kernel", ["labels", "positives"])
+@pytest.mark.deterministic(reason="exact enumeration (every row an anchor): MCSE exactly 0, rtol 1e-9")
 def test_exact_gap_matches_brute_force_enumeration(kernel, small_label_ds, small_index_ds):
     """N = 6 discrete case: gap_exact at k = 1, 2, 4 equals the enumeration over all 6^k tuples."""
     ds = small_label_ds if kernel == "labels" else small_index_ds
@@ -114,6 +116,7 @@ def test_exact_gap_matches_brute_force_enumeration(kernel, small_label_ds, small
 
 
 @pytest.mark.parametrize("kernel", ["labels", "positives"])
+@pytest.mark.deterministic(reason="exact sums (every row an anchor): MCSE exactly 0, rtol 1e-11")
 def test_ce_c1_c2_exact_against_hand_sums(kernel, small_label_ds, small_index_ds):
     """Same-label (and index) kernel: CE, c1 and c2 by direct sums; MCSE exactly 0 (every row an anchor)."""
     ds = small_label_ds if kernel == "labels" else small_index_ds
@@ -182,7 +185,15 @@ def test_retrieval_agreement_by_hand(small_label_ds, small_index_ds):
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo parts
 
+T15_5 = 2.0 * float(stats.t.sf(5.0, 15))  # two-sided tail of one |z| <= 5 check on 15 df (register)
+T15_4 = 2.0 * float(stats.t.sf(4.0, 15))  # the same for 4 SE
+Z4 = 2.0 * float(stats.norm.sf(4.0))      # a normal 4-SE bound
+# P(slope_p_half >= 0.05) for a true slope -1 with slope SE 0.11 (noncentrality 0.5 / 0.11 = 4.5 on 15 df)
+MISS_HALF = float(stats.nct.cdf(stats.t.isf(0.025, 15), 15, 4.5) - stats.nct.cdf(-stats.t.isf(0.025, 15), 15, 4.5))
+
+
 @pytest.mark.statistical
+@pytest.mark.false_fail(2 * 11 * T15_5, reason="2 kernels x 11 grid points, each |z| <= 5 on t(15) (union bound)")
 def test_monte_carlo_gap_agrees_with_exact(small_label_ds, small_index_ds):
     """The Monte Carlo gap (16 blocks of tuples) against the exact curve at all 11 grid points:
     |z| <= 5 with z on 15 df; false-failure rate <= 2 * 11 * P(t_15 > 5) ~ 3.5e-3 per kernel."""
@@ -191,6 +202,7 @@ def test_monte_carlo_gap_agrees_with_exact(small_label_ds, small_index_ds):
         assert np.all(np.isfinite(z)) and np.max(np.abs(z.values)) <= 5.0, z.values
 
 
+@pytest.mark.false_fail(T15_4 + MISS_HALF, reason="|slope + 1| <= 4 SE on t(15) + the chance (1.3e-2, non-central t at 4.5) that 1/sqrt(k) is not rejected at 5%")
 def test_prediction_slope_and_k_for_bias(small_label_ds):
     """bias_at_k = c1/k + c2/k^2; k_for_bias is the first k from which |prediction| <= eps for good;
     the slope of a clean 1/k curve is -1 with 1/sqrt(k) rejected (statistical: see the comment)."""
@@ -211,6 +223,7 @@ def test_prediction_slope_and_k_for_bias(small_label_ds):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(T15_4 + T15_5, reason="4-SE slope bound and 5-MCSE gap bound, each two-sided on t(15)")
 def test_negative_gap_and_gap_at_k():
     """Positives anti-aligned with their anchor (the least similar row; 40 rows in d = 3): c1 < 0 and
     the gap is negative, so the slope is that of log(-gap), -1 within 4 jackknife SE (t on 15 df:
@@ -233,6 +246,7 @@ def test_negative_gap_and_gap_at_k():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(3 * Z4, reason="3 two-sided normal 4-SE bounds")
 def test_anchor_subsample_against_full_hand_computation():
     """N = 2000 rows, d = 16, 20 classes, 256 anchors: CE, c1, top1 against their values over all
     rows (numpy N x N here). |z| <= 4 each: false-failure rate ~ 3 * 6.3e-5 = 2e-4."""
@@ -260,6 +274,7 @@ def test_anchor_subsample_against_full_hand_computation():
 
 @pytest.mark.slow
 @pytest.mark.statistical
+@pytest.mark.false_fail(2 * 11 * T15_5, reason="2 curves x 11 grid points, each |z| <= 5 on t(15); slow, outside the default suite")
 def test_subsampled_gap_curves_against_full_exact_curve():
     """N = 400 rows, 128 anchors, exact curve on 16 of them: the two-phase gap_exact and the Monte
     Carlo gap (anchor blocks) against the exact curve averaged over all 400 rows (built here with
@@ -285,6 +300,7 @@ def test_subsampled_gap_curves_against_full_exact_curve():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(4 * Z4, reason="4 two-sided normal 4-SE bounds")
 def test_augmentation_views_against_brute_force_monte_carlo():
     """positive_embeddings: views v = normalise(x_i + 0.3 xi), xi standard normal, N = 12 rows in
     d = 3, tau = 0.5, m = 64 views per row. Truth by brute force with fresh views: CE and c1 from
@@ -330,6 +346,7 @@ def test_augmentation_views_against_brute_force_monte_carlo():
         assert abs(float(ds["gap"].sel(k=k)) - gap_t) <= 4 * comb, (k, float(ds["gap"].sel(k=k)), gap_t, 4 * comb)
 
 
+@pytest.mark.deterministic(reason="exact identities of the one-view MCSE (rtol 1e-10) and positivity, for any draw")
 def test_one_view_per_row_has_a_finite_conservative_mcse():
     """m = 1 view: the views' error cannot be split from the anchors' spread; the MCSE is then
     s/sqrt(n) over the anchors (an upper bound), finite and positive, never NaN."""

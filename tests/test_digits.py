@@ -47,6 +47,7 @@ def _tiny(n_per_class: int = 4, classes=(0, 1, 7)):
 # the quick design
 
 @pytest.mark.statistical
+@pytest.mark.false_fail((1 - (1 - 2 * ALPHA) ** 6) + (1 - (1 - ALPHA) ** 3), reason="the claim rows' rates: C1 2 tests at ALPHA in 6 settings, C2 one in 3")
 def test_quick_verdicts_pass(quick):
     """Every setting passes C1, every label setting C2, and the claim rows say so (false-failure
     rate 1.5e-2 for the file's budget; see the module notes)."""
@@ -77,6 +78,7 @@ REQUIRED = {
 }
 
 
+@pytest.mark.deterministic(reason="schema, finiteness and which MCSEs are exactly 0 (exact label kernel) or positive (Monte Carlo): structural, for any draw")
 def test_quick_schema_and_cf_attributes(quick):
     cf_units = pytest.importorskip("cf_units")
     cfg, ds = quick
@@ -105,6 +107,7 @@ def test_quick_schema_and_cf_attributes(quick):
 # ----------------------------------------------------------------------------------------------
 # negative controls: the same verdict rule fails on curves that violate C1
 
+@pytest.mark.deterministic(reason="the fake curve's block mean is exactly c1/sqrt(k) (centred noise), so its slope is -1/2 to rounding; -1 is 70+ SE away (quick SEs <= 0.007)")
 def test_negative_control_sqrt_curve_fails(quick):
     """A curve decaying as 1/sqrt(k) with the quick run's own block noise fails the verdict."""
     _, ds = quick
@@ -121,6 +124,7 @@ def test_negative_control_sqrt_curve_fails(quick):
     assert abs(out["slope"] + 0.5) < 0.05
 
 
+@pytest.mark.false_fail(1e-6, reason="5% of c1 is ~16 MCSE of the quick run's c1 (0.3% relative) against the Student t critical value: the miss is below 1e-6")
 def test_negative_control_wrong_c1_fails(quick):
     """The quick run's gap blocks against a c1 that is 5% off: the c1 z-test fails."""
     _, ds = quick
@@ -180,6 +184,7 @@ def _brute_d(emb: np.ndarray, labels: np.ndarray, tau: float, ks=(1, 2)):
 
 
 @pytest.mark.parametrize("encoder", ["pixels", "rff"])
+@pytest.mark.deterministic(reason="exact sums (every anchor exact): MCSE exactly 0, rtol 1e-9")
 def test_label_ce_c1_and_exact_gap_brute_force(encoder):
     """simkit.diagnose as the study calls it (label kernel, every anchor exact) against explicit
     loops on 12 images of 3 digits: CE and c1 to 1e-12, the exact gap curve at k = 1, 2 to 1e-9."""
@@ -213,6 +218,7 @@ def test_exact_d_curve_brute_force():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(8 * 2 * float(stats.norm.sf(Z_CRIT)), reason="8 two-sided normal bounds at Z_CRIT = 4.42 (1e-5 each)")
 def test_block_estimators_unbiased_brute_force():
     """The study's Monte Carlo block estimators (gap with the control variate, gap without it,
     D_k with and without the control variate) average to the enumerated gap_k and D_k at k = 1, 2

@@ -27,7 +27,7 @@ from simkit.diagnose import diagnose
 from simkit.quadrature import log_partition
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies import encoders
-from studies.encoders import ALPHA, STUDY, TAU
+from studies.encoders import ALPHA, N_C1_TESTS, STUDY, TAU
 
 Z_CRIT = stats.norm.isf(1e-5 / 2)  # 4.42
 CHECKER = Path(sys.executable).parent / "compliance-checker"
@@ -57,6 +57,7 @@ def test_quick_declared_variables_have_cf_attributes(quick):
     assert ds.attrs["Conventions"] == "CF-1.11"
 
 
+@pytest.mark.false_fail(2 * N_C1_TESTS * ALPHA, reason="2 quick settings x the verdict's N_C1_TESTS tests at ALPHA (union bound); rejecting -1/2 (350 SE away) is negligible")
 def test_quick_c1_verdicts_pass(quick):
     _, ds, _ = quick
     for i, s in enumerate(ds["setting"].values):
@@ -68,6 +69,19 @@ def test_quick_c1_verdicts_pass(quick):
         assert [r["claim"] for r in rows] == ["C1", "C2", "C2", "C7"]
 
 
+@pytest.mark.deterministic(reason="the stated rates are functions of the design, not of the draw")
+def test_claim_rows_state_false_failure_rates_only(quick):
+    """The retrieval check's one-sided tests must reject to pass, so ALPHA is their false-pass rate and the
+    row states no false-failure rate (NaN); C7's stated rate counts its C1 and D_k tests only."""
+    _, ds, _ = quick
+    rows = STUDY.claim_rows(ds)
+    n_rot = sum(str(k) == "rot" for k in ds["kernel"].values)
+    assert np.isnan(rows[2]["false_fail_rate"]) and "false-pass rate" in rows[2]["statistic"]
+    assert rows[3]["false_fail_rate"] == pytest.approx(1 - (1 - (N_C1_TESTS + 1) * ALPHA) ** max(1, n_rot))
+    assert rows[1]["false_fail_rate"] == pytest.approx(1 - (1 - ALPHA) ** ds.sizes["setting"])
+
+
+@pytest.mark.false_fail(ALPHA, reason="one D_k slope interval at ALPHA")
 def test_quick_d2_rate_passes_for_the_linear_vmf_setting(quick):
     """D_k's rate at lin-d8-vmf (its constant is clearly positive there; at mlp-d32-rot the curve changes
     sign in the fit range and the log-log rule cannot be applied, see the report)."""
@@ -76,6 +90,7 @@ def test_quick_d2_rate_passes_for_the_linear_vmf_setting(quick):
     assert str(ds["d2_verdict"].values[i]) == "pass", str(ds["d2_verdict_reason"].values[i])
 
 
+@pytest.mark.deterministic(reason="the optimiser lowers the training risk on its fixed sample; the CE decrease's p-value underflows to 0 in the quick run (a must-reject test far beyond its noise)")
 def test_training_lowers_the_risk_and_exact_ce(quick):
     """Deterministic: the training risk at the last checkpoint is below the start's in every setting."""
     _, ds, _ = quick
@@ -84,6 +99,7 @@ def test_training_lowers_the_risk_and_exact_ce(quick):
     assert np.all(ds["ret_ce_p"].values < ALPHA)  # CE(M_hat, Q_hat) falls (the pre-stated test's part iii)
 
 
+@pytest.mark.false_fail(covered_by="test_quick_c1_verdicts_pass", reason="the fake curve's block mean is exactly c1/sqrt(k) (slope -1/2 by construction); the real blocks' pass is test_quick_c1_verdicts_pass's event")
 def test_negative_control_sqrt_k_curve_fails(quick):
     """A curve decaying as 1/sqrt(k), with the quick run's own block noise, through the same rule."""
     cfg, ds, _ = quick
@@ -102,6 +118,7 @@ def test_negative_control_sqrt_k_curve_fails(quick):
 
 
 @pytest.mark.parametrize("factor", [0.95, 1.05])
+@pytest.mark.false_fail(1e-5, reason="c1 +-5% is 8-10 MCSE of the quick run's c1 (MCSE 0.5-0.6%) against the critical ~3.8: miss ~1e-6 per setting")
 def test_negative_control_perturbed_c1_fails(quick, factor):
     cfg, ds, _ = quick
     k = ds["k"].values.astype(float)
@@ -114,6 +131,7 @@ def test_negative_control_perturbed_c1_fails(quick, factor):
 
 
 @pytest.mark.parametrize("factor", [0.9, 1.1])
+@pytest.mark.false_fail(1e-4, reason="allowance, not computed exactly: at 5% one setting gave p = 0.0019, and the Hotelling noncentrality is ~4x that at 10%")
 def test_negative_control_perturbed_exact_curve_fails(quick, factor):
     """The Hotelling test of the curve against an exact curve scaled by 10% (at 5% one quick setting gave
     p = 0.0019: the joint test over every k with 24 blocks has less power than the c1 test)."""
@@ -127,6 +145,7 @@ def test_negative_control_perturbed_exact_curve_fails(quick, factor):
         assert fields["curve_p"] < ALPHA and any("exact curve" in p for p in problems)
 
 
+@pytest.mark.deterministic(reason="last checkpoint = first: the paired differences are exactly 0, so the rule cannot reject")
 def test_negative_control_no_retrieval_improvement_fails(quick):
     """The pre-stated retrieval rule on blocks whose last checkpoint equals the first."""
     cfg, ds, _ = quick
@@ -163,6 +182,7 @@ def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
     np.testing.assert_allclose(mine["gap_exact"], ref["gap_exact"].values, rtol=1e-7, atol=1e-12)
 
 
+@pytest.mark.false_fail(8 * 2 * float(stats.norm.sf(Z_CRIT)), reason="8 anchors, each a two-sided normal bound at Z_CRIT = 4.42 (1e-5)")
 def test_log_z_of_the_atoms_against_quadrature_of_the_mixture(quick):
     """Z of pi_N (mean over the N atoms) against Z of the continuous vMF mixture by quadrature on S^2
     (simkit.quadrature.log_partition with the trained encoder): the atoms are i.i.d. from the mixture,

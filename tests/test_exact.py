@@ -63,6 +63,7 @@ SEED = 20260315
 ALPHA = 1e-3       # false-failure rate of each chi-square test (see the module docstring)
 Z_CRIT = 4.5       # "4.5 standard errors": two-sided rate 6.8e-6
 statistical = pytest.mark.statistical
+Z_TAIL = 2.0 * float(stats.norm.sf(4.5))  # two-sided normal tail of one "4.5 SE" check, 6.8e-6 (register)
 
 try:
     simkit.BrownianKernel(0.1)
@@ -390,6 +391,7 @@ def test_log_m1_rotated_vs_quadrature_p3():
 
 
 @statistical
+@pytest.mark.false_fail(3 * Z_TAIL, reason="3 anchors, each a two-sided 4.5-SE normal bound (union bound)")
 def test_rotated_log_m1_monte_carlo():
     """RotatedVMFKernel in d = 5 (no quadrature): m1(x) vs the mean of exp(x.y/tau) over 2e5 draws
     y ~ vMF(Rx, kappa) from scipy.stats.vonmises_fisher, 3 anchors at 4.5 SE each.
@@ -511,6 +513,7 @@ def test_single_vmf_expectations_vs_polar_rule(d, kappa_pi):
 
 
 @statistical
+@pytest.mark.false_fail(2 * Z_TAIL, reason="2 two-sided 4.5-SE normal bounds (union bound)")
 def test_single_vmf_expectations_vs_brute_force_mc():
     """Single-vMF pi in d = 5: cross_entropy and bias_constant vs the mean over 10^6 draws
     x ~ vMF (scipy.stats.vonmises_fisher) of the exact per-anchor integrands, z-test at 4.5 SE.
@@ -548,6 +551,7 @@ MCSE_CASES = {
 
 @statistical
 @pytest.mark.parametrize("case", list(MCSE_CASES), ids=list(MCSE_CASES))
+@pytest.mark.false_fail(ALPHA, reason="two chi-square statistics, each two-sided at ALPHA/2 (union bound)")
 def test_mcse_is_honest(case):
     """The (value, mcse) Estimate: 20 independent runs at n_mc = 2000 (seeds [SEED, 16, case, i]).
 
@@ -587,6 +591,7 @@ LARGE_CASES = {
 
 @statistical
 @pytest.mark.parametrize("case", list(LARGE_CASES), ids=list(LARGE_CASES))
+@pytest.mark.false_fail(2 * Z_TAIL, reason="at most 2 two-sided 4.5-SE normal bounds (union bound)")
 def test_estimate_agrees_with_large_mc(case):
     """A small-n_mc Estimate (n = 2000) agrees with a 65x larger one (n = 2^17) within
     4.5 sqrt(mcse_s^2 + mcse_l^2), and (p = 3) the large one with the quadrature truth within
@@ -732,6 +737,7 @@ def _gap_discrete_mc(pts, wts, kappa, tau, k, n, rng):
 
 
 @statistical
+@pytest.mark.false_fail(4 * Z_TAIL, reason="4 two-sided 4.5-SE normal bounds, each with an O(1/k) allowance on top (union bound, conservative)")
 def test_c1_formula_monte_carlo_control_variates():
     """Claim C1 for a Discrete pi with 6 atoms in d = 5 (too many to enumerate) and VMFKernel:
     Monte Carlo gap_k (40000 draws of the negatives' counts per atom, control variate above) for

@@ -144,7 +144,7 @@ def test_expected_log_sum_errors(bad, match):
 # ----------------------------------------------------------------------------------------------
 # gap_curve
 
-from scipy import integrate  # noqa: E402
+from scipy import integrate, stats  # noqa: E402
 
 from simkit import exact  # noqa: E402
 from simkit.exact_curve import gap_curve, second_order_constant  # noqa: E402
@@ -277,6 +277,9 @@ def test_gap_curve_vmf_rule_doubling():
     assert abs(g.cross_entropy - exact.cross_entropy(pi, VMFKernel(10.0), 0.2, rng=0)) < 1e-12
 
 
+Z44_TAIL = 2.0 * float(stats.norm.sf(4.4))  # two-sided normal tail of one |z| < 4.4 check, 1.1e-5 (register)
+
+
 def _brute_mc_gap(pi, kernel, tau, ks, n, rng):
     """Plain Monte Carlo of gap_k = E[log((e^{s0} + S_k)/(k Z(x)))] with fresh negatives per anchor."""
     x = pi.rvs(n, rng=rng)
@@ -293,6 +296,7 @@ def _brute_mc_gap(pi, kernel, tau, ks, n, rng):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(4 * Z44_TAIL, reason="4 two-sided |z| < 4.4 normal bounds (union bound)")
 def test_gap_curve_small_cases_against_brute_force_mc():
     """Default-suite version (quick sizes): vMF pi on S^2 (exact outer rule) and a two-component
     mixture on S^2 (Monte Carlo outer), k = 1, 2; brute force with 2^15 anchors, fixed seed.
@@ -312,6 +316,7 @@ def test_gap_curve_small_cases_against_brute_force_mc():
 
 @pytest.mark.slow
 @pytest.mark.statistical
+@pytest.mark.false_fail(9 * Z44_TAIL, reason="9 two-sided |z| < 4.4 normal bounds (union bound); slow, outside the default suite")
 def test_gap_curve_vmf_and_mixture_against_brute_force_mc():
     """Brute-force Monte Carlo at k = 1, 2, 4 (fixed seed, 2^16 anchors): |z| < 4.4 per comparison
     (two-sided 1.1e-5; 9 comparisons, family-wise false-failure rate < 1e-4). Smallest discrepancy
@@ -404,6 +409,7 @@ def test_embedding_identity_matches_cosine_law_path(kernel):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(2 * Z44_TAIL, reason="2 two-sided |z| < 4.4 normal bounds (union bound)")
 def test_embedding_random_linear_against_brute_force_mc():
     """A random linear embedding R^3 -> R^5: brute-force Monte Carlo (2^16 tuples, fixed seed) at
     k = 1, 4; |z| < 4.4 (false-failure < 3e-5 for the two comparisons)."""
@@ -426,6 +432,7 @@ def test_embedding_random_linear_against_brute_force_mc():
         assert abs(z) < 4.4, (k, z)
 
 
+@pytest.mark.deterministic(reason="structural properties of the returned covariance (its diagonal equals the MCSE, PSD), for any draw")
 def test_gap_curve_mixture_covariance():
     mix = VMFMixture([0.6, 0.4], np.eye(3)[:2], [3.0, 5.0])
     g = gap_curve(mix, VMFKernel(5.0), 0.5, [1, 2, 8], rng=np.random.default_rng(0), n_mc=64, n_cv=1 << 12)
@@ -486,6 +493,7 @@ def _rot_case(d, tau, kappa):
 
 
 @pytest.mark.parametrize("d", [3, pytest.param(6, marks=pytest.mark.slow)])
+@pytest.mark.false_fail(Z44_TAIL, reason="one two-sided |z| < 4.4 normal bound on c1; the rest is exact")
 def test_rotated_kernel_uniform_pi_exact(d):
     """Uniform pi with a plane-rotated vMF kernel: exact by a 1-D rule in x.Rx. Checks: the rule's
     CE equals simkit.exact.cross_entropy (closed form E s(x, x+) = A_d tr(R)/d); c1 agrees with

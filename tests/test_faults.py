@@ -6,6 +6,7 @@ deterministic (no statistical assertion)."""
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import re
@@ -258,7 +259,8 @@ def test_scheduler_lost_mid_run_keeps_checkpoints_and_the_same_command_finishes(
 # ----------------------------------------------------------------------------------------------
 # no traceback, ever: argument vectors of every subcommand
 
-TOKENS = ["run", "report", "list", "validate", "diagnose", "rate_k", "search_ce", "nope", "--quick", "--full",
+TOKENS = ["run", "report", "list", "validate", "calibrate", "diagnose", "rate_k", "search_ce", "nope", "--quick",
+          "--full", "--seeds", "--first-seed", "--alternative", "sqrt-k", "--keep-checkpoint", "0", "2**70",
           "--seed", "-1", "7", "x", "--out", "--report", "a.nc", "b.pdf", "/proc/z.nc", "--set", "k_max=16",
           "k_max=-3", "n_blocks=abc", "=", "--scheduler", "tcp://127.0.0.1:1", "--no-report", "--no-progress",
           "--tau", "0", "--k", "1e99", "--eps", "nan", "missing.npz", "", "\x00", "é", "--help", "-h"]
@@ -269,11 +271,14 @@ TOKENS = ["run", "report", "list", "validate", "diagnose", "rate_k", "search_ce"
 @given(argv=st.lists(st.sampled_from(TOKENS) | st.text(max_size=8), max_size=7))
 def test_no_traceback_for_any_argument_vector(argv, tmp_path, monkeypatch, capsys):
     """Every argument vector ends in an exit status with at most one error line, never an exception.
-    Runs are replaced by stubs (a vector that would run a study returns 0 without running it)."""
+    Runs are replaced by stubs (a vector that would run a study returns 0 without running it; validate and
+    calibrate stop as if interrupted, 130)."""
     monkeypatch.chdir(tmp_path)
     from simkit import validate
     monkeypatch.setattr(runner, "run_study", lambda *a, **k: runner.RunResult(None, Path("x"), False, 0, 0, [], 0.0))
     monkeypatch.setattr(validate, "run_validation", lambda **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    calibrate = importlib.import_module("simkit.calibrate")  # the module (simkit.calibrate is also the function)
+    monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

@@ -381,6 +381,7 @@ SAMPLER_CASES = [(2, 0.05), (2, 1.0), (3, 0.02), (3, 0.5), (16, 0.05), (16, 0.3)
 
 @statistical
 @pytest.mark.parametrize("d, t", SAMPLER_CASES)
+@pytest.mark.false_fail(ALPHA + 2 * float(stats.norm.sf(4.0)), reason="KS at ALPHA + a two-sided normal 4-SE bound on the mean")
 def test_sampler_ks_and_mean(d, t):
     """KS test of w = x . x+ (n = 20 000) against cdf_cosine at ALPHA = 1e-3 (detects sup |G - F|
     >= 0.028 with probability 0.999), and the sample mean of w within 4 standard errors of
@@ -401,6 +402,7 @@ def test_sampler_ks_and_mean(d, t):
 
 @statistical
 @pytest.mark.parametrize("d, t", [(3, 0.5), (16, 0.05)])
+@pytest.mark.false_fail(ALPHA + 1e-5, reason="the wrong-time draws against their own law must not reject (ALPHA) + the KS miss, <= 2 exp(-2 n (D - c)^2) < 1e-5 (asserted)")
 def test_negative_control_wrong_time(d, t):
     """Draws at time 1.1 t must be rejected by the same KS test against the law at time t.
 

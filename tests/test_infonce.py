@@ -195,6 +195,7 @@ def test_block_keys_and_shapes(unbiased):
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("name", ["gap_cv", "gap_plain"])
+@pytest.mark.false_fail(ALPHA, reason="Bonferroni over the 11 k of two-sided t tests at ALPHA in total")
 def test_gap_unbiased(unbiased, name):
     """Block means of ``gap_cv`` (control variates, pilot coefficients) and ``gap_plain`` equal
     ``gap_exact(k)`` at every k of 1..1024.
@@ -213,6 +214,7 @@ def test_gap_unbiased(unbiased, name):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="Bonferroni over 19 two-sided t tests at ALPHA in total")
 def test_dgap_unbiased(unbiased):
     """``dgap`` (k < K) and ``dgap_cv`` (k <= K/4) estimate gap_exact(k) - gap_exact(2k), without Z.
 
@@ -229,6 +231,7 @@ def test_dgap_unbiased(unbiased):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="one two-sided t test (39 df) at ALPHA")
 def test_ell_inf_unbiased(unbiased):
     """Block means of ``l_inf = -s(x, x+) + log Z(x)`` estimate CE = exact.cross_entropy
     (reference value -1.995732, THEORY.md section 5).
@@ -303,6 +306,7 @@ CV_CASES = [
 
 
 @pytest.mark.parametrize("kappa, tau, floor", CV_CASES)
+@pytest.mark.false_fail(5e-5, reason="5 SD-ratio floors, each >= 4 sampling SDs of the log ratio below the pilot's (< 1e-5 per k, union bound)")
 def test_control_variates_reduce_variance(kappa, tau, floor):
     """SD(gap_plain) / SD(gap_cv) over 160 blocks is at least ``floor[k]`` (10 for k >= 64 at
     (5, 0.5); 10 for k >= 512 and a linear-in-k floor below at (10, 0.1)).

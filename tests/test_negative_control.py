@@ -34,6 +34,7 @@ def exact_curve():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="Hotelling F(11, 21) p-value > ALPHA (exact for Gaussian blocks)")
 def test_unperturbed_estimator_passes_exact_curve_test(exact_curve):
     """Hotelling T^2 over the 11 k values (F(11, 21)); nominal false-failure rate 1e-3 (exact for
     Gaussian blocks; each block mean averages 256 anchors)."""
@@ -43,12 +44,21 @@ def test_unperturbed_estimator_passes_exact_curve_test(exact_curve):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("scale", [{"m1": 1.05}, {"Z2": 1.05}])
+@pytest.mark.parametrize("scale", [
+    pytest.param({"m1": 1.05}, marks=pytest.mark.false_fail(
+        1e-21, reason="miss probability, non-central F(11, 21) at the pilot noncentrality 498")),
+    pytest.param({"Z2": 1.05}, marks=pytest.mark.false_fail(
+        1.9e-3, reason="miss probability, non-central F(11, 21) at the pilot noncentrality 124"))])
 def test_perturbed_constant_fails_exact_curve_test(exact_curve, scale):
     """m1 x 1.05 biases gap_cv by +0.05 E[m1/Z]/k (~ +9% of gap_k here), Z2 x 1.05 by
     -0.025 E[Z2/Z^2]/k (~ -5%); both must be rejected at alpha = 1e-3. Observed during design
-    (seed 99, k_max 1024, 24 blocks): p ~ 1e-10 (m1) and 1e-7 (Z2), so the failure to reject
-    (the false-pass rate of this control) is negligible."""
+    (seed 99, k_max 1024, 24 blocks): p ~ 1e-10 (m1) and 1e-7 (Z2).
+
+    False-failure rate = the probability of missing the perturbation, 1 - power of Hotelling's test
+    at the noncentrality lambda = n delta' Sigma^-1 delta: from an independent pilot (seed 999001,
+    64 blocks; delta from common random numbers, Sigma from the unperturbed blocks, the inverse-Wishart
+    bias (n - p - 2)/(n - 1) removed) lambda = 498 (m1) and 124 (Z2), so the misses are 1e-21 and
+    1.9e-3 (0.015 at 0.8 lambda)."""
     res = curve_test(_blocks(scale, 20261204), exact_curve)
     assert res.p_value < ALPHA, res
 
@@ -65,11 +75,17 @@ def test_constant_scale_default_is_bit_identical():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA + 2e-5, reason="unperturbed p > ALPHA (conservative F) + the m1 control's miss (non-central F at the pilot noncentrality 124)")
 def test_negative_control_mixture_with_estimated_exact_curve():
     """A two-component vMF mixture on S^2 (vMF(5) kernel, tau 0.5): the exact curve is itself Monte
     Carlo over x (gap_curve with 512 anchors, its covariance across k passed as exact_cov; conservative
-    F reference). Unperturbed: p > 1e-3 (nominal false-failure <= 1e-3); m1 x 1.05 and Z2 x 1.05:
-    p < 1e-3 (observed in design: 1e-30 and 3e-7)."""
+    F reference). Unperturbed: p > 1e-3 (nominal false-failure <= 1e-3); m1 x 1.05: p < 1e-3
+    (observed in design: 1e-30; miss probability 2e-5 at the noncentrality 124 of a pilot, seed
+    999002, 64 blocks; 40 of 40 independent re-runs, seeds [555, s] / [556, s], rejected at p <= 1e-5).
+
+    Z2 x 1.05 is reported, not required: its noncentrality here is only ~19, and the 40 re-runs
+    rejected it in 9 (22%); the p = 3e-7 at this test's seeds was luck, and asserting it would give the
+    test a false-failure rate of ~0.78."""
     from simkit.kernels import VMFKernel as _V
     from simkit.sphere import VMFMixture
 
@@ -83,4 +99,4 @@ def test_negative_control_mixture_with_estimated_exact_curve():
         blocks = np.array([est.block(256, rng)["gap_cv"] for _ in range(N_BLOCKS)])
         pvals[name] = curve_test(blocks, ex.gap, exact_cov=ex.gap_cov).p_value
     assert pvals["none"] > ALPHA, pvals
-    assert pvals["m1"] < ALPHA and pvals["Z2"] < ALPHA, pvals
+    assert pvals["m1"] < ALPHA, pvals  # pvals["Z2"] is shown in the message, not required (see the docstring)

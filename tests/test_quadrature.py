@@ -322,6 +322,7 @@ def test_nonlinear_phi_circle_against_high_resolution_rule():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(3 * 5.7e-7, reason="3 anchors, each a two-sided normal 5-SE bound (5.7e-7)")
 def test_nonlinear_phi_against_monte_carlo():
     """Z(x) by quadrature vs the mean of exp(phi(x).phi(y)/tau) over 10^6 draws of pi.
 
@@ -348,6 +349,7 @@ def test_nonlinear_phi_against_monte_carlo():
 # Discrete pi: exact finite sums in any dimension
 
 
+@pytest.mark.deterministic(reason="exact finite sums against closed forms (rtol 1e-13)")
 def test_discrete_exact_high_dimension():
     rng = np.random.default_rng(50)
     d, m = 50, 300

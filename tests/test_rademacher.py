@@ -92,6 +92,7 @@ def _sup(n=8, k=4, radius=0.3, starts=3, seed=5, loss="infonce"):
 
 
 @pytest.mark.parametrize("loss", ["infonce", "pairsum"])
+@pytest.mark.deterministic(reason="best of r is monotone in r and the reference term an exact identity (rtol 1e-12), for any draw")
 def test_sup_best_of_r_and_reference(loss):
     s, sigma, _, _, (best, ref, nfev, bad) = _sup(loss=loss)
     assert best.shape == (3,) and np.all(np.diff(best) >= 0) and best[0] >= 0
@@ -101,6 +102,7 @@ def test_sup_best_of_r_and_reference(loss):
     assert nfev > 3 and bad == 0
 
 
+@pytest.mark.deterministic(reason="the optimiser against 2000 random points of the box on one fixed draw: an optimisation property, not a statistical tolerance")
 def test_sup_beats_random_search():
     """The optimiser's best is at least the best of 2000 uniform points of the box (a lower bound
     that random search cannot beat shows the optimiser does its job on this small problem)."""
@@ -114,6 +116,7 @@ def test_sup_beats_random_search():
     assert ref == pytest.approx(f0, rel=1e-12)
 
 
+@pytest.mark.deterministic(reason="exact enumeration of all 2^6 sign vectors, tolerance 1e-14")
 def test_centring_is_exact_over_all_sign_vectors():
     """Enumerating all 2^6 sign vectors: the mean of the reference term is exactly 0, so the centred
     and uncentred estimators have the same mean (to rounding)."""
@@ -183,6 +186,7 @@ def quick(tmp_path_factory):
 
 
 @statistical
+@pytest.mark.false_fail(1 - (1 - ALPHA) ** 3, reason="the claim row's rate: three one-sided tests at ALPHA that must not reject; the control's detection (slope 1.00 +- 0.008 against > 0.7 and p < ALPHA) misses with negligible probability")
 def test_c3_quick_checks(quick):
     """The one-sided test of k-exponent <= 0 does not reject for InfoNCE at level 1e-3 (false-failure
     rate 1e-3 at the boundary exponent 0) and rejects for the control; neither n-exponent is
@@ -205,6 +209,7 @@ def test_c3_quick_checks(quick):
     assert "lower bound" in rows[0]["statistic"]
 
 
+@pytest.mark.false_fail(1e-3, reason="allowance, not computed exactly: the centred MCSE is below the uncentred one at every k >= 4, smallest ratio 1.9 in the quick run")
 def test_quick_dataset_values_and_schema(quick):
     cfg, ds = quick
     assert ds["loss"].values.tolist() == ["infonce", "pairsum"]
@@ -233,6 +238,7 @@ def test_quick_dataset_values_and_schema(quick):
     assert json.loads(ds.attrs["config"]) == cfg
 
 
+@pytest.mark.false_fail(covered_by="test_c3_quick_checks", reason="sqrt(k) puts the InfoNCE slope ~30 SE above 0 (detected); the untouched blocks' outcome is test_c3_quick_checks's event")
 def test_negative_controls_make_the_verdict_fail(quick):
     """Deterministic edits of the real blocks: the InfoNCE curve multiplied by sqrt(k) (growth like
     earlier bounds) is flagged; the control replaced by the InfoNCE curve is not flagged, which
@@ -262,6 +268,7 @@ def test_negative_controls_make_the_verdict_fail(quick):
         np.testing.assert_array_equal(np.asarray(value), ds[name].values, err_msg=name)
 
 
+@pytest.mark.deterministic(reason="formula identities on the dataset's own numbers (rtol 1e-12)")
 def test_one_sided_p_value_is_student_t(quick):
     _, ds = quick
     df = ds.sizes["block"] - 1

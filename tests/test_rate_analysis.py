@@ -126,8 +126,19 @@ def _verdict_slope(fit):
     return bool(lo <= -1.0 <= hi and fit.p_half < ALPHA)
 
 
+def _calibration_rate(n_rep):
+    """Exact false-failure rate of the two binomial checks of the calibration test (calibrated intervals)."""
+    lo95, hi95 = stats.binom.ppf(5e-5, n_rep, 0.05), stats.binom.isf(5e-5, n_rep, 0.05)
+    hi999 = stats.binom.isf(1e-4, n_rep, 1e-3)
+    return float(stats.binom.cdf(lo95 - 1, n_rep, 0.05) + stats.binom.sf(hi95, n_rep, 0.05)
+                 + stats.binom.sf(hi999, n_rep, 1e-3))
+
+
 @pytest.mark.statistical
-@pytest.mark.parametrize("rho, n_rep, seed", [(0.3, 2000, 20261211), (0.9, 1000, 20261212)])
+@pytest.mark.parametrize("rho, n_rep, seed", [
+    pytest.param(rho, n, seed, marks=pytest.mark.false_fail(
+        _calibration_rate(n), reason="exact Binomial tails of the 95% band and the 99.9% upper limit"))
+    for rho, n, seed in [(0.3, 2000, 20261211), (0.9, 1000, 20261212)]])
 def test_slope_interval_calibration_under_h0(rho, n_rep, seed):
     """Coverage of ``fit_rate`` intervals for a true slope of -1 (gap = c1/k + c2/k^2).
 
@@ -159,6 +170,7 @@ def test_slope_interval_calibration_under_h0(rho, n_rep, seed):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(float(stats.binom.sf(3, 200, 1e-3)), reason="exact Binomial(200, 1e-3) tail above 3; the verdict's miss is < 1e-100")
 def test_negative_control_synthetic_sqrt_k():
     """A process with gap = 5.5/sqrt(k) (same noise model, rho = 0.3) is REJECTED by the study's
     verdict rule in every one of 200 datasets; slope = -1/2 is (correctly) not rejected.
@@ -199,6 +211,7 @@ def real_run(tmp_path_factory):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(2e-3, reason="the study's verdict: slope interval at ALPHA + c1 z test at ALPHA; rejecting -1/2 fails with negligible probability (~90 SE)")
 def test_real_blocks_positive_control(real_run):
     """The untransformed real blocks pass (false-failure rate 2e-3: slope interval 1e-3 plus
     c1 z-test 1e-3; p_half < 1e-3 fails with negligible probability as |slope + 1/2| ~ 90 SE)."""
@@ -208,6 +221,7 @@ def test_real_blocks_positive_control(real_run):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="p_half >= ALPHA at the true slope -1/2 (level-ALPHA test); the slope within 0.05 of -1/2 is ~8 SE")
 def test_negative_control_real_blocks_sqrt_k(real_run):
     """Real GapEstimator blocks multiplied by sqrt(k) have mean curve
     sqrt(k) gap_k = c1/sqrt(k) (1 + (c2/c1)/k + ...): true slope -1/2 in the study's model. The
@@ -266,6 +280,7 @@ def test_jackknife_ratio_hand():
     assert se[0] == pytest.approx(se_hand, rel=1e-13)
 
 
+@pytest.mark.deterministic(reason="an exact identity of the jackknife of a mean, at rtol 1e-12, for any draw")
 def test_jackknife_of_mean_is_sd_over_sqrt_n():
     """For a linear statistic the jackknife SE is exactly sd / sqrt(n)."""
     b = np.random.default_rng(3).standard_normal((9, 4))
@@ -285,6 +300,7 @@ def _wls(y, x, w):
     return np.linalg.lstsq(x * sw[:, None], y * sw, rcond=None)[0]
 
 
+@pytest.mark.deterministic(reason="fit_rate against a hand implementation of the same formulas on the same draw (rtol <= 1e-6)")
 def test_fit_rate_matches_hand_wls_jackknife():
     """fit_rate against an independent NumPy implementation of its documented method: weights
     (mean/mcse)^2 fixed from the full sample, WLS of log gap on (1, log k, 1/k) over k >= k_min,
@@ -318,6 +334,7 @@ def test_fit_rate_matches_hand_wls_jackknife():
     assert np.isnan(plain.curvature)
 
 
+@pytest.mark.deterministic(reason="hand WLS on the same draw; the 1% tolerance on c1 is ~10 SD of its estimate (normal tail ~1e-23)")
 def test_fit_inverse_powers_matches_hand_wls():
     k = K_SYN
     b = _synthetic(_h0_curve(), 0.5, 1, 8)[0][:10]
@@ -343,6 +360,7 @@ def test_fit_rate_recovers_exact_power_law():
         assert fit_rate(k, b, 8, with_inverse=False).slope == pytest.approx(slope, abs=1e-10)
 
 
+@pytest.mark.deterministic(reason="NaN handling of constructed non-positive columns; no tolerance")
 def test_fit_rate_nonpositive_gap_gives_nan():
     """A gap that is not positive in the fit range: all-NaN result, no exception, no warning."""
     k = K_SYN

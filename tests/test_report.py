@@ -121,6 +121,7 @@ def capture_tables(monkeypatch):
     return seen
 
 
+@pytest.mark.deterministic(reason="the report of one fixed dataset: a regression check of rendered values")
 def test_report_from_dataset_on_disk(tmp_path, capture_tables):
     nc, pdf = tmp_path / "rate_k.nc", tmp_path / "out" / "rate_k.pdf"
     synthetic().to_netcdf(nc, engine="h5netcdf")
@@ -178,6 +179,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["r.pdf"]
 
 
+@pytest.mark.deterministic(reason="an error path; no tolerance")
 def test_not_a_rate_k_dataset(tmp_path):
     with pytest.raises(ValueError, match=r"'ds' must be a rate_k dataset; it lacks 'gap', 'verdict'"):
         rate_k_report(synthetic().drop_vars(["gap", "verdict"]), tmp_path / "r.pdf")

@@ -163,6 +163,7 @@ def test_search_constants_closed_form_d3():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="two two-sided z bounds at ALPHA/2 each (Bonferroni)")
 def test_search_constants_monte_carlo_agrees():
     """The Monte Carlo path (RotatedVMFKernel with R = I: the same M, no quadrature) against the
     quadrature path, uniform pi on S^2: |z| <= 3.29 for d1 and w2 jointly Bonferroni at 1e-3
@@ -207,6 +208,7 @@ UNBIASED_CASES = [("uniform-d3", Uniform(3), VMFKernel(10.0), 0.1), ("mixture-d1
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(ALPHA, reason="Bonferroni over 12 two-sided z tests at ALPHA in total")
 def test_d_unbiased_small_k():
     """Block means of ``d_cv`` (control variates, pilot coefficients from an independent seed) and
     ``d_rb`` (no control variate) equal a brute-force plain Monte Carlo of D_k at k = 1, 2, 4.
@@ -367,6 +369,7 @@ def _summarise(raw, cfg) -> dict:
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
+@pytest.mark.false_fail(ALPHA, reason="-1 outside the level-(1 - ALPHA) slope interval (two-sided t); rejecting -1/2 is negligible (33-190 SE away)")
 def test_c2_rate_quick(quick, setting):
     """Per setting: D_k keeps one sign for k >= k_min, the level-(1 - 1e-3) slope interval of
     log|D_k| contains -1 and excludes -1/2 (p_half < 1e-3), and the verdict is 'pass'.
@@ -392,6 +395,7 @@ def test_c2_rate_quick(quick, setting):
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
+@pytest.mark.false_fail(ALPHA, reason="p_half < ALPHA at the true slope -1/2 (level-ALPHA test); the verdict's miss is O(1e-10)")
 def test_negative_control_sqrt_k(quick, setting):
     """Real blocks multiplied by sqrt(k) have mean sqrt(k) D_k = d1/sqrt(k) (1 + O(1/k)): true slope
     -1/2. The study's summarise must fail the setting with the interval excluding -1, and must not
@@ -412,6 +416,7 @@ def test_negative_control_sqrt_k(quick, setting):
     assert _summarise(raw, cfg)["verdict"].tolist() == ["pass"]
 
 
+@pytest.mark.deterministic(reason="a constructed sign change: the rule's outcome does not depend on the draw")
 def test_sign_change_in_fit_range_fails(quick):
     """A curve whose block means change sign for k >= k_min is not fitted on the log scale; the
     setting fails and says why (deterministic construction from real blocks)."""
@@ -426,6 +431,7 @@ def test_sign_change_in_fit_range_fails(quick):
     assert float(out["d_sign"][0]) == 0.0 and np.isnan(float(out["slope"][0]))
 
 
+@pytest.mark.false_fail(covered_by="test_c2_rate_quick", reason="its only chance failure is the claim verdict of the quick dataset, registered by test_c2_rate_quick; the top-1/recall bounds are exact for uniform-d3 and open intervals for the mixture")
 def test_quick_dataset_schema_and_retrieval(quick):
     cfg, ds = quick
     assert ds["k"].values.tolist() == [2**i for i in range(15)]

@@ -84,6 +84,9 @@ ALPHA = 1e-3  # false-failure rate per statistical test (see the module docstrin
 SEED = 20260  # every test derives its generator from [SEED, <test id>, <case>]
 
 statistical = pytest.mark.statistical
+# false-failure register (tests/test_budget.py): the rate each threshold implies
+Z4 = 2.0 * float(stats.norm.sf(4.0))  # two-sided normal tail of a "within 4 SE" check, 6.3e-5
+one_test = pytest.mark.false_fail(ALPHA, reason="one KS / chi-square / binomial test rejecting at p < ALPHA")
 
 
 def ks_critical(n: float, alpha: float = ALPHA) -> float:
@@ -216,6 +219,7 @@ def test_angle_law_reference():
 @statistical
 @pytest.mark.parametrize("d", DIMS)
 @pytest.mark.parametrize("kappa", KAPPAS)
+@one_test
 def test_vmf_polar_law_exact(d, kappa):
     """KS of theta = angle(mu, x) against the exact law; n = 1e5, rate ALPHA, detects D >= 0.0123."""
     rng = np.random.default_rng([SEED, 1, d, int(kappa)])
@@ -226,6 +230,7 @@ def test_vmf_polar_law_exact(d, kappa):
 
 @statistical
 @pytest.mark.parametrize("d", DIMS)
+@one_test
 def test_uniform_polar_law_exact(d):
     """Uniform(d): KS of the angle to a fixed axis; n = 1e5, rate ALPHA, detects D >= 0.0123."""
     rng = np.random.default_rng([SEED, 2, d])
@@ -237,6 +242,7 @@ def test_uniform_polar_law_exact(d):
 @statistical
 @pytest.mark.parametrize("d", DIMS)
 @pytest.mark.parametrize("kappa", [1.0, 50.0, 1e4])
+@pytest.mark.false_fail(ALPHA, reason="two two-sample KS p-values at ALPHA/2 each (union bound)")
 def test_vmf_matches_scipy(d, kappa):
     """Two-sample KS against scipy.stats.vonmises_fisher on two statistics, ALPHA/2 each.
 
@@ -257,6 +263,7 @@ def test_vmf_matches_scipy(d, kappa):
 
 @statistical
 @pytest.mark.parametrize("d", [3, 16])
+@pytest.mark.false_fail(1e-29, reason="the wrong sampler passes KS with probability <= 2 exp(-2 n (D - c)^2) < 1e-29 (DKW-Massart, asserted in the test)")
 def test_negative_control_wrong_kappa_fails(d):
     """A sampler with kappa off by 10% (55 instead of 50) must FAIL the exact-law KS test.
 
@@ -287,6 +294,7 @@ def test_negative_control_wrong_kappa_fails(d):
 @statistical
 @pytest.mark.parametrize("d", DIMS)
 @pytest.mark.parametrize("kappa", [1.0, 50.0])
+@pytest.mark.false_fail(Z4 + ALPHA / 2, reason="4-SE bound along mu (two-sided normal tail) + chi-square across at ALPHA/2")
 def test_vmf_mean_vector(d, kappa):
     """E[x] = A_d(kappa) mu.
 
@@ -309,6 +317,7 @@ def test_vmf_mean_vector(d, kappa):
 
 @statistical
 @pytest.mark.parametrize("kappa", [1.0, 50.0, 1e4])
+@one_test
 def test_vmf_azimuth_uniform_d3(kappa):
     """d = 3: the azimuth of x around mu is uniform on (-pi, pi]; KS, n = 1e5, detects D >= 0.0123."""
     rng = np.random.default_rng([SEED, 6, int(kappa)])
@@ -322,6 +331,7 @@ def test_vmf_azimuth_uniform_d3(kappa):
 
 @statistical
 @pytest.mark.parametrize("d", [16, 128])
+@one_test
 def test_vmf_tangent_direction_uniform(d):
     """The unit tangent v of x at mu is uniform on S^{d-2}: (1 + v.e)/2 ~ Beta((d-2)/2, (d-2)/2)
     for a fixed unit e orthogonal to mu. kappa = 50, KS, n = 1e5, detects D >= 0.0123."""
@@ -335,6 +345,7 @@ def test_vmf_tangent_direction_uniform(d):
 
 
 @statistical
+@one_test
 def test_vmf_tangent_sign_fair_d2():
     """d = 2: the tangent part is +-1 with probability 1/2 each (exact binomial test, n = 1e5;
     detects a bias |p - 1/2| >= 0.0115 with power 0.999)."""
@@ -351,6 +362,7 @@ def test_vmf_tangent_sign_fair_d2():
 # --------------------------------------------------------------------------------------------
 
 @statistical
+@one_test
 def test_mixture_component_frequencies():
     """Component frequencies by chi-square (df = 2, n = 1e5; detects sum (dp)^2/p >= 4.5e-4).
 
@@ -371,6 +383,7 @@ def test_mixture_component_frequencies():
 
 
 @statistical
+@one_test
 def test_mixture_marginal_law():
     """Mixture of vMF(u, 1), vMF(-u, 5), vMF(u, 20) with weights (.5, .3, .2) in d = 16.
 
@@ -391,6 +404,7 @@ def test_mixture_marginal_law():
 
 
 @statistical
+@one_test
 def test_discrete_atom_frequencies():
     """Every draw is exactly an atom; frequencies by chi-square (df = 5, n = 1e5; detects
     sum (dp)^2/p >= 5.3e-4)."""
@@ -449,6 +463,7 @@ def test_discrete_logpmf():
 
 @statistical
 @pytest.mark.parametrize("d, kappa", [(3, 5.0), (16, 50.0), (128, 1e4)])
+@one_test
 def test_vmf_kernel_law(d, kappa):
     """For x ~ Uniform (a different mean per row), angle(x, x+) has the vMF polar law.
     KS, n = 1e5, detects D >= 0.0123."""
@@ -468,6 +483,7 @@ def test_vmf_kernel_equals_vmf_on_constant_input():
 
 @statistical
 @pytest.mark.parametrize("d, kappa", [(3, 20.0), (8, 50.0)])
+@one_test
 def test_rotated_kernel_law(d, kappa):
     """x+ ~ vMF(R x, kappa): angle(R x, x+) has the vMF polar law. KS, n = 1e5, D >= 0.0123.
     d = 3 uses plane_rotation (angle 1 rad about e3); d = 8 a Haar-random rotation."""
@@ -480,6 +496,7 @@ def test_rotated_kernel_law(d, kappa):
 
 
 @statistical
+@pytest.mark.false_fail(1e-30, reason="the wrong-direction sampler (D ~ 1) passes KS with probability <= 2 exp(-2 n (D - c)^2), far below 1e-30; registered at 1e-30")
 def test_rotated_kernel_negative_control():
     """Power check: centring on R^T x (the wrong direction) instead of R x must fail the same test
     (the CDFs differ by D ~ 1, so the miss probability is ~0)."""
@@ -494,6 +511,7 @@ def test_rotated_kernel_negative_control():
 @statistical
 @pytest.mark.parametrize("d, step, n_steps, n", [(3, 0.3, 5, 100_000), (16, 0.5, 3, 100_000),
                                                   (128, 0.1, 20, 20_000)])
+@pytest.mark.false_fail(Z4, reason="4-SE bound, two-sided normal tail")
 def test_walk_mean_cosine(d, step, n_steps, n):
     """E[x . x+] = cos(step)^n_steps within 4 SE (rate 6.3e-5; detects a bias of 7.1 SE)."""
     rng = np.random.default_rng([SEED, 17, d])
@@ -538,6 +556,7 @@ def test_vmf_unit_norm_generic_mu(d):
 
 
 @statistical
+@one_test
 def test_walk_direction_uniform_d3():
     """d = 3, one step: the azimuth of x+ around x is uniform (KS, n = 1e5, detects D >= 0.0123)."""
     rng = np.random.default_rng([SEED, 19])
@@ -555,6 +574,7 @@ def test_walk_direction_uniform_d3():
 
 @statistical
 @pytest.mark.parametrize("d", [3, 128])
+@pytest.mark.false_fail(ALPHA + 1e-10, reason="KS at ALPHA + the 2% tolerance (>= 6.6 SE, < 1e-10)")
 def test_large_kappa_precision(d):
     """kappa = 1e6: unit norm to 1e-14, E[1 - mu.x] within 2% of (d - 1) / (2 kappa), and the
     exact polar law (KS, rate ALPHA, n = 1e5, detects D >= 0.0123).

@@ -227,6 +227,7 @@ def test_gradient_matches_central_differences(case, shared):
 
 @pytest.mark.parametrize("shared", [False, True], ids=["independent", "shared"])
 @pytest.mark.parametrize("family", ["linear", "two-layer"])
+@pytest.mark.deterministic(reason="gradient against central differences and a reference implementation on one draw (rtol 1e-6, 1e-12)")
 def test_weighted_risk_gradient(family, shared):
     """Per-tuple weights (Rademacher signs): value (1/n) sum w_i l_i, gradient against central
     differences (1e-6) and the NumPy reference (1e-12)."""
@@ -323,6 +324,7 @@ def test_scale_invariance_of_linear_risk():
     assert abs(g1 @ phi.params) <= 1e-13 * np.linalg.norm(g1) * np.linalg.norm(phi.params)
 
 
+@pytest.mark.deterministic(reason="argument errors; no tolerance")
 def test_sample_and_risk_errors():
     rng = np.random.default_rng(50)
     x = PI3.rvs(4, rng=rng)
@@ -402,6 +404,7 @@ def trained():
 
 
 @statistical
+@pytest.mark.false_fail(1.4e-5, reason="P(1 - rho > 0.1) from a gamma fit to a 20-replicate pilot (other seeds): 3.5e-6 per model, 4 models")
 def test_trained_linear_embedding_is_orthogonal_up_to_scale(trained):
     """Uniform pi on S^2, M = vMF(x, 8), tau = 1/8, d = 3: the population optimum of R_k over
     phi_W is W = c x orthogonal (then Q = M, for every k), so the ERM should be close to it.
@@ -424,6 +427,7 @@ def test_trained_linear_embedding_is_orthogonal_up_to_scale(trained):
 
 
 @statistical
+@pytest.mark.false_fail(4.1e-5 + 5e-5, reason="12 one-sided 4.5-SE bounds (4.1e-5) + the pilot bootstrap's 5e-5 for the trend and the 0.005 bound")
 def test_trained_cross_entropy_approaches_minus_mi(trained):
     """CE(phi_hat_n) -> -I(x; x+) as n grows (uniform pi, vMF kernel, tau = 1/kappa: H = -I is the
     minimum of CE, attained by isometries). KL_n = CE(phi_hat_n) + I >= 0 is estimated on fresh data
@@ -456,6 +460,7 @@ def test_trained_cross_entropy_approaches_minus_mi(trained):
 
 
 @statistical
+@pytest.mark.false_fail(3 * 6.8e-6, reason="3 two-sided 4.5-SE normal bounds; the MCSE ceilings are several times the expected MCSEs")
 def test_identity_population_matches_exact():
     """phi = identity on uniform S^2, vMF(8), tau = 1/8, k = 64: CE = -I, R_k = -I + log k + gap_k
     with gap_k from the exact Laplace-transform formula (simkit.exact.gap_exact), estimated without
@@ -478,6 +483,7 @@ def test_identity_population_matches_exact():
 
 
 @statistical
+@pytest.mark.false_fail(6.8e-6 + 1e-4, reason="one two-sided 4.5-SE bound + an allowance, not computed exactly, for the jackknife bias estimate's 50% and 0.1-MCSE bounds")
 def test_pool_agrees_with_quadrature_and_bias_is_negligible():
     """A non-isometric linear phi on S^2: z_method = "pool" vs "quadrature" with the same seed. The
     pool is drawn last, so both see the same anchors, positives and negatives, and the difference of
@@ -506,6 +512,7 @@ def test_pool_agrees_with_quadrature_and_bias_is_negligible():
 
 
 @statistical
+@pytest.mark.false_fail(6.8e-6, reason="one two-sided 4.5-SE normal bound; the identity's CE is exact (1e-12)")
 def test_exact_discrete_agrees_with_pool():
     """Discrete pi (40 atoms in R^6) with a two-layer phi into S^2 (d < p): log Z exact (finite sum)
     vs a pool of atoms; same draws, so the difference is the pool's error: z-test at 4.5 pool MCSE
@@ -524,6 +531,7 @@ def test_exact_discrete_agrees_with_pool():
     assert abs(ident.cross_entropy - exact.cross_entropy(pi, kern, 0.2)) <= 1e-12
 
 
+@pytest.mark.deterministic(reason="identities between the report's fields and the same seed's estimate")
 def test_generalisation_report_arithmetic():
     rng = np.random.default_rng(100)
     risk = EmpiricalRisk(TrainingSample.draw(PI3, M8, 200, 16, rng=rng), TAU)

@@ -22,6 +22,30 @@ def _band(alpha, n=N_REP):
     return alpha - half, alpha + half
 
 
+def _outside(p, lo=-math.inf, hi=math.inf, n=N_REP):
+    """Exact probability that a Binomial(n, p) proportion falls outside [lo, hi]: the false-failure
+    rate of a band check on a rejection count whose true rejection probability is p."""
+    k = np.arange(n + 1)
+    return float(stats.binom.pmf(k, n, p)[(k / n < lo) | (k / n > hi)].sum())
+
+
+def _band_rate(alpha):
+    return _outside(alpha, *_band(alpha))
+
+
+# exact power of the shifted curve of test_hotelling_power_matches_noncentral_f (see there)
+_POWER = float(stats.ncf.sf(stats.f.isf(0.01, 8, 24), 8, 24,
+                            32 * np.ones(8) @ np.linalg.solve(0.9 ** np.abs(np.subtract.outer(np.arange(8), np.arange(8))),
+                                                              np.ones(8)) * 0.75**2))
+_HALF = Z_META * math.sqrt(_POWER * (1 - _POWER) / N_REP)
+# size of the normal quantile with 15 df (test_t_check_size_and_normal_contrast), exact
+_NORMAL_SIZE = float(2 * stats.t.sf(stats.norm.isf(0.005), 15))
+# chi-square reference with V = S/n, n = 32, p = 6: measured size 0.0682 +- 0.0018, F reference 0.013
+# (20 000 replicates, seed 99999, not used by any test); the register uses 0.064 for chi-square, two
+# SE under the estimate, and the F reference's nominal 0.05 (conservative for both)
+_CHI2_SIZE_LOW = 0.064
+
+
 def _curve_cov(p, rho=0.9, scale=None):
     """A covariance like a CRN curve's: strong positive correlation between neighbouring k."""
     idx = np.arange(p)
@@ -41,7 +65,10 @@ def _rejections(rng, n_blocks, p, cov, shift, alpha, **kw):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("alpha", [0.05, 0.01])
+@pytest.mark.parametrize("alpha", [
+    pytest.param(a, marks=pytest.mark.false_fail(
+        _band_rate(a) + 1e-3, reason="exact Binomial(1000, alpha) tail outside the band + KS at 1e-3"))
+    for a in (0.05, 0.01)])
 def test_hotelling_size(alpha):
     """Gaussian blocks (n = 32, p = 8): the F reference is exact, so the rejection count is
     Binomial(1000, alpha). Meta false-failure rate ~1e-3 per alpha (fixed seed)."""
@@ -54,6 +81,7 @@ def test_hotelling_size(alpha):
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(_outside(_POWER, _POWER - _HALF, _POWER + _HALF), reason="exact Binomial(1000, power) tail outside power +- 3.29 sd, at the exact non-central F power")
 def test_hotelling_power_matches_noncentral_f():
     """A shifted curve: empirical power agrees with the exact non-central F power
     (noncentrality n delta' Sigma^-1 delta) within the binomial band (meta false-failure ~1e-3),
@@ -73,6 +101,7 @@ def test_hotelling_power_matches_noncentral_f():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(_band_rate(0.05), reason="exact Binomial(1000, 0.05) tail outside the band (the merged test is exact)")
 def test_hotelling_merged_columns_size():
     """p = 40 columns with 16 blocks: merged into 14 groups (documented), still an exact test."""
     rng = np.random.default_rng(303)
@@ -85,6 +114,7 @@ def test_hotelling_merged_columns_size():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(_band_rate(0.05), reason="exact Binomial(1000, 0.05) tail outside the band, at the nominal size (the chi-square reference is a large-n approximation)")
 def test_chi_square_with_estimated_exact_curve_size():
     """Exact curve with its own noise (covariance V, given): chi-square reference, a large-n
     approximation; with 400 blocks and p = 6 the size is alpha within the binomial band."""
@@ -104,9 +134,12 @@ def test_chi_square_with_estimated_exact_curve_size():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(_band_rate(0.01) + (1 - (_NORMAL_SIZE - 0.01)) ** N_REP, reason="exact Binomial(1000, 0.01) band tail + P(no |t| between the normal and t quantiles)")
 def test_t_check_size_and_normal_contrast():
     """Student t(n - 1): exact size for Gaussian blocks (16 blocks, alpha = 0.01); the normal
-    quantile 2.576 would reject at ~0.020 instead (shown, not required)."""
+    quantile 2.576 rejects at 0.0211 instead (shown, not required: on the same draws it rejects more
+    often; asserting its rate above the band, 0.0204, would fail by chance with probability 0.46,
+    and above alpha with 0.0056)."""
     rng = np.random.default_rng(505)
     n, alpha = 16, 0.01
     rej, rej_normal = 0, 0
@@ -117,7 +150,9 @@ def test_t_check_size_and_normal_contrast():
         rej_normal += abs(res.statistic) > stats.norm.isf(alpha / 2)
     lo, hi = _band(alpha)
     assert lo <= rej / N_REP <= hi
-    assert rej_normal / N_REP > hi  # the normal reference is anti-conservative with 15 df
+    # the normal reference is anti-conservative with 15 df; strictly more rejections unless no |t| of the
+    # 1000 falls between 2.576 and t_15(0.995) = 2.947, probability (1 - 0.0111)^1000 = 1.4e-5
+    assert rej_normal > rej, (rej_normal, rej)
 
 
 def test_t_check_values():
@@ -130,6 +165,7 @@ def test_t_check_values():
         t_check(1.0, 0.0, 1.0, n_blocks=4)
 
 
+@pytest.mark.false_fail(1e-3, reason="null p-value > 1e-3 (exact Hotelling F); the shifted control misses with probability < 1e-38 (non-central F)")
 def test_dgap_exact_and_test():
     ks = np.array([1, 2, 4, 8, 16])
     gap = 3.0 / ks + 1.0 / ks**2
@@ -153,10 +189,12 @@ def test_curve_test_errors():
 
 
 @pytest.mark.statistical
+@pytest.mark.false_fail(_outside(0.05, hi=_band(0.05)[1]) + (1 - (_CHI2_SIZE_LOW - 0.05)) ** N_REP, reason="upper Binomial(1000, alpha) tail (the F reference's size is <= alpha) + P(no Q between the two critical values)")
 def test_f_reference_with_estimated_exact_curve_is_conservative():
     """32 blocks, p = 6, exact-curve covariance V = S/n (the two errors of equal size): the default
     F reference rejects at most alpha (upper binomial band), while chi-square over-rejects
-    (measured, not required beyond > alpha)."""
+    (measured, 0.068 +- 0.002 over 20 000 replicates; required only to reject more often than F on
+    the same draws: asserting > alpha at 1000 replicates would fail by chance with probability ~0.01-0.04)."""
     rng = np.random.default_rng(606)
     n, p, alpha = 32, 6, 0.05
     cov = _curve_cov(p)
@@ -171,9 +209,12 @@ def test_f_reference_with_estimated_exact_curve_is_conservative():
         rej_c += curve_test(blocks, ex, exact_cov=v, reference="chi2").p_value < alpha
     lo, hi = _band(alpha)
     assert rej_f / N_REP <= hi
-    assert rej_c / N_REP > alpha
+    # chi2.sf(Q, 6) < F-scaled p for every Q here, so rej_c >= rej_f; equality needs no Q of the 1000
+    # between the two critical values (probability ~0.055 each): (1 - 0.055)^1000 < 1e-24
+    assert rej_c > rej_f, (rej_c, rej_f)
 
 
+@pytest.mark.false_fail(_outside(0.05, 7 / 400, 36 / 400, n=400) + 2.8e-5, reason="exact Binomial(400, 0.05) tail outside [7, 36] + the positive control's non-central F miss; the blind version's p <= 0.05 is negligible")
 def test_dgap_test_with_the_exact_curves_covariance():
     """A Monte Carlo exact curve whose error is common to every k (one sample over x): the
     differences carry none of it. With the full covariance (D V D') the test keeps its size and
@@ -193,7 +234,10 @@ def test_dgap_test_with_the_exact_curves_covariance():
     assert 7 <= sum(p < 0.05 for p in p_null) <= 36
     exact = gap + 0.5 * rng.standard_normal()
     shifted = d + 0.03 + 0.05 * rng.standard_normal((64, 4))
-    assert dgap_test(shifted, ks, exact, exact_gap_cov=v).p_value < 1e-6   # positive control
+    # positive control: Hotelling on 64 blocks, p = 4, noncentrality 64 * 4 * 0.6^2 = 92.2 (the exact
+    # curve's common error cancels in the differences), misses p < 1e-4 with probability 2.8e-5
+    # (non-central F; at 1e-6 it would miss with 3.3e-3)
+    assert dgap_test(shifted, ks, exact, exact_gap_cov=v).p_value < 1e-4
     assert dgap_test(shifted, ks, exact, np.sqrt(np.diag(v))).p_value > 0.05  # the old, blind version
     with pytest.raises(ValueError, match="'exact_gap_cov' must be"):
         dgap_test(shifted, ks, exact, exact_gap_cov=np.ones((4, 4)))
