@@ -278,7 +278,8 @@ def test_monte_carlo_helpers_require_rng():
 # the study: resume, quick design, negative controls
 
 TINY = {"settings": "uniform-d3,vmf-d8", "n_tau": 3, "k_max": 64, "k_fixed": 16, "n_blocks": 4, "block_anchors": 32,
-        "kl_anchors": 2, "kl_samples": 64, "n_mc": 1024}
+        "kl_anchors": 2, "kl_samples": 64, "n_mc": 1024, "norm_taus": "1,0.2,0.05", "norm_blocks": 3, "norm_n": 16,
+        "norm_k": 4, "norm_eval": 64}
 
 
 def test_resume_after_interruption(tmp_path, capsys):
@@ -323,7 +324,8 @@ def test_c5_quick_checks_pass(quick, check):
     cfg, ds, _ = quick
     assert ds["verdict_" + check].values.tolist() == ["pass", "pass"], ds["verdict_" + check + "_reason"].values
     rows = STUDY.claim_rows(ds)
-    assert len(rows) == 4 and all(r["claim"] == "C5" for r in rows)
+    assert len(rows) == 7 and all(r["claim"] == "C5" for r in rows)
+    rows = rows[:4]  # the KL / CE / c1 checks (the norms checks: test_norms_quick_rows)
     assert np.isnan(rows[0]["false_fail_rate"]) and "deterministic check" in rows[0]["statistic"]
     assert rows[0]["estimate_mcse"] == 0 and 0 < rows[0]["estimate"] <= 1
     assert all(r["false_fail_rate"] == ALPHA for r in rows[1:])
@@ -388,7 +390,7 @@ def test_negative_controls(quick):
     assert "direct" in str(out["verdict_kl_reason"].values[1])
     assert out["verdict_kl_mc"].values.tolist() == ["pass", "fail"]
     assert out["verdict_kl_exact"].values.tolist() == ["pass", "pass"]
-    rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))
+    rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))[:4]
     assert [r["verdict"] for r in rows] == ["pass", "fail", "pass", "pass"]
     # ... and an exact per-anchor KL above the bound: the deterministic part fails, the Monte Carlo part not
     bad = raw.copy(deep=True)
@@ -398,7 +400,7 @@ def test_negative_controls(quick):
     assert out["verdict_kl_exact"].values.tolist() == ["fail", "pass"]
     assert out["verdict_kl_mc"].values.tolist() == ["pass", "pass"]
     assert "exact per-anchor KL exceeds 2/tau" in str(out["verdict_kl_reason"].values[0])
-    rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))
+    rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))[:4]
     assert [r["verdict"] for r in rows] == ["fail", "pass", "pass", "pass"] and rows[0]["estimate"] > 1
     # (iii) bias: c1 at the smallest tau no larger than at tau >= 1/kappa_M; then a non-monotone scale
     bad = raw.copy(deep=True)
@@ -442,6 +444,199 @@ def test_failed_preparation_gives_error_verdicts(tmp_path, monkeypatch):
         assert "task errors" in str(ds[f"verdict_{c}_reason"].values[1])
     assert "injected failure" in str(ds["cell_error"].values[1, 0])
     assert np.isnan(float(ds["ce_exact"].values[1, 0])) and np.isfinite(float(ds["ce_exact"].values[1, 1]))
-    assert [r["verdict"] for r in STUDY.claim_rows(ds)] == ["error", "error", "error", "error"]
+    assert [r["verdict"] for r in STUDY.claim_rows(ds)[:4]] == ["error", "error", "error", "error"]
     assert ds["verdict_kl_exact"].values.tolist() == ["pass", "error"] == ds["verdict_kl_mc"].values.tolist()
     assert STUDY.report(ds, tmp_path / "e.pdf") >= 7
+
+
+# ----------------------------------------------------------------------------------------------
+# the norms clause (simkit.norms; pre-registered in protocols/temperature.md)
+
+from pathlib import Path  # noqa: E402
+
+import xarray as xr  # noqa: E402
+from scipy import integrate  # noqa: E402
+
+from simkit.embedding import LinearEmbedding  # noqa: E402
+from simkit.norms import (NormProfile, ScaledRisk, gap_sensitivity, growth_rule, loss_derivative,  # noqa: E402
+                          train_scaled)
+from simkit.protocol import protocol_sha256  # noqa: E402
+from simkit.training import EmpiricalRisk, TrainingSample  # noqa: E402
+from studies.temperature import (NORM_ALPHA, NORM_B0, NORM_QUANTITIES, PROTOCOL_PATH, _norm_summary,  # noqa: E402
+                                 norm_verdicts)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _norm_setup(beta=0.5, tau=0.1, n=32, k=6, n_fresh=256, seed=7):
+    rng = np.random.default_rng(seed)
+    pi, kernel = Uniform(3), VMFKernel(10.0)
+    prof = NormProfile.axis(beta, 3)
+    train = ScaledRisk(TrainingSample.draw(pi, kernel, n, k, rng=rng), tau, prof)
+    fresh = ScaledRisk(TrainingSample.draw(pi, kernel, n_fresh, k, rng=rng), tau, prof)
+    return train, fresh, LinearEmbedding.random(3, 3, rng=rng)
+
+
+def test_loss_derivative_hand_value():
+    """dl^eps/deps at 0 for scores (1, 2, -1): l = -1 + log(e + e^{2 e^eps} + e^{-e^eps}), so the derivative is
+    (2 e^2 - e^-1) / (e + e^2 + e^-1) = 1.37565..., the softmax-weighted average of the negatives' scores."""
+    e = np.e
+    want = (2 * e**2 - 1 / e) / (e + e**2 + 1 / e)
+    assert loss_derivative(np.array([[1.0, 2.0, -1.0]]))[0] == pytest.approx(want, rel=1e-14)
+    assert want == pytest.approx(1.37565, abs=1e-5)
+
+
+def test_scaled_risk_at_unit_norms_is_the_library_risk():
+    """beta = 0 (r = 1): losses and gradient equal simkit.training.EmpiricalRisk's (an independent, jitted
+    implementation) to rounding; with beta > 0 the gradient matches central differences."""
+    train, _, phi = _norm_setup(beta=0.0, tau=0.07)
+    ref = EmpiricalRisk(train.sample, 0.07)
+    np.testing.assert_allclose(train.losses(phi), ref.losses(phi), rtol=1e-12, atol=1e-14)
+    v, g = train.value_and_grad(phi)
+    v_ref, g_ref = ref.value_and_grad(phi)
+    assert v == pytest.approx(v_ref, rel=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12)
+    train, _, phi = _norm_setup(beta=0.5, tau=0.2)
+    _, g = train.value_and_grad(phi)
+    h, num = 1e-6, np.empty(9)
+    for i in range(9):
+        d = np.zeros(9)
+        d[i] = h
+        num[i] = (train.value_and_grad(phi.with_params(phi.params + d))[0]
+                  - train.value_and_grad(phi.with_params(phi.params - d))[0]) / (2 * h)
+    np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.02])
+def test_gap_sensitivity_pathwise_equals_finite_difference(tau):
+    """S pathwise (sum_j p_j s_j) = the central difference of G^eps with common random numbers (h = 1e-4:
+    truncation ~ (h max|s|)^2 / 6 <= 1e-4 relative at tau = 0.02); the same tuples for train and fresh give
+    G = S = 0 exactly; the score-ignored component gives S = 0 up to rounding."""
+    train, fresh, phi0 = _norm_setup(tau=tau)
+    phi, rep = train_scaled(train, phi0)
+    assert rep["converged"] and abs(rep["grad_norm"]) < 1e-6
+    a = gap_sensitivity(phi, train, fresh)
+    assert a.sens_fd == pytest.approx(a.sens, rel=2e-4)
+    assert a.gap > 0  # an ERM's gap at this (seeded) small n; not a statistical claim
+    same = gap_sensitivity(phi, train, train)
+    assert same.gap == 0.0 and same.sens == 0.0
+    ign = gap_sensitivity(phi, train, fresh, mode="ignored")
+    assert abs(ign.sens_fd) < 1e-9 * max(1.0, abs(a.sens)) and ign.sens == 0.0
+    assert ign.gap == pytest.approx(a.gap, rel=1e-12)
+    np.testing.assert_allclose(train.scores(phi, 0.2, "ignored"), train.scores(phi), rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(train.scores(phi, 0.2)[:, 1:], np.exp(0.2) * train.scores(phi)[:, 1:], rtol=1e-13)
+
+
+@statistical
+def test_population_sensitivity_against_quadrature():
+    """Known answer: phi = identity, r = 1, k = 1, pi uniform on S^2, M = vMF(x, 10), tau = 0.5. Then
+    x.x+ has density kappa e^{kappa t} / (2 sinh kappa) on [-1, 1] and x.y is uniform on [-1, 1], so
+    E[dl/deps] = E[p_1 s_1] is a 2-D integral (scipy dblquad, ~1e-10). Monte Carlo over 2^17 fresh tuples
+    (the estimator's population half) agrees within 4.42 MCSE: false-failure rate 1e-5; detects a bias of
+    ~5 MCSE (~0.004) with probability 0.7."""
+    kappa, tau = 10.0, 0.5
+
+    def integrand(v, t):
+        s0, s1 = t / tau, v / tau
+        return kappa * np.exp(kappa * (t - 1)) / (1 - np.exp(-2 * kappa)) * 0.5 * s1 / (1 + np.exp(s0 - s1))
+
+    want = integrate.dblquad(integrand, -1, 1, -1, 1, epsabs=1e-12, epsrel=1e-11)[0]
+    fresh = ScaledRisk(TrainingSample.draw(Uniform(3), VMFKernel(kappa), 1 << 17, 1, rng=20261206), tau,
+                       NormProfile.axis(0.0, 3))
+    d = fresh.derivatives(LinearEmbedding.identity(3))
+    z = (d.mean() - want) / (d.std(ddof=1) / np.sqrt(d.size))
+    assert abs(z) < 4.42, (d.mean(), want, z)
+
+
+def test_growth_rule_passes_growth_and_rejects_controls():
+    """Positive case: S = tau^-1 (1 + noise) passes with b ~ -1. Flat S fails on the slope, S = 0 is undefined
+    and fails, and a curve proportional to 1/tau whose level is noise (alternating +4/tau, -2/tau: every
+    jackknife replicate has slope exactly -1, so a slope-only rule would pass) fails the positivity test:
+    the rule is an intersection-union test, so neither part alone decides."""
+    taus = np.array([1.0, 0.5, 0.2, 0.1, 0.05, 0.02])
+    rng = np.random.default_rng(11)
+    good = growth_rule(taus, (1 + 0.2 * rng.standard_normal((16, 6))) / taus, b0=NORM_B0, alpha=NORM_ALPHA)
+    assert good.passed and good.defined and good.b == pytest.approx(-1, abs=0.1) and good.reason == ""
+    flat = growth_rule(taus, 1 + 0.2 * rng.standard_normal((16, 6)), b0=NORM_B0, alpha=NORM_ALPHA)
+    assert flat.defined and not flat.passed and "not shown" in flat.reason and flat.level_p < NORM_ALPHA
+    zero = growth_rule(taus, np.zeros((16, 6)), b0=NORM_B0, alpha=NORM_ALPHA)
+    assert not zero.passed and not zero.defined and "undefined" in zero.reason
+    sign = np.where(np.arange(8) % 2 == 0, 4.0, -2.0)[:, None] / taus
+    noisy = growth_rule(taus, sign, b0=NORM_B0, alpha=NORM_ALPHA)
+    assert noisy.defined and noisy.p < NORM_ALPHA and noisy.b == pytest.approx(-1, abs=1e-12)
+    assert not noisy.passed and noisy.level_p > NORM_ALPHA and "tau_min" in noisy.reason
+    few = growth_rule(taus, np.ones((2, 6)), b0=NORM_B0, alpha=NORM_ALPHA)
+    assert not few.passed and "fewer than 3" in few.reason
+    ok, bad = good, noisy
+    assert norm_verdicts(ok, bad, zero, "")["norm_conclusion"] == "confirmed"
+    v = norm_verdicts(ok, ok, zero, "")
+    assert v["norm_null_verdict"] == "fail" and v["norm_conclusion"].startswith("not confirmed (inconclusive")
+    v = norm_verdicts(bad, bad, zero, "")
+    assert v["norm_verdict"] == "fail" and v["norm_conclusion"].startswith("not confirmed (growth")
+    assert norm_verdicts(ok, bad, zero, "tau = 1: boom")["norm_verdict"] == "error"
+
+
+def test_normalised_gap_hand_values():
+    """G tau and its MCSE from hand-made blocks: G blocks (1, 2, 3, 6) at tau = 1 -> mean 3, sd sqrt(14/3),
+    MCSE 1.0801, G tau = 3; (2, 2, 2, 2) at tau = 0.5 -> G tau = 1, MCSE 0; (10, 20, 30, 60) at tau = 0.1 ->
+    G tau = 3, MCSE 1.0801; S tau likewise from sens_cv."""
+    taus = np.array([1.0, 0.5, 0.1])
+    g = np.array([[1.0, 2, 3, 6], [2, 2, 2, 2], [10, 20, 30, 60]])
+    data = {f"raw_norm_{n}": (("cell", "block"), np.ones((3, 4))) for n in NORM_QUANTITIES}
+    data["raw_norm_gap_cv"] = (("cell", "block"), g)
+    data["raw_norm_sens_cv"] = (("cell", "block"), 2 * g)
+    data["cell_error"] = (("cell",), np.array(["", "", ""]))
+    out = _norm_summary(xr.Dataset(data), taus, 4)
+    np.testing.assert_allclose(out["norm_gap_tau"], [3.0, 1.0, 3.0], rtol=1e-15)
+    np.testing.assert_allclose(out["norm_gap_tau_mcse"], [1.0801234497, 0.0, 1.0801234497], rtol=1e-9)
+    np.testing.assert_allclose(out["norm_sens_tau"], [6.0, 2.0, 6.0], rtol=1e-15)
+    np.testing.assert_allclose(out["norm_gap_cv"], [3.0, 2.0, 30.0], rtol=1e-15)
+
+
+def test_norms_inputs():
+    with pytest.raises(ValueError, match="'beta'"):
+        NormProfile(-1.0, (1.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="'direction' must be a unit vector"):
+        NormProfile(0.5, (1.0, 1.0, 0.0))
+    train, fresh, phi = _norm_setup()
+    with pytest.raises(ValueError, match="'mode' must be one of"):
+        train.scores(phi, 0.0, "both")
+    with pytest.raises(ValueError, match="'eps' must be > -log"):
+        train.scores(phi, -1.0, "ignored")
+    with pytest.raises(ValueError, match="'blocks' must have shape"):
+        growth_rule([1.0, 0.5], np.ones((4, 3)), b0=NORM_B0, alpha=0.01)
+    with pytest.raises(ValueError, match="same tau"):
+        gap_sensitivity(phi, train, ScaledRisk(fresh.sample, 0.3, fresh.profile))
+    with pytest.raises(ValueError, match="'norm_taus'"):
+        STUDY.check_config(resolve_config(STUDY, {"norm_taus": "1,0.5"}))
+
+
+@statistical
+def test_norms_quick_rows(quick):
+    """The quick design's norms rows are exploratory (never confirmatory); both controls behave: the
+    score-ignored control deterministically (S = 0), the null control with false-failure rate <= 0.01 (the
+    rule's level). The stored rule fields equal growth_rule recomputed from the raw blocks."""
+    _, ds, _ = quick
+    rows = STUDY.claim_rows(ds)[4:]
+    assert [r["analysis"] for r in rows] == ["exploratory"] * 3
+    assert rows[1]["verdict"] == "pass" and rows[2]["verdict"] == "pass", rows
+    assert np.isnan(rows[2]["false_fail_rate"]) and rows[1]["false_fail_rate"] == NORM_ALPHA
+    assert np.all(np.abs(ds["raw_norm_sens_ignored"].values) < 1e-9)
+    r = growth_rule(ds["tau_n"].values, ds["raw_norm_sens_cv"].values.T, b0=NORM_B0, alpha=NORM_ALPHA)
+    assert float(ds["norm_primary_b"]) == r.b and float(ds["norm_primary_level_p"]) == r.level_p
+    np.testing.assert_allclose(ds["norm_gap_tau"], ds["tau_n"] * ds["norm_gap_cv"], rtol=1e-15)
+    assert ds.sizes["norm_block"] == 32 and "norms clause" in STUDY.summary_text(ds)
+
+
+def test_committed_dataset_records_the_protocol():
+    """data/temperature.nc (the confirmatory run) names protocols/temperature.md with its current hash; its
+    norms rows are confirmatory, the KL / CE / c1 rows exploratory."""
+    path = ROOT / "data" / "temperature.nc"
+    ds = read_dataset(path)
+    assert ds.attrs["protocol_path"] == PROTOCOL_PATH
+    assert ds.attrs["protocol_sha256"] == protocol_sha256(PROTOCOL_PATH)
+    assert ds.attrs["protocol_commit"] not in ("absent", "uncommitted", "unknown")
+    rows = STUDY.claim_rows(ds)
+    assert [r["analysis"] for r in rows[:4]] == ["exploratory"] * 4
+    assert all(r["analysis"].startswith(f"confirmatory ({PROTOCOL_PATH}, sha256 ") for r in rows[4:])
+    assert ds.sizes["norm_block"] == 64 and ds.sizes["tau_n"] == 6

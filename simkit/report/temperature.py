@@ -8,7 +8,8 @@ Pages: (1) claim C5, method, the three checks per setting with verdicts, rules a
 rates, findings; (2) one table per setting over tau (CE, c1, scales, KL, gap, each with its
 MCSE); (3) CE(tau), exact and Monte Carlo, with the bound H and z-scores; (4) c1(tau) and the
 expansion scales; (5) KL(Q || pi) against 2/tau; (6) gap_k at fixed k and k gap_k against c1;
-(7) provenance.
+(7) the norms clause (pre-registered, protocols/temperature.md): G, G·τ, the sensitivity S of the gap to the
+negatives' embedding norms and its controls, the rule and the verdicts, and their figure; (8) provenance.
 """
 
 from __future__ import annotations
@@ -486,6 +487,111 @@ def _gap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     doc.save(fig)
 
 
+# ------------------------------------------------------------------------------------------------
+# the norms clause (pre-registered: protocols/temperature.md)
+
+_NORM_ROWS = (("primary", "primary: S of φ̂ (control variate)", "norm_verdict"),
+              ("null", "null control: S of the fixed reference ψ = r·x (E[S] = 0)", "norm_null_verdict"),
+              ("ignored", "control: norms changed in a score-ignored component (S = 0)", "norm_ignored_verdict"))
+
+
+def _norms_pages(doc: ReportDocument, ds: xr.Dataset) -> None:
+    """Norms clause: the table of G, G·τ, S, S·τ and the controls over τ, the rule and the verdicts; a figure."""
+    cfg = _json_attr(ds, "config", {})
+    cfg = cfg if isinstance(cfg, dict) else {}
+    taus = ds["tau_n"].values
+    sc = lambda n: float(ds[n].values)  # noqa: E731
+    alpha, b0 = float(ds.attrs.get("norm_alpha", np.nan)), float(ds.attrs.get("norm_b0", np.nan))
+    label = str(ds.attrs.get("analysis", ""))
+    sha = str(ds.attrs.get("protocol_sha256", "?"))[:16]
+    doc.new_page()
+    doc.heading("Norms clause of C5: the gap's sensitivity to the norms of the negatives' embeddings")
+    doc.text(
+        f"Pre-registered in {ds.attrs.get('protocol_path', 'protocols/temperature.md')} (sha256 {sha}…, commit "
+        f"{str(ds.attrs.get('protocol_commit', '?'))[:12]}); {label or 'analysis label unknown'}. Embeddings before "
+        f"normalisation ψ(x) = r(x) u_W(x): u_W(x) = Wx/|Wx| (W 3×3) trained by ERM (L-BFGS-B) on n = "
+        f"{cfg.get('norm_n', '?')} tuples, r(x) = exp(β e₁·x) fixed with β = {cfg.get('norm_beta', '?')} (norms in "
+        f"[{sc('norm_r_min'):.3g}, {sc('norm_r_max'):.3g}]); score ψ(x)·ψ(y)/τ; π uniform on S², x⁺ ~ vMF(x, "
+        f"{cfg.get('norm_kappa_m', '?')}), k = {cfg.get('norm_k', '?')} negatives; {ds.sizes['norm_block']} "
+        f"independent blocks, each with its own training sample, initial W and {cfg.get('norm_eval', '?')} fresh "
+        f"tuples shared by every τ. G = R_k(φ̂) − R̂(φ̂) (fresh minus training tuples) with the exactly zero-mean "
+        f"control G(ψ_ref), ψ_ref = r(x)·x not trained. The negatives' norms are scaled, ψ(y_j) → e^ε ψ(y_j), and "
+        f"S = dG/dε at 0 = E[Σ_j p_j s_j] (fresh) − mean over the training tuples (pathwise; a central finite "
+        f"difference with common random numbers is the check column), control variate S(ψ_ref). G·τ and S·τ "
+        f"remove the 1/τ scale of the scores: flat in τ means growth no faster than 1/τ.", after=0.08)
+    doc.text(
+        f"Rule (intersection-union, each test one-sided at α = {alpha:g}): the slope b of log E[S] on log τ over the "
+        f"grid is < b0 = {b0:.4f} (E[S] at least doubles from τ = {taus.max():g} to τ = {taus.min():g}; jackknife "
+        f"t test) AND E[S](τ_min) > 0 (t test); b is undefined, and the rule fails, if a block mean or a jackknife "
+        f"replicate of the curve is ≤ 0. Both controls must not pass it.", size=SMALL)
+    doc.text(f"Conclusion: {ds['norm_conclusion'].values}.", weight="bold")
+    head = ["τ", "E[G] ± MCSE", "G·τ ± MCSE", "E[S] ± MCSE", "S·τ ± MCSE", "null: E[S_ref] ± MCSE",
+            "ignored: E[S]", "FD vs pathwise (max rel.)", "plain E[S] ± MCSE", "converged"]
+    rows = []
+    for j, t in enumerate(taus):
+        v = lambda n: float(ds[n].values[j])  # noqa: E731
+        rows.append([f"{t:g}", format_pm(v("norm_gap_cv"), v("norm_gap_cv_mcse")),
+                     format_pm(v("norm_gap_tau"), v("norm_gap_tau_mcse")),
+                     format_pm(v("norm_sens_cv"), v("norm_sens_cv_mcse")),
+                     format_pm(v("norm_sens_tau"), v("norm_sens_tau_mcse")),
+                     format_pm(v("norm_sens_ref"), v("norm_sens_ref_mcse")), _g(v("norm_sens_ignored"), ".2g"),
+                     _g(v("norm_fd_rel_error"), ".2g"), format_pm(v("norm_sens"), v("norm_sens_mcse")),
+                     _g(v("norm_converged"), ".2f")])
+    doc.table(head, rows, [0.45, 1.15, 1.15, 1.1, 1.15, 1.2, 0.7, 0.8, 1.1, 0.6], size=7.0)
+    doc.text(f"Secondary (descriptive): slope of log E[G] on log τ = {_pm(sc('norm_gap_slope'), sc('norm_gap_slope_se'))}"
+             f" (−1: G grows like the 1/τ scale of the scores; below −1: faster); slope of log E[S·τ] = b + 1 = "
+             f"{_g(sc('norm_sens_slope_tau'), '.3f')}.", size=SMALL)
+    head = ["estimate", "slope b ± SE", "t (H0 b ≥ b0)", "p", "E[S](τ_min) ± MCSE", "p (H0 ≤ 0)",
+            "E[S](τ_min)/E[S](τ_max)", "blocks", "rule", "check verdict"]
+    rows, colors = [], {}
+    for r, (c, what, vname) in enumerate(_NORM_ROWS):
+        g = lambda f: float(ds[f"norm_{c}_{f}"].values)  # noqa: E731
+        verdict = str(ds[vname].values)
+        why = str(ds[f"{vname}_reason"].values)
+        rows.append([what, _pm(g("b"), g("b_se")), _g(g("t"), ".2f"), _g(g("p"), ".3g"),
+                     format_pm(g("level"), g("level_se")), _g(g("level_p"), ".3g"), _g(g("ratio"), ".3g"),
+                     f"{int(g('n_blocks'))}", "passes" if g("passed") == 1 else "does not pass",
+                     verdict.upper() + (f": {why}" if why else "")])
+        colors[(r, len(head) - 1)] = COLORS.get(verdict, COLORS["fail"])
+    doc.table(head, rows, [1.9, 0.9, 0.65, 0.6, 1.0, 0.6, 0.8, 0.45, 0.65, 1.6], size=7.0, colors=colors)
+    reason = str(ds["norm_verdict_reason"].values)
+    if reason:
+        doc.text(f"Primary rule: {reason}.", size=SMALL)
+
+    cap = ("Left: E[G] (blue) and the normalised G·τ (orange) against τ, ±2 MCSE; a flat G·τ means G grows like "
+           "the 1/τ scale of the scores. Right: the sensitivity E[S] to the negatives' norms (blue, filled where > 0) "
+           "and S·τ (orange), with |E[S_ref]| of the null control (grey, hollow; its true value is 0) and the margin "
+           "slope b0 (dashed, through E[S] at τ = 1): the rule needs the blue curve steeper than the dashed one "
+           "and positive at the smallest τ.")
+    fig, axes, ly = doc.figure("Norms clause: G and G·τ; the gap's sensitivity S to the negatives' norms", 1, 2,
+                               caption=cap)
+    left, right = axes[0]
+    for ax, pairs in ((left, (("norm_gap_cv", COLORS["data"]), ("norm_gap_tau", COLORS["plain"]))),
+                      (right, (("norm_sens_cv", COLORS["data"]), ("norm_sens_tau", COLORS["plain"])))):
+        allv = []
+        for name, col in pairs:
+            v, se = ds[name].values, ds[f"{name}_mcse"].values
+            pos = np.isfinite(v) & (v > 0)
+            ax.errorbar(taus[pos], v[pos], yerr=_log_err(v[pos], se[pos]), fmt="o-", ms=3.5, lw=0.9, color=col)
+            allv.append(v[pos])
+        if ax is right:
+            ref = np.abs(ds["norm_sens_ref"].values)
+            ax.plot(taus, ref, "o", ms=3.5, mfc="white", color="0.5")
+            s1 = ds["norm_sens_cv"].values[int(np.argmax(taus))]
+            if np.isfinite(s1) and s1 > 0:
+                ax.plot(taus, s1 * (taus / taus.max()) ** b0, "--", color=COLORS["fit"], lw=1.0)
+            allv.append(ref)
+        _tau_axes(ax, taus)
+        _log_y(ax, *allv)
+    left.set(xlabel="temperature τ", ylabel="nats", title="E[G] and G·τ")
+    right.set(xlabel="temperature τ", ylabel="nats", title="E[S] = dE[G]/dε and S·τ")
+    _legend(fig, ly, [_marker(COLORS["data"], label="E[G] (left), E[S] (right)"),
+                      _marker(COLORS["plain"], label="G·τ (left), S·τ (right)"),
+                      _marker("0.5", hollow=True, label="|E[S_ref]|: null control"),
+                      _line(COLORS["fit"], "--", 1.0, label="margin slope b0")])
+    doc.save(fig)
+
+
 def temperature_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C5 study (all but provenance), for its own report or the validation report."""
     _check(ds)
@@ -496,3 +602,5 @@ def temperature_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     for page in (_ce_page, _c1_page, _kl_page, _gap_page):
         for idx in groups:
             page(doc, ds, idx)
+    if "norm_verdict" in ds:
+        _norms_pages(doc, ds)
