@@ -283,7 +283,8 @@ class CapBump:
     Notes
     -----
     The bump profile is b(x) = ((x.c - t)_+ / (1 - t))^2, continuous, 1 at the centre and 0 outside C, so
-    psi = phi off the cap; where e is orthogonal to phi(x) (at the centre, by construction in
+    psi = phi off the cap (up to the rounding of one renormalisation of the unit vector phi(x), ~1e-16,
+    which enters |dw| and the bounds at that level); where e is orthogonal to phi(x) (at the centre, by construction in
     :meth:`random`) ||psi(x) - phi(x)|| = 2 sin(atan(a b(x)) / 2), e.g. 1.05 at the centre for a = 2,
     and never more than 2 anywhere. Only the negatives
     that land in the cap (probability = the cap's pi-mass) are displaced: a max over k negatives

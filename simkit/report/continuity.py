@@ -251,7 +251,7 @@ def _growth_page(doc: ReportDocument, ds: xr.Dataset) -> None:
                        color=COLORS["fit"] if name == "ni_negmax" else COLORS["plain"], ms=4, lw=1.0)
     right.axvline(100 * delta, color=COLORS["fit"], ls="--", lw=1.0)
     right.set_xscale("log")
-    right.set_yticks(y, labels, fontsize=7)
+    right.set_yticks(y, [""] * len(labels))  # the rows of the left panel
     right.set(xlabel="growth per doubling of k (%)", title="controls: E max_j‖Δw_j‖, E B_max")
     _legend(fig, ly, [_marker(COLORS["data"], label="E B_avg ± SE, upper confidence bound"),
                       _marker(COLORS["fit"], "s", label="E max_j‖Δw_j‖"),
