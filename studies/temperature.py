@@ -838,7 +838,7 @@ class Temperature(Study):
         "norm_taus": Param("norm_taus", str, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the norms design "
                            "(comma-separated)", quick="1,0.2,0.05"),
         "norm_blocks": Param("norm_blocks", int, 64, "replicate blocks of the norms design (pre-registered)", low=3,
-                             high=100000, quick=32),
+                             high=100000, quick=24),
         "norm_n": Param("norm_n", int, 256, "training tuples of the norms design", low=8, high=1 << 16, quick=64),
         "norm_k": Param("norm_k", int, 32, "negatives per tuple of the norms design", low=1, high=4096, quick=16),
         "norm_beta": Param("norm_beta", float, 0.5, "amplitude of the norm factor r(x) = exp(beta e_1.x)", low=0.0,
@@ -846,7 +846,7 @@ class Temperature(Study):
         "norm_kappa_m": Param("norm_kappa_m", float, 10.0, "kernel concentration of the norms design", low=0.5,
                               high=200.0),
         "norm_eval": Param("norm_eval", int, 8192, "fresh tuples per block of the norms design", low=64,
-                           high=1 << 22, quick=1024),
+                           high=1 << 22, quick=512),
         "norm_maxiter": Param("norm_maxiter", int, 2000, "L-BFGS-B iteration limit of the norms design", low=10,
                               high=100000, quick=500),
     }
