@@ -38,8 +38,11 @@ from simkit import Uniform, VMFKernel
 from simkit.runner import read_dataset, resolve_config, run_study, task_seed
 from simkit.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk, lifted_value_and_grad
 from simkit.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
-from studies.generalisation import (ALPHA, POWER, SCHEMA, STUDY, SWEEPS, _block_of, level_grid, one_sided_rate,
-                                    sweep_seeds, trend_test)
+from simkit.bounds import linear_class_constants, net_bound, rademacher_bound, theorem1_bound
+from simkit.protocol import protocol_attrs, protocol_sha256
+from studies.generalisation import (ALPHA, DELTA_K, ISO_MIN, NI_SWEEPS, OLD_SWEEPS, POWER, PROTOCOL_PATH, SCHEMA, STUDY,
+                                    _block_of, c3_conclusion, control_tau, level_grid, ni_verdicts, non_inferiority,
+                                    one_sided_rate, point_bound, sweep_seeds, trend_test)
 
 from resume_check import assert_resume_identical
 
@@ -238,8 +241,9 @@ def test_resume_equals_uninterrupted(tmp_path):
     cfg = resolve_config(STUDY, TINY, seed=20261207)
     ref = assert_resume_identical(STUDY, cfg, tmp_path, stop_after=4)
     assert ref.n_tasks == 6 * (1 + 3)
-    # one claim row per sweep run (C3 from n, C6 from d); the variables of the other sweeps are absent
-    assert [r["claim"] for r in STUDY.claim_rows(ref.dataset)] == ["C3", "C6"]
+    # one claim row per sweep run (C3 from n, C6 from d) and the bound check (C3, the n sweep is linear);
+    # the variables of the other sweeps are absent
+    assert [r["claim"] for r in STUDY.claim_rows(ref.dataset)] == ["C3", "C6", "C3"]
     assert "k_verdict" not in ref.dataset and "tau_verdict" not in ref.dataset
 
 
@@ -271,16 +275,20 @@ def test_quick_design_and_schema(quick):
     assert json.loads(ds.attrs["config"]) == cfg
     assert ds.attrs["alpha"] == ALPHA and ds.attrs["power"] == POWER and ds.attrs["lift_seed"] == LIFT_SEED
     assert "generalisation" in ds.attrs["seed_split"]
-    # every declared variable is written with its dims (all four sweeps run); nats are dimensionless
+    # every declared variable is written with its dims (all four exploratory sweeps run; the pre-registered
+    # sweeps' variables are absent from the quick design); nats are dimensionless
     for name, var in SCHEMA.items():
+        if name.startswith(tuple(f"{s}_" for s in NI_SWEEPS)) or name == "c3_conclusion":
+            assert name not in ds.variables, name
+            continue
         assert name in ds.variables and ds[name].dims == var.dims, name
-        assert ds[name].attrs["units"] == "1", name
+        assert ds[name].attrs["units"] == ("rad" if name == "angle" else "1"), name
     for name in ("gap_cv", "gap_cv_mcse", "raw_gap", "prep_risk_id", "k_trend", "n_fit"):
         assert "nats" in ds[name].attrs["long_name"], name
     # the summaries follow from the saved raw blocks and constants alone
     keep = [v for v in ds.data_vars if v.startswith(("raw_", "prep_")) or v in ("cell_error", "cell_key")]
     again = STUDY.summarise(ds[keep].copy(), cfg)
-    assert set(again) <= set(SCHEMA) and {f"{s}_verdict" for s in SWEEPS} <= set(again)
+    assert set(again) <= set(SCHEMA) and {f"{s}_verdict" for s in OLD_SWEEPS} <= set(again)
     for name, value in again.items():
         np.testing.assert_array_equal(np.asarray(value), ds[name].values, err_msg=name)
     # raw per-replicate results are kept, and the summaries are their means
@@ -315,7 +323,10 @@ def test_quick_checks(quick):
     """
     _, ds = quick
     rows = STUDY.claim_rows(ds)
-    assert [r["claim"] for r in rows] == ["C3", "C3", "C5", "C6"]
+    assert [r["claim"] for r in rows] == ["C3", "C3", "C5", "C6", "C3"]
+    assert rows[4]["statistic"].startswith("pre-registered bound check") and rows[4]["verdict"] == "pass"
+    assert all(r["analysis"] == "exploratory" for r in rows)  # the quick design is never confirmatory
+    rows = rows[:4]
     for r in rows:
         assert r["verdict"] in ("pass", "fail")
         assert np.isfinite(r["estimate"]) and np.isfinite(r["estimate_mcse"]) and r["estimate_mcse"] > 0
@@ -368,3 +379,171 @@ def test_report_renders(quick, tmp_path):
     with pytest.raises(ValueError, match="must be a generalisation dataset"):
         STUDY.report(ds.drop_vars("gap_cv"), tmp_path / "bad.pdf")
     assert not (tmp_path / "bad.pdf").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# the pre-registered part (protocols/generalisation.md): the rule, the positive control, the bound
+
+
+def _synthetic_blocks(rng, n_blocks=16, levels=5, level=0.012, block_sd=0.25, noise_sd=0.02):
+    """G per block and k: a block effect shared by the levels (common random numbers) times independent noise."""
+    base = level * (1 + block_sd * rng.standard_normal((n_blocks, 1)))
+    return base * (1 + noise_sd * rng.standard_normal((n_blocks, levels)))
+
+
+def test_non_inferiority_rule_passes_flat_and_flags_growth():
+    """The rule on synthetic G with the pilot's structure (fixed seed, chosen before the test was first run).
+
+    Flat G (true growth 0): with these SEs (b's SE ~0.003) H0 growth >= 10% is rejected at p < 1e-6 except
+    with probability < 1e-9. Positive controls on the same noise: sqrt k (+41.4% per doubling) and log k
+    (b = 0.183 over log2 k = 6..10, +13.6%): non-inferiority is not shown except with probability < 1e-9
+    (t ~ +14 and +20). Undefined b (a block mean <= 0) never passes. Exact checks: b is the OLS slope of
+    log2 of the mean curve, growth = 2^b - 1, p = P(T <= (b - log2 1.1)/SE).
+    """
+    rng = np.random.default_rng(20261205)
+    k = 2.0 ** np.arange(6, 11)
+    flat = _synthetic_blocks(rng)
+    res = non_inferiority(k, flat)
+    assert res.defined and res.reject and res.p < 1e-6 and res.n_blocks == 16 and res.df == 15
+    x = np.log2(k)
+    b = np.polyfit(x, np.log2(flat.mean(axis=0)), 1)[0]
+    assert res.b == pytest.approx(b, rel=1e-10) and res.growth == pytest.approx(2 ** b - 1, rel=1e-12)
+    assert res.p == pytest.approx(stats.t.cdf((b - np.log2(1 + DELTA_K)) / res.se, 15), rel=1e-10)
+    sqrt_k = non_inferiority(k, flat * np.sqrt(k / k[0]))
+    log_k = non_inferiority(k, flat * np.log2(k) / 6)
+    for ctl, growth in ((sqrt_k, np.sqrt(2) - 1), (log_k, 2 ** 0.1833 - 1)):
+        assert ctl.defined and not ctl.reject and ctl.p > 0.5
+        assert ctl.growth == pytest.approx(growth, abs=0.01)
+    # the verdicts of protocols/generalisation.md section 7
+    v = ni_verdicts({"kprim": (res, ""), "kctl": (sqrt_k, ""), "krot": (log_k, ""), "kbrown": (res, "boom")})
+    assert [v[s][0] for s in NI_SWEEPS] == ["pass", "pass", "fail", "error"]
+    assert "non-inferiority to +10% not shown" in v["krot"][1] and "boom" in v["kbrown"][1]
+    assert c3_conclusion({"kprim": "pass", "kctl": "pass"}) == "confirmed"
+    # a control that passes the rule makes the design inconclusive, whatever the primary shows
+    bad = ni_verdicts({"kctl": (res, "")})["kctl"]
+    assert bad[0] == "fail" and "cannot detect growth" in bad[1]
+    assert c3_conclusion({"kprim": "pass", "kctl": "fail"}).startswith("not confirmed (inconclusive")
+    assert c3_conclusion({"kprim": "fail", "kctl": "pass"}) == "not confirmed (growth >= delta not excluded)"
+    # undefined b: a block mean <= 0 (here in one jackknife replicate only)
+    neg = flat.copy()
+    neg[:, 0] = 0.0
+    neg[0, 0] = 16 * 1e-3
+    und = non_inferiority(k, neg)
+    assert not und.defined and not und.reject
+    assert ni_verdicts({"kprim": (und, "")})["kprim"][0] == "fail"
+    assert ni_verdicts({"kctl": (und, "")})["kctl"][0] == "fail"
+    with pytest.raises(ValueError, match="'blocks' must have shape"):
+        non_inferiority(k, flat[:, :3])
+    with pytest.raises(ValueError, match="'levels' must be a 1-D array of positive"):
+        non_inferiority(-k, flat)
+    with pytest.raises(ValueError, match="'delta' must be > -1"):
+        non_inferiority(k, flat, delta=-1.0)
+
+
+def test_positive_control_complexity_grows_like_sqrt_k():
+    """The control's class: tau_k = tau sqrt(k_ref / k), so its loss Lipschitz constant and range, and hence its
+    Theorem-1 complexity term, grow exactly like sqrt(k); the primary class's complexity term is k-free."""
+    ks = [64, 128, 256, 512, 1024]
+    taus = [control_tau(0.1, k, 64) for k in ks]
+    np.testing.assert_allclose(taus, 0.1 * np.sqrt(64 / np.array(ks)), rtol=1e-15)
+    assert taus[0] == 0.1 and taus[-1] == pytest.approx(0.025, rel=1e-15)
+    ctl = [point_bound(256, k, t) for k, t in zip(ks, taus)]
+    main = [point_bound(256, k, 0.1) for k in ks]
+    for k, c, m in zip(ks, ctl, main):
+        r = np.sqrt(k / 64)
+        assert c.loss_lipschitz == pytest.approx(r * main[0].loss_lipschitz, rel=1e-12)
+        assert c.loss_range == pytest.approx(r * main[0].loss_range, rel=1e-12)
+        # both constants scale by r: the minimising eps is unchanged and the term scales by r
+        assert c.complexity == pytest.approx(r * main[0].complexity, rel=1e-9)
+        assert m.complexity == main[0].complexity and m.variability == main[0].variability
+    # the design's kctl cells carry these temperatures
+    cfg = resolve_config(STUDY)
+    cells = [c for c in STUDY.cells(cfg) if c["sweep"] == "kctl"]
+    assert [c["k"] for c in cells] == ks
+    np.testing.assert_allclose([c["tau"] for c in cells], taus, rtol=1e-15)
+    assert {c["sweep"] for c in STUDY.cells(cfg)} == set(OLD_SWEEPS) | set(NI_SWEEPS)
+
+
+def test_bound_hand_computed_values():
+    """simkit.bounds against values computed by hand."""
+    # net bound at one scale: 0.25 + sqrt(2 ln 17 / 100) = 0.25 + sqrt(0.0566642669) = 0.25 + 0.2380425737
+    assert net_bound(0.25, 100, 1, 1.0, 1.0, 1.0) == pytest.approx(0.4880425737, abs=1e-10)
+    # theorem1_bound, tau = 0.5: L_loss = 4 * 1 / 0.5 = 8, D = 4 / 0.5 = 8; variability 8 sqrt(ln 20 / 400) =
+    # 0.692327..., plug-in 1/k term |c1| / k = 0.2; with n = 1 the net bound exceeds D, so the complexity term
+    # is 2 D = 16
+    b = theorem1_bound(1, 10, 0.5, n_params=9, radius=1.0, phi_lipschitz=1.0, eta=0.05, c1=-2.0)
+    assert (b.loss_lipschitz, b.loss_range, b.complexity, b.bias) == (8.0, 8.0, 16.0, pytest.approx(0.2))
+    assert np.isnan(b.eps)
+    b = theorem1_bound(200, 10, 0.5, n_params=1, radius=1.0, phi_lipschitz=1.0, eta=0.05, c1=2.0)
+    assert b.variability == pytest.approx(8 * np.sqrt(np.log(20) / 400), rel=1e-14)
+    assert b.variability == pytest.approx(0.6923273530, abs=1e-10)
+    assert b.high_probability == b.complexity + b.variability and b.total == pytest.approx(b.high_probability + 0.2)
+    # the complexity term is twice the infimum of the net bound (dense grid), attained at eps
+    grid = np.exp(np.linspace(np.log(1e-6), np.log(4.0), 200001))
+    best = net_bound(grid, 200, 1, 1.0, 8.0, 8.0).min()
+    assert b.complexity / 2 == pytest.approx(best, rel=1e-8) and b.complexity / 2 <= best
+    assert net_bound(b.eps, 200, 1, 1.0, 8.0, 8.0) == pytest.approx(b.complexity / 2, rel=1e-12)
+    assert rademacher_bound(200, 1, 1.0, 8.0, 8.0)[0] == pytest.approx(b.complexity / 2, rel=1e-15)
+    # the linear class's constants and the study's point bound (s = ISO_MIN = 0.2: L_phi = 10)
+    assert linear_class_constants(3, 0.2) == {"n_params": 9, "radius": pytest.approx(np.sqrt(3)), "phi_lipschitz": 10.0}
+    pb = point_bound(256, 64, 0.1, 5.5)
+    assert ISO_MIN == 0.2 and pb.loss_lipschitz == pytest.approx(400.0) and pb.loss_range == pytest.approx(40.0)
+    assert pb.bias == pytest.approx(5.5 / 64) and pb.complexity < 2 * 40.0
+    for bad, match in (({"eta": 1.0}, "'eta'"), ({"phi_lipschitz": 0.0}, "'phi_lipschitz'")):
+        with pytest.raises(ValueError, match=match):
+            theorem1_bound(10, 2, 0.5, **{"n_params": 1, "radius": 1.0, "phi_lipschitz": 1.0, **bad})
+    with pytest.raises(ValueError, match="'s' must be"):
+        linear_class_constants(3, 0.0)
+
+
+def test_linear_class_lipschitz_constant_from_a_net_centre():
+    """|W x/|W x| - V x/|V x|| <= (2/s) ||W - V||_F for V in Theta_s (the inequality the bound uses), on
+    random V with sigma_min/sigma_max >= s, random W and x (deterministic: a proven inequality)."""
+    rng = np.random.default_rng(7)
+    s = ISO_MIN
+    worst = 0.0
+    for _ in range(200):
+        u, _, vt = np.linalg.svd(rng.standard_normal((3, 3)))
+        V = u @ np.diag([1.0, rng.uniform(s, 1), s]) @ vt  # ||V||_op = 1, sigma_min = s
+        W = V + 10 ** rng.uniform(-4, 0) * rng.standard_normal((3, 3))
+        x = rng.standard_normal((256, 3))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        fw = x @ W.T / np.linalg.norm(x @ W.T, axis=1, keepdims=True)
+        fv = x @ V.T / np.linalg.norm(x @ V.T, axis=1, keepdims=True)
+        worst = max(worst, np.max(np.linalg.norm(fw - fv, axis=1)) / (2 / s * np.linalg.norm(W - V)))
+    assert 0.05 < worst <= 1.0
+
+
+TINY_NI = {"sweeps": "kctl,kbrown", "n_blocks": 3, "n_k": 32, "k_max": 8, "k_step": 2, "k_trend_min": 4,
+           "eval_points": 2048, "eval_min": 64, "eval_max": 128, "ce_anchors": 0, "ce_positives": 1}
+
+
+def test_dataset_records_the_protocol(tmp_path):
+    """A run of the pre-registered sweeps records the protocol's path, SHA-256 and commit; its rows name the
+    protocol (confirmatory: a non-quick design of that protocol), and every NI variable follows the schema."""
+    cfg = resolve_config(STUDY, TINY_NI, seed=20261208)
+    res = run_study(STUDY, cfg, tmp_path / "g.nc", progress=False)
+    assert res.completed and not res.errors
+    ds = read_dataset(res.path)
+    assert ds.attrs["protocol_path"] == PROTOCOL_PATH == "protocols/generalisation.md"
+    assert ds.attrs["protocol_sha256"] == protocol_sha256(PROTOCOL_PATH)
+    assert ds.attrs["protocol_commit"] == protocol_attrs(PROTOCOL_PATH)["protocol_commit"]
+    assert ds.attrs["delta_k"] == DELTA_K
+    rows = STUDY.claim_rows(ds)
+    assert [r["claim"] for r in rows] == ["C3", "C7", "C3"]
+    assert all(r["analysis"].startswith("confirmatory (protocols/generalisation.md, sha256 ") for r in rows)
+    assert "POSITIVE CONTROL" in rows[0]["statistic"] and "Brownian" in rows[1]["statistic"]
+    for s in ("kctl", "kbrown"):
+        for name in (f"{s}_b", f"{s}_ni_p", f"{s}_verdict"):
+            assert ds[name].dims == SCHEMA[name].dims and ds[name].attrs["units"] == "1", name
+        assert ds["k"].values[ds["sweep"].values == s].tolist() == [4, 8]
+    assert str(ds["c3_conclusion"].values).startswith("not evaluated")  # no primary sweep in this run
+    assert "kprim_b" not in ds and "krot_b" not in ds
+    # no R_k(identity) under the Brownian kernel over a vMF pi: no plain G, but the control-variate G
+    br = ds["sweep"].values == "kbrown"
+    assert np.all(np.isnan(ds["gap"].values[br])) and np.all(np.isfinite(ds["gap_cv"].values[br]))
+    # the bound beside every point, and the recorded bound verdict follows from the recorded values
+    assert np.all(np.isfinite(ds["bound_complexity"].values))
+    spec = ds["in_class"].values == 1
+    assert (str(ds["bound_verdict"].values) == "pass") == bool(
+        spec.any() and np.all(ds["gap_upper"].values[spec] <= ds["bound_complexity"].values[spec]))
