@@ -33,7 +33,9 @@ def _default_suite_rows(request, tmp_path) -> list[dict]:
             and files == set(TEST_FILES)):
         return [ff.row(item) for item in items]
     out = tmp_path / "register.json"
+    # addopts replaced (no xdist workers for a collection), the default suite's selection restated
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", "--strict-markers", "-m", "not slow",
                            f"--false-fail-report={out}", str(TESTS)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -151,7 +151,8 @@ class _patched_workers:
 # determinism
 
 
-@pytest.mark.parametrize("n_workers", [1, 2])
+# one worker is the slow variant (the two-worker cluster is the scale-out case and runs by default)
+@pytest.mark.parametrize("n_workers", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_identical_to_in_process(reference, request, tmp_path, n_workers):
     cluster, client = request.getfixturevalue(f"cluster{n_workers}")
     assert client.run(lambda: __import__("numba").get_num_threads()) == dict.fromkeys(client.run(os.getpid), 1)
@@ -171,7 +172,8 @@ def test_identical_to_in_process(reference, request, tmp_path, n_workers):
     assert sorted(os.listdir(tmp_path)) == ["rate_k.nc"]
 
 
-@pytest.mark.parametrize("first, then, stop_after", [("in-process", "dask", 4), ("dask", "in-process", 9)])
+@pytest.mark.parametrize("first, then, stop_after", [("in-process", "dask", 4),
+                                                     pytest.param("dask", "in-process", 9, marks=pytest.mark.slow)])
 def test_resume_mixing_engines(reference, cluster2, tmp_path, capsys, first, then, stop_after):
     """Interrupt a run on one engine (``stop_after`` finished tasks: the 2 preparations and some
     blocks) and finish it on the other: the same dataset as an uninterrupted in-process run."""

@@ -232,6 +232,7 @@ def test_log_weights_rows_are_laws_and_favour_the_kernel_mean():
     assert np.mean(np.sum(rx * atoms[idx], axis=1)) > np.mean(np.sum(atoms * atoms[idx], axis=1)) + 0.1
 
 
+@pytest.mark.slow  # ~1 CPU-minute; the committed data/encoders.nc is checked in the default suite (test_datasets_cf)
 def test_compliance_checker_strict_passes_on_the_quick_file(quick):
     _, _, path = quick
     cmd = [str(CHECKER)] if CHECKER.exists() else [sys.executable, "-m", "compliance_checker.cfutil"]

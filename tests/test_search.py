@@ -472,15 +472,19 @@ def test_quick_dataset_schema_and_retrieval(quick):
     assert "uniform-d3" in STUDY.summary_text(ds)
 
 
-def test_quick_dataset_cf_compliant(quick_file, quick):
-    """The written file passes ``compliance-checker -t cf:1.11 -c strict`` and every unit is one
-    udunits reads as dimensionless (nats are '1': the string 'nat' would read as a pressure)."""
-    import cf_units
-
+@pytest.mark.slow  # ~1 CPU-minute; the committed data/search_ce.nc is checked in the default suite (test_datasets_cf)
+def test_quick_dataset_cf_compliant(quick_file):
+    """The written file passes ``compliance-checker -t cf:1.11 -c strict``."""
     _, path = quick_file
     exe = shutil.which("compliance-checker", path=str(Path(sys.executable).parent)) or "compliance-checker"
     res = subprocess.run([exe, "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_quick_dataset_units_dimensionless(quick):
+    """Every unit is one udunits reads as dimensionless (nats are '1': 'nat' would read as a pressure)."""
+    import cf_units
+
     _, ds = quick
     for name in list(ds.data_vars) + list(ds.coords):
         assert cf_units.Unit(ds[name].attrs["units"]).is_dimensionless(), (name, ds[name].attrs["units"])
