@@ -791,26 +791,10 @@ def _primary_rate(ds: xr.Dataset) -> float:
 
 
 def _control_rate(ds: xr.Dataset) -> float:
-    """P(control fails | each control's slope equals its estimate): a control test rejects with probability
-    F_t((b0 - b_hat) / SE + t_alpha)."""
-    df, out = _df(ds), []
-    for i in range(ds.sizes["setting"]):
-        for q in (("negmax", "max") if _is_bump(ds["perturbation"].values[i]) else ("negmax",)):
-            b, se = ds[f"ni_{q}_b"].values[i], ds[f"ni_{q}_b_se"].values[i]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out.extend(stats.t.cdf((B0 - b) / se + stats.t.ppf(ALPHA_NI, df[i]), df[i]))
-    return _tail(out)
-
-
-def _secondary_rate(ds: xr.Dataset) -> float:
-    """P(secondary fails | each slope equals its estimate): a test fails to reject with probability
-    F_t(t_{1 - alpha} - b_hat / SE)."""
-    df, out = _df(ds), []
-    for name in ("s1", "s2"):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out.extend(np.ravel(stats.t.cdf(stats.t.isf(ALPHA_NI, df) - ds[f"{name}_b"].values / ds[f"{name}_b_se"].values,
-                                            df)))
-    return _tail(out)
+    """P(control fails | every control grows by at least delta): a control test wrongly shows non-inferiority
+    with probability <= ALPHA_NI at the margin, so the union over the control tests is <= 1 - (1 - ALPHA_NI)^n."""
+    n = sum(2 if _is_bump(ds["perturbation"].values[i]) else 1 for i in range(ds.sizes["setting"]))
+    return float(1.0 - (1.0 - ALPHA_NI) ** n)
 
 
 def _n_cells(ds) -> int:
@@ -831,14 +815,14 @@ CHECKS = (
           _primary_check, _primary_rate, protocol=PROTOCOL_PATH),
     Check("C4", lambda ds: f"pre-registered positive control (protocols/continuity.md 7.3, sha256 {_sha(ds)}…): the same "
                            f"rule on E max_j |dw_j| (every cell) and on E B_max (bump cells) must NOT show growth < "
-                           f"{100 * DELTA:g}% per doubling; estimate: the smallest control growth; stated rate: plug-in "
-                           f"at the estimated slopes",
+                           f"{100 * DELTA:g}% per doubling; estimate: the smallest control growth; stated rate: "
+                           f"1 - (1 - {ALPHA_NI:g})^n over the n control tests (at the margin)",
           _control_check, _control_rate, protocol=PROTOCOL_PATH),
     Check("C4", lambda ds: f"pre-registered secondary (protocols/continuity.md 8, sha256 {_sha(ds)}…): S1 E B_max and S2 "
                            f"E B_max / E B_avg grow with k (one-sided t of OLS slope > 0 at {ALPHA_NI:g}) in all "
-                           f"{_n_cells(ds)} cells; estimate: the smallest S2 slope; stated rate: plug-in at the "
-                           f"estimated slopes",
-          _secondary_check, _secondary_rate, protocol=PROTOCOL_PATH),
+                           f"{_n_cells(ds)} cells; estimate: the smallest S2 slope; tests that must reject: their "
+                           f"miss rate is 1 - power and is not stated",
+          _secondary_check, None, protocol=PROTOCOL_PATH),
     Check("C4", lambda ds: f"exploratory (pre-protocol rule, unchanged): per (setting, eps), {_n_cells(ds)} cells: WLS "
                            f"slope of log E B_avg on log k = 0 not rejected (two-sided, {ALPHA:g}); WLS slope of log "
                            f"E B_max > 0 detected (one-sided, {ALPHA:g})",
