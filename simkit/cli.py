@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--out", type=str, default=None, help="dataset path (default data/validation.nc)")
     v.add_argument("--report", type=str, default=None, help="report path (default reports/validation.pdf)")
     v.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
+    v.add_argument("--from-data", type=str, default=None, metavar="DIR",
+                   help="run nothing: the claim table of the datasets DIR/<study>.nc already there (e.g. data)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
     c = sub.add_parser("calibrate", help="run a study at many seeds: empirical false-failure rate of every check "
                        "(data/calibration/STUDY.nc, reports/calibration.pdf)")
@@ -226,13 +228,20 @@ def _validate(args) -> int:
         report = _check_path("--report", args.report, ".pdf") or Path("reports") / "validation.pdf"
         check_writable("--out", out)
         check_writable("--report", report)
+        if args.from_data is not None:
+            from simkit.runner import study_names
+            src = Path(args.from_data)
+            missing = [n for n in study_names() if not (src / f"{n}.nc").is_file()]
+            if missing:
+                raise ValueError(f"'--from-data' must be a directory holding <study>.nc for every study; "
+                                 f"{args.from_data!r} lacks {', '.join(m + '.nc' for m in missing)}")
         executor = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
         ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, from_data=args.from_data)
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130

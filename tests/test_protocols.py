@@ -91,3 +91,21 @@ def test_validate_keeps_confirmatory_rows_apart():
     assert str(t["analysis"].sel(claim="C1").values) == "exploratory"
     assert list(t["check_analysis"].values)[1].startswith("confirmatory")
     assert np.isnan(float(t["false_fail_rate"].sel(claim="C4")))  # not studied
+
+
+@pytest.mark.deterministic(reason="labels of committed datasets; no random draw")
+def test_validate_from_the_committed_data_marks_confirmatory_rows(tmp_path):
+    """simkit validate --from-data data: nothing runs; the committed confirmatory C6 run gives a
+    'C6 confirmatory' row with the protocol's hash, apart from the exploratory C6 row."""
+    from simkit.validate import run_validation
+    t = run_validation(studies=["dimension", "generalisation"], from_data=ROOT / "data", out=tmp_path / "v.nc",
+                       report=None, progress=False)
+    claims = list(t["claim"].values)
+    assert "C6" in claims and "C6 confirmatory" in claims
+    sha = hashlib.sha256((ROOT / "protocols" / "dimension.md").read_bytes()).hexdigest()
+    assert str(t["analysis"].sel(claim="C6 confirmatory").values) == \
+        f"confirmatory (protocols/dimension.md, sha256 {sha[:12]})"
+    assert str(t["analysis"].sel(claim="C6").values) == "exploratory"
+    assert "C3 confirmatory" in claims  # generalisation's pre-registered k rule
+    with pytest.raises(ValueError, match="'--from-data' must hold a dataset of every study"):
+        run_validation(studies=["dimension"], from_data=tmp_path, out=tmp_path / "w.nc", report=None)
