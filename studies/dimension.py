@@ -36,16 +36,15 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import jackknife, mean_mcse
+from simkit.analysis import NonInferiority, growth_non_inferiority, jackknife, mean_mcse
 from simkit.embedding import LinearEmbedding
 from simkit.lifted import FourierEmbedding, LiftedRisk
 from simkit.protocol import protocol_attrs as _protocol_attrs
@@ -74,29 +73,6 @@ _CHUNK_VALUES = 1 << 22
 # ----------------------------------------------------------------------------------------------
 # the primary rule
 
-@dataclass(frozen=True)
-class NonInferiority:
-    """The pre-registered rule (protocols/dimension.md section 4) on per-block G at each d."""
-
-    b: float           # OLS slope of log2(mean G) on log2 d
-    se: float          # delete-one-block jackknife SE of b
-    growth: float      # 2^b - 1 per doubling
-    growth_se: float   # delta method: ln 2 * 2^b * se
-    t: float           # (b - b0) / se
-    df: int
-    p: float           # one-sided, H1: b < b0
-    reject: bool       # p < alpha: non-inferiority (growth < delta) shown
-    n_blocks: int
-    defined: bool      # mean G > 0 at every d in the full sample and every jackknife replicate
-
-
-def _log_slope(x: NDArray, curve: NDArray) -> NDArray:
-    xc = x - x.mean()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        y = np.where(curve > 0, np.log2(np.where(curve > 0, curve, 1.0)), np.nan)
-    return np.array([np.dot(xc, y - y.mean()) / np.dot(xc, xc)])
-
-
 def non_inferiority(d: ArrayLike, blocks: ArrayLike, *, delta: float = DELTA, alpha: float = ALPHA) -> NonInferiority:
     """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` against H1 ``2^b - 1 < delta``.
 
@@ -117,28 +93,7 @@ def non_inferiority(d: ArrayLike, blocks: ArrayLike, *, delta: float = DELTA, al
         positive at some d (in the full sample or a jackknife replicate) or fewer than 3 blocks remain.
     """
     x = np.log2(np.asarray(d, dtype=float))
-    b = np.asarray(blocks, dtype=float)
-    if b.ndim != 2 or b.shape[1] != x.size:
-        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {b.shape}")
-    if np.unique(x).size < 2:
-        raise ValueError("'d' must hold at least two distinct dimensions")
-    if not delta > -1:
-        raise ValueError(f"'delta' must be > -1, got {delta}")
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    nan = float("nan")
-    if n < 3:
-        return NonInferiority(nan, nan, nan, nan, nan, max(n - 1, 0), nan, False, n, False)
-    est, se, reps = jackknife(lambda c: _log_slope(x, c), b)
-    est, se = float(est[0]), float(se[0])
-    if not (np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps))):
-        return NonInferiority(est, nan, 2.0 ** est - 1 if np.isfinite(est) else nan, nan, nan, n - 1, nan, False, n,
-                              False)
-    b0 = math.log2(1.0 + delta)
-    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
-    p = float(stats.t.cdf(t, n - 1))
-    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
-                          bool(p < alpha), n, True)
+    return growth_non_inferiority(x, blocks, delta=delta, alpha=alpha, levels_name='d')
 
 
 def trend(d: ArrayLike, blocks: ArrayLike) -> tuple[float, float, float, float, int]:

@@ -71,7 +71,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import fit_rate, jackknife, mean_mcse
+from simkit.analysis import NonInferiority, fit_rate, growth_non_inferiority, jackknife, mean_mcse
 from simkit.bounds import linear_class_constants, theorem1_bound
 from simkit.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
 from simkit.embedding import LinearEmbedding
@@ -254,29 +254,6 @@ def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative
                      np.exp(fit.fitted))
 
 
-@dataclass(frozen=True)
-class NonInferiority:
-    """The pre-registered k rule (protocols/generalisation.md section 3) on per-block G at each k."""
-
-    b: float           # OLS slope of log2(mean G) on log2 k
-    se: float          # delete-one-block jackknife SE of b
-    growth: float      # 2^b - 1 per doubling of k
-    growth_se: float   # delta method: ln 2 * 2^b * se
-    t: float           # (b - log2(1 + delta)) / se
-    df: int
-    p: float           # one-sided, H1: growth < delta
-    reject: bool       # p < alpha: non-inferiority (growth < delta) shown
-    n_blocks: int
-    defined: bool      # mean G > 0 at every k in the full sample and in every jackknife replicate
-
-
-def _log2_slope(x: NDArray, curve: NDArray) -> NDArray:
-    xc = x - x.mean()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        y = np.where(curve > 0, np.log2(np.where(curve > 0, curve, 1.0)), np.nan)
-    return np.array([np.dot(xc, y - y.mean()) / np.dot(xc, xc)])
-
-
 def non_inferiority(levels: ArrayLike, blocks: ArrayLike, *, delta: float = DELTA_K,
                     alpha: float = ALPHA) -> NonInferiority:
     """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` against H1 ``2^b - 1 < delta``.
@@ -302,28 +279,7 @@ def non_inferiority(levels: ArrayLike, blocks: ArrayLike, *, delta: float = DELT
     if lv.ndim != 1 or np.any(~np.isfinite(lv)) or np.any(lv <= 0):
         raise ValueError(f"'levels' must be a 1-D array of positive numbers, got {levels!r}")
     x = np.log2(lv)
-    b = np.asarray(blocks, dtype=float)
-    if b.ndim != 2 or b.shape[1] != x.size:
-        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {b.shape}")
-    if np.unique(x).size < 2:
-        raise ValueError("'levels' must hold at least two distinct values")
-    if not delta > -1:
-        raise ValueError(f"'delta' must be > -1, got {delta}")
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    nan = float("nan")
-    if n < 3:
-        return NonInferiority(nan, nan, nan, nan, nan, max(n - 1, 0), nan, False, n, False)
-    est, se, reps = jackknife(lambda c: _log2_slope(x, c), b)
-    est, se = float(est[0]), float(se[0])
-    if not (np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps))):
-        return NonInferiority(est, nan, 2.0 ** est - 1 if np.isfinite(est) else nan, nan, nan, n - 1, nan, False, n,
-                              False)
-    b0 = math.log2(1.0 + delta)
-    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
-    p = float(stats.t.cdf(t, n - 1))
-    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
-                          bool(p < alpha), n, True)
+    return growth_non_inferiority(x, blocks, delta=delta, alpha=alpha, levels_name='levels')
 
 
 def control_tau(tau: float, k: int, k_ref: int) -> float:
