@@ -44,8 +44,8 @@ import numpy as np
 from scipy import stats
 
 from simkit import RotatedVMFKernel, VMFKernel, exact
-from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS, combine_verdicts, mean_mcse, rate_verdict, truth_verdict,
-                             worst_slope)
+from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues,
+                             truth_verdict, worst_slope)
 from simkit.exact_curve import gap_curve, second_order_constant
 from simkit.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
 from simkit.heat import BrownianKernel
@@ -301,6 +301,9 @@ C1_CHECK = Check(
                           f"(Hotelling T^2)"),
     evaluate=_rate_check("gap", "c1", "c1"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - 5 * ALPHA) ** ds.sizes["setting"],
+    # the five null tests per setting behind the 5 * ALPHA
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "gap_slope_p_one", "curve": "curve_p",
+                                                          "dgap": "dgap_p"}, t_vars={"c1": "c1_z", "c2": "c2_t"}),
 )
 C2_CHECK = Check(
     claim="C7",
@@ -309,6 +312,7 @@ C2_CHECK = Check(
                           f"level-{1 - ALPHA:g} interval, -1/2 rejected"),
     evaluate=_rate_check("d", "c2", "d1"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "d_slope_p_one"}),
 )
 
 

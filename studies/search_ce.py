@@ -32,7 +32,7 @@ import sys
 import numpy as np
 
 from simkit import VMFKernel, exact
-from simkit.analysis import RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, worst_slope
+from simkit.analysis import RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues, worst_slope
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi
 from simkit.infonce import k_grid
 from simkit.runner import Check, Param, Study, Var
@@ -177,6 +177,8 @@ C2_CHECK = Check(
                           f"{ds.sizes['setting']} settings; -1 in the level-{1 - ALPHA:g} interval, -1/2 rejected"),
     evaluate=_c2_check,
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
+    # the one null test per setting (slope = -1); "-1/2 rejected" and "one sign" are power conditions
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "slope_p_one"}),
 )
 
 

@@ -399,3 +399,42 @@ def test_committed_calibration_datasets(path):
     assert int(ds.attrs["n_seeds"]) == ds.sizes["seed"] >= 1
     np.testing.assert_array_equal(ds["n_reject"].values, np.nansum(ds["reject"].values, axis=0).astype(int))
     np.testing.assert_array_equal(ds["n_valid"].values, np.isfinite(ds["reject"].values).sum(axis=0))
+
+
+@pytest.mark.deterministic(reason="p-values of committed datasets recomputed; no sampling")
+def test_setting_pvalues_reproduce_the_verdict_rules():
+    """search_ce's and asymmetry's component p-values (simkit.analysis.setting_pvalues) reject exactly where
+    their verdict rules do: the slope interval at level 1 - alpha excludes -1, |c1 z| or |c2 t| beyond the
+    Student t critical value, curve/dgap p below alpha. Checked on the committed default runs, and on a
+    perturbed copy in which each rule is made to fire (the positive control)."""
+    import xarray as xr
+    from scipy import stats
+
+    from studies import asymmetry, search_ce
+
+    ds = xr.open_dataset("data/asymmetry.nc").load()
+    n = ds.sizes["block"]
+    zcrit = stats.t.isf(asymmetry.ALPHA / 2, n - 1)
+    pv = asymmetry.C1_CHECK.pvalues(ds)
+    labels = [str(s) for s in ds["setting_label"].values]
+    assert len(pv) == 5 * len(labels)
+    for i, s in enumerate(labels):
+        lo, hi = ds["gap_slope_verdict_low"].values[i], ds["gap_slope_verdict_high"].values[i]
+        assert (pv[f"{s}:slope"][0] < asymmetry.ALPHA) == (not lo <= -1.0 <= hi)
+        assert (pv[f"{s}:c1"][0] < asymmetry.ALPHA) == (abs(ds["c1_z"].values[i]) > zcrit)
+        assert (pv[f"{s}:c2"][0] < asymmetry.ALPHA) == (abs(ds["c2_t"].values[i]) > zcrit)
+        assert pv[f"{s}:curve"][0] == ds["curve_p"].values[i]
+    bad = ds.copy(deep=True)
+    bad["c1_z"].values[0] = 1.01 * zcrit
+    bad["c2_t"].values[1] = -1.01 * zcrit
+    pb = asymmetry.C1_CHECK.pvalues(bad)
+    assert pb[f"{labels[0]}:c1"][0] < asymmetry.ALPHA <= pb[f"{labels[0]}:c2"][0]
+    assert pb[f"{labels[1]}:c2"][0] < asymmetry.ALPHA
+    bad["c1_z"].values[2] = np.nan
+    assert np.isnan(asymmetry.C1_CHECK.pvalues(bad)[f"{labels[2]}:c1"][0])
+
+    sc = xr.open_dataset("data/search_ce.nc").load()
+    pv = search_ce.C2_CHECK.pvalues(sc)
+    for i, s in enumerate(str(x) for x in sc["setting_label"].values):
+        lo, hi = sc["slope_verdict_low"].values[i], sc["slope_verdict_high"].values[i]
+        assert (pv[f"{s}:slope"][0] < search_ce.ALPHA) == (not lo <= -1.0 <= hi)
