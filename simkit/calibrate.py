@@ -151,6 +151,11 @@ ALTERNATIVES = {
                           "per-block control-variate gap curve raw_gap_cv(setting, block, k) multiplied by sqrt(k): "
                           "mean c1/sqrt(k) + c2/k^1.5, the O(1/sqrt k) rate, through the study's own summarise and "
                           "checks; every other raw variable (dgap_cv included) unchanged"),
+    "sqrt-k-search": Alternative("sqrt-k-search", "raw_d_cv", "k",
+                                 "per-block control-variate curve D_k = R_k - E CE(M_k, Q_k), raw_d_cv(setting, "
+                                 "block, k), multiplied by sqrt(k): mean d1/sqrt(k) + ..., the O(1/sqrt k) rate C2 "
+                                 "rules out, through the study's own summarise and checks (search_ce; asymmetry's C2 "
+                                 "part); every other raw variable unchanged"),
 }
 
 

@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="report of every dataset beside --out (default reports/calibration.pdf)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a design parameter of the study (repeatable)")
-    c.add_argument("--alternative", type=str, default=None, help="also the power under this alternative (sqrt-k)")
+    c.add_argument("--alternative", type=str, default=None, help="also the power under this alternative (sqrt-k: C1 gap curve; sqrt-k-search: C2 curve D_k)")
     c.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     c.add_argument("--keep-checkpoint", action="store_true", help="keep the per-seed checkpoint (to add seeds later)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
