@@ -297,6 +297,7 @@ def _power_blocks(rng, n, growth, noise):
     return curve * (1 + noise * rng.standard_normal((n, K_GRID.size)))
 
 
+@pytest.mark.deterministic(reason="synthetic curves far from the margin (p < 1e-10 or > 1 - 1e-10) and noiseless ones")
 def test_rule_is_one_sided_and_has_the_margin_of_the_protocol():
     """Deterministic: a clear decrease shows non-inferiority (a two-sided point null would reject it),
     growth above delta never does; the margin and level are the protocol's."""
@@ -321,6 +322,8 @@ def _root():
     return Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.false_fail(2.8e-4, reason=(
+    "exact binomial tails: P(X >= 13 | 400, 0.01) = 2.5e-4 + P(X <= 49 | 100, 0.69) = 2.5e-5"))
 @statistical
 def test_rule_has_its_size_at_the_margin():
     """At growth exactly delta the rule rejects with probability alpha = 0.01: over 400 independent
@@ -337,6 +340,8 @@ def test_rule_has_its_size_at_the_margin():
     assert sum(near) >= 50, sum(near)
 
 
+@pytest.mark.deterministic(reason=(
+    "t > +20 against the margin for the max and < -5 for the mean: no chance failure in practice"))
 def test_positive_control_max_of_the_same_draws_must_not_pass():
     """The same rule on the running max and on the running mean of the same i.i.d. half-normal draws
     (32 tuples x 4096 per block, 16 blocks): the mean (an average over the negatives) passes, the max
@@ -459,6 +464,9 @@ def test_bounds_hold_on_every_tuple_quick(quick):
     assert np.all(ds["dl"] <= ds["bound_score"])
 
 
+@pytest.mark.false_fail(6e-3 + 3e-6, reason=(
+    "the exploratory flat test at 1e-3 in 6 parametric cells + the control, secondary and primary rules "
+    "(>= 10 SE from their margins, < 1e-6 each)"))
 @statistical
 def test_c4_quick_checks(quick):
     """The quick design (never confirmatory: every row is labelled exploratory).
@@ -529,6 +537,9 @@ def test_quick_dataset_schema(quick):
     assert "protocol_path" not in ds.attrs and ds.attrs["analysis"].startswith("exploratory")
 
 
+@pytest.mark.deterministic(reason=(
+    "deterministic edits of the quick blocks far beyond the margins (growth ~+30% against +1%); the "
+    "untouched rows are compared with themselves"))
 def test_negative_controls_make_the_checks_fail(quick):
     """Deterministic edits of the real blocks. With the averaging and max bounds swapped: the exploratory
     flatness test rejects in every cell (the max grows), and the max bound put through the primary rule
@@ -579,6 +590,7 @@ def test_report_from_quick_dataset(quick, tmp_path):
     assert not (tmp_path / "bad.pdf").exists()
 
 
+@pytest.mark.deterministic(reason="formula identities on the dataset's own numbers (rtol 1e-10)")
 def test_critical_values_are_student_t(quick):
     """The detectable slope is t_(1 - alpha/2, n_blocks - 1) x SE (two-sided) for B_avg; the non-inferiority
     p-value is the lower Student t tail of (b - b0) / SE on n_blocks - 1 df."""

@@ -142,6 +142,9 @@ def test_fourier_training_and_errors():
 # the analysis helpers
 
 
+@pytest.mark.false_fail(0.01 + 2e-6, reason=(
+    "the null not rejected at ALPHA = 0.01 + two growth controls ~10 SE above the critical value (miss < "
+    "1e-6 each)"))
 @statistical
 def test_trend_test_null_and_growth_controls():
     """trend_test on synthetic blocks with the structure of the k sweep (16 blocks, k = 64..1024, a
@@ -175,6 +178,9 @@ def test_trend_test_null_and_growth_controls():
     assert np.isnan(nan.slope) and not nan.reject
 
 
+@pytest.mark.deterministic(reason=(
+    "5% lognormal noise on 8 blocks: slope -1 within 0.05 and p > 0.99 are > 10 SE; flat is flagged at "
+    "~100 SE"))
 def test_one_sided_rate_on_exact_power_laws():
     n = np.array([32.0, 64, 128, 256, 512])
     rng = np.random.default_rng(11)
@@ -236,6 +242,7 @@ TINY = {"sweeps": "n,d", "n_blocks": 3, "n_min": 32, "n_max": 128, "k_n": 4, "ds
         "eval_points": 2048, "eval_min": 64, "eval_max": 256, "ce_anchors": 8, "ce_positives": 1}
 
 
+@pytest.mark.deterministic(reason="bit identity of a resumed run")
 def test_resume_equals_uninterrupted(tmp_path):
     """Stopped after 4 of 12 tasks, then completed: identical to an uninterrupted run."""
     cfg = resolve_config(STUDY, TINY, seed=20261207)
@@ -260,6 +267,7 @@ def quick(tmp_path_factory):
     return cfg, read_dataset(res.path)
 
 
+@pytest.mark.false_fail(14 * 6.8e-6, reason="14 two-sided 4.5-SE z tests of the zero-mean control variate")
 def test_quick_design_and_schema(quick):
     cfg, ds = quick
     assert ds.sizes["block"] == cfg["n_blocks"] == 5
@@ -305,6 +313,9 @@ def test_quick_design_and_schema(quick):
     assert np.all(np.abs(z) < 4.5), z
 
 
+@pytest.mark.false_fail(7e-3, reason=(
+    "the docstring's sum: n-slope and k-trend at 1e-3, C5 2.8e-3 (plug-in at the estimate), C6 1e-3 + "
+    "1.5e-3"))
 @statistical
 def test_quick_checks(quick):
     """The study's checks on the quick design (default seed), tested at stricter levels than the
@@ -350,6 +361,9 @@ def test_quick_checks(quick):
     assert v("k_trend_detect") > 0 and v("d_trend_detect") > 0
 
 
+@pytest.mark.false_fail(0.06, reason=(
+    "'not null.reject' at ALPHA = 0.01 (the k-trend test on the real blocks) + the sqrt-k control's miss "
+    "at p < 1e-3, ~5e-2 by the docstring's own plug-in (non-central t, 4 df)"))
 @statistical
 def test_quick_negative_control_sqrt_k_is_flagged(quick):
     """The k-stabilisation test on the quick design's own per-block G (k >= k_trend_min, real noise),
@@ -393,6 +407,9 @@ def _synthetic_blocks(rng, n_blocks=16, levels=5, level=0.012, block_sd=0.25, no
     return base * (1 + noise_sd * rng.standard_normal((n_blocks, levels)))
 
 
+@pytest.mark.false_fail(1e-6, reason=(
+    "flat G rejects H0 at p < 1e-6 except with probability < 1e-9 (docstring); the controls sit far "
+    "beyond the margin (allowance, not computed exactly)"))
 def test_non_inferiority_rule_passes_flat_and_flags_growth():
     """The rule on synthetic G with the pilot's structure (fixed seed, chosen before the test was first run).
 
@@ -520,6 +537,7 @@ TINY_NI = {"sweeps": "kctl,kbrown", "n_blocks": 3, "n_k": 32, "k_max": 8, "k_ste
            "eval_points": 2048, "eval_min": 64, "eval_max": 128, "ce_anchors": 0, "ce_positives": 1}
 
 
+@pytest.mark.deterministic(reason="provenance, schema and verdicts that follow from the recorded values")
 def test_dataset_records_the_protocol(tmp_path):
     """A run of the pre-registered sweeps records the protocol's path, SHA-256 and commit; its rows name the
     protocol (confirmatory: a non-quick design of that protocol), and every NI variable follows the schema."""

@@ -37,6 +37,10 @@ def quick(tmp_path_factory):
     return cfg, read_dataset(res.path)  # what CI keeps is the file: test the file
 
 
+@pytest.mark.false_fail(6.5e-3, reason=(
+    "per setting: slope interval at 1e-3 + |c1_z| <= 3.29 on t(31) (2.5e-3, stricter than the verdict's t"
+    " value) + the verdict's c2, curve and dgap tests at 1e-3 (the docstring's 2e-3 predates the exact-"
+    "curve tests)"))
 @pytest.mark.statistical
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
 def test_c1_rate_quick(quick, setting):
@@ -59,6 +63,7 @@ def test_c1_rate_quick(quick, setting):
     assert str(s["verdict_reason"].values) == ""
 
 
+@pytest.mark.deterministic(reason="exact constants and structural MCSE facts (0 where exact, > 0 where Monte Carlo)")
 def test_quick_design_and_exact_values(quick):
     cfg, ds = quick
     assert ds["setting"].values.tolist() == QUICK_SETTINGS

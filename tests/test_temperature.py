@@ -166,6 +166,7 @@ def test_kl_sup_single_vmf_grid_is_max_over_anchors():
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo against the closed form
 
+@pytest.mark.false_fail(1e-3, reason="Bonferroni over 36 two-sided z tests at 1e-3")
 @statistical
 def test_kl_direct_monte_carlo_matches_closed_form():
     """Direct estimator (y ~ Q(x, .) from the exact sampler) at 3 settings x 3 tau x 4 anchors = 36
@@ -184,6 +185,8 @@ def test_kl_direct_monte_carlo_matches_closed_form():
     assert np.all(np.abs(zs) <= zc), zs
 
 
+@pytest.mark.false_fail(1e-3, reason=(
+    "Bonferroni over 24 two-sided z tests at 1e-3; the ESS floor is far below the ESS here"))
 @statistical
 def test_kl_importance_monte_carlo_matches_closed_form():
     """Importance estimator E_pi[q log q] (y ~ pi, exact Z) where its weights are light-tailed (tau =
@@ -203,6 +206,7 @@ def test_kl_importance_monte_carlo_matches_closed_form():
     assert np.all(np.abs(zs) <= zc), zs
 
 
+@pytest.mark.false_fail(1e-3, reason="2 two-sided z tests at 5e-4 each")
 @statistical
 def test_entropy_closed_form_matches_monte_carlo():
     """H = -E_x KL(M(x,.) || pi) in closed form (uniform and vMF pi) against -mean log m(x, x+) over
@@ -320,6 +324,8 @@ def quick(tmp_path_factory):
     return cfg, read_dataset(res.path), _Capture.raw
 
 
+@pytest.mark.false_fail(1e-3, reason=(
+    "per check (kl, ce, c1): its ALPHA = 1e-3 (the KL part's exact half is deterministic)"))
 @statistical
 @pytest.mark.parametrize("check", ["kl", "ce", "c1"])
 def test_c5_quick_checks_pass(quick, check):
@@ -347,6 +353,7 @@ def test_c5_quick_checks_pass(quick, check):
             assert ds[f"verdict_{part}"].values.tolist() == ["pass", "pass"]
 
 
+@pytest.mark.deterministic(reason="exact values and inequalities between exact quantities, schema")
 def test_quick_dataset_values_and_schema(quick):
     cfg, ds = quick[:2]
     assert ds["setting"].values.tolist() == QUICK_SETTINGS and ds.sizes["tau"] == 8 and ds.sizes["block"] == 16
@@ -378,6 +385,8 @@ def test_quick_dataset_values_and_schema(quick):
     assert "uniform-d3" in STUDY.summary_text(ds)
 
 
+@pytest.mark.false_fail(covered_by="test_c5_quick_checks_pass", reason=(
+    "the edits are deterministic; the untouched verdicts are test_c5_quick_checks_pass's event"))
 def test_negative_controls(quick):
     """Deterministic edits of the real raw blocks make each check fail, and only that check."""
     cfg, ds, raw = quick
@@ -435,6 +444,8 @@ def test_report_from_quick_dataset(quick, tmp_path):
     assert not (tmp_path / "bad.pdf").exists()
 
 
+@pytest.mark.false_fail(covered_by="test_c5_quick_checks_pass", reason=(
+    "the unaffected setting's verdicts are the quick run's (same cell seeds)"))
 def test_failed_preparation_gives_error_verdicts(tmp_path, monkeypatch):
     """A cell whose preparation raises: the run completes, its setting's three verdicts are 'error',
     the other setting is unaffected, and the report still renders."""
@@ -538,6 +549,7 @@ def test_gap_sensitivity_pathwise_equals_finite_difference(tau):
     np.testing.assert_allclose(train.scores(phi, 0.2)[:, 1:], np.exp(0.2) * train.scores(phi)[:, 1:], rtol=1e-13)
 
 
+@pytest.mark.false_fail(1e-5, reason="one two-sided normal bound at 4.42")
 @statistical
 def test_population_sensitivity_against_quadrature():
     """Known answer: phi = identity, r = 1, k = 1, pi uniform on S^2, M = vMF(x, 10), tau = 0.5. Then
@@ -559,6 +571,9 @@ def test_population_sensitivity_against_quadrature():
     assert abs(z) < 4.42, (d.mean(), want, z)
 
 
+@pytest.mark.false_fail(1e-4, reason=(
+    "allowance, not computed exactly: synthetic noise, slope within 0.1 of -1 and level tests at "
+    "NORM_ALPHA far from their thresholds"))
 def test_growth_rule_passes_growth_and_rejects_controls():
     """Positive case: S = tau^-1 (1 + noise) passes with b ~ -1. Flat S fails on the slope, S = 0 is undefined
     and fails, and a curve proportional to 1/tau whose level is noise (alternating +4/tau, -2/tau: every
@@ -604,6 +619,7 @@ def test_normalised_gap_hand_values():
     np.testing.assert_allclose(out["norm_gap_cv"], [3.0, 2.0, 30.0], rtol=1e-15)
 
 
+@pytest.mark.deterministic(reason="argument errors; no tolerance")
 def test_norms_inputs():
     with pytest.raises(ValueError, match="'beta'"):
         NormProfile(-1.0, (1.0, 0.0, 0.0))
@@ -622,6 +638,8 @@ def test_norms_inputs():
         STUDY.check_config(resolve_config(STUDY, {"norm_taus": "1,0.5"}))
 
 
+@pytest.mark.false_fail(0.01, reason=(
+    "the null control must not pass: the rule passes on it with probability <= NORM_ALPHA = 0.01"))
 @statistical
 def test_norms_quick_rows(quick):
     """The quick design's norms rows are exploratory (never confirmatory); both controls behave: the
