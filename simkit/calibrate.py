@@ -66,7 +66,7 @@ from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, c
                            get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
 
 __all__ = ["calibrate", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
-           "clopper_pearson", "calibration_rates", "seed_rows", "CONFIDENCE"]
+           "clopper_pearson", "calibration_path", "calibration_rates", "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
@@ -476,18 +476,32 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
     return res.dataset
 
 
-def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data") / "calibration") -> dict:
-    """Empirical false-failure rates of a study's checks from ``<directory>/<study>.nc``.
+def calibration_path(study_name: str, directory: str | os.PathLike = Path("data") / "calibration", *,
+                     full: bool = False) -> Path | None:
+    """The calibration dataset of a design: ``<study>_full.nc`` (full design) or ``<study>.nc`` (quick);
+    for the full design, the quick one when no full calibration exists. None when there is neither."""
+    names = [f"{study_name}_full.nc", f"{study_name}.nc"] if full else [f"{study_name}.nc"]
+    for name in names:
+        if (Path(directory) / name).exists():
+            return Path(directory) / name
+    return None
+
+
+def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data") / "calibration", *,
+                      full: bool = False) -> dict:
+    """Empirical false-failure rates of a study's checks from its calibration dataset
+    (:func:`calibration_path`: ``<directory>/<study>.nc``, or ``<study>_full.nc`` for ``full``).
 
     Returns ``{check index: {...}, claim: {...}}`` with ``rate``, ``low``, ``high`` (Clopper--Pearson
     95%) and ``n`` (seeds): per check from its verdict row, per claim from the seeds on which any of
-    the claim's check verdicts failed (the claim's combined verdict). Empty without a dataset.
+    the claim's check verdicts failed (the claim's combined verdict); and ``"source"``, the file name
+    (so a full-design row calibrated only on the quick design says so). Empty without a dataset.
     """
-    path = Path(directory) / f"{study_name}.nc"
-    if not path.exists():
+    path = calibration_path(study_name, directory, full=full)
+    if path is None:
         return {}
     ds = read_dataset(path)
-    out: dict = {}
+    out: dict = {"source": path.name}
     rows = [i for i in range(ds.sizes["check"]) if str(ds["check_kind"].values[i]) == "verdict"]
     for i in rows:
         out[int(ds["check_index"].values[i])] = {

@@ -183,6 +183,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
             raise ValueError(f"'--from-data' must hold a dataset of every study; missing: {', '.join(missing)}")
     work = out.parent / out.stem
     checks: list[dict] = []
+    sources: dict[str, str] = {}
     datasets: dict[str, xr.Dataset] = {}
     t0 = _dt.datetime.now(_dt.timezone.utc)
     for name, (study, cfg) in configs.items():
@@ -195,7 +196,11 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
                 raise KeyboardInterrupt
             datasets[name] = res.dataset
         res_ds = datasets[name]
-        cal = calibration_rates(name, calibration)
+        # the calibration of the design that ran: full for --full and for default runs (--from-data), else
+        # quick; a full design with only a quick calibration shows it, and the row's source says so
+        ran_full = not bool(configs[name][1].get("quick", not full))
+        cal = calibration_rates(name, calibration, full=ran_full)
+        sources[name] = cal.get("source", "")
         for j, row in enumerate(study.claim_rows(res_ds)):
             c = cal.get(j, {})
             checks.append({"study": name, **row, "claim_calibration": cal.get(row["claim"], {}),
@@ -218,6 +223,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         "studies_run": ", ".join(names),
         "study_datasets": canonical({n: str((Path(from_data) if from_data is not None else work) / f"{n}.nc")
                                      for n in names}),
+        "calibration_datasets": canonical({n: v for n, v in sources.items() if v}),
         "simkit_version": vers["simkit"],
         "git_commit": commit,
         "seed": -1 if seed is None else int(seed),

@@ -438,3 +438,16 @@ def test_setting_pvalues_reproduce_the_verdict_rules():
     for i, s in enumerate(str(x) for x in sc["setting_label"].values):
         lo, hi = sc["slope_verdict_low"].values[i], sc["slope_verdict_high"].values[i]
         assert (pv[f"{s}:slope"][0] < search_ce.ALPHA) == (not lo <= -1.0 <= hi)
+
+
+@pytest.mark.deterministic(reason="file lookup; no sampling")
+def test_calibration_path_prefers_the_design_that_ran(tmp_path):
+    """A full-design row uses <study>_full.nc, and the quick calibration only when there is no full one; a
+    quick row never uses the full calibration."""
+    from simkit.calibrate import calibration_path
+    assert calibration_path("s", tmp_path) is None and calibration_path("s", tmp_path, full=True) is None
+    (tmp_path / "s.nc").write_bytes(b"")
+    assert calibration_path("s", tmp_path, full=True) == tmp_path / "s.nc"
+    (tmp_path / "s_full.nc").write_bytes(b"")
+    assert calibration_path("s", tmp_path, full=True) == tmp_path / "s_full.nc"
+    assert calibration_path("s", tmp_path) == tmp_path / "s.nc"

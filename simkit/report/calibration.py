@@ -81,7 +81,8 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The section of one calibration dataset: what was run, the rejection table, QQ plots."""
     target = ds.attrs.get("target_study", "?")
     n = ds.sizes["seed"]
-    doc.heading(f"Calibration of {target} ({ds.attrs.get('claim', '?')}): {n} seeds")
+    design = "quick" if "--quick" in str(ds.attrs.get("command", "")).split() else "full"
+    doc.heading(f"Calibration of {target}, {design} design ({ds.attrs.get('claim', '?')}): {n} seeds")
     doc.text(f"Command: {ds.attrs.get('command', '?')}. Seeds {ds.attrs.get('seeds', '?')}; each seed is one "
              f"complete, independent run of {target} (identical to 'simkit run {target} --seed S' with the same "
              f"design; configuration {ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, "
@@ -128,7 +129,8 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 
 def calibration_datasets(directory: str | os.PathLike) -> dict[str, xr.Dataset]:
-    """Every calibration dataset (``study`` attribute ``calibrate-*``) in ``directory``, by target study."""
+    """Every calibration dataset (``study`` attribute ``calibrate-*``) in ``directory``, by file stem
+    (``rate_k`` for the quick design, ``rate_k_full`` for the full one)."""
     out = {}
     for path in sorted(Path(directory).glob("*.nc")):
         try:
@@ -136,7 +138,7 @@ def calibration_datasets(directory: str | os.PathLike) -> dict[str, xr.Dataset]:
         except ValueError:
             continue
         if str(ds.attrs.get("study", "")).startswith("calibrate-"):
-            out[str(ds.attrs["target_study"])] = ds
+            out[path.stem] = ds
     return out
 
 
