@@ -381,7 +381,7 @@ TRUTH_FIELDS = ("c2_t", "curve_t2", "curve_p", "dgap_t2", "dgap_p")
 
 def truth_verdict(k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray, gap_exact: np.ndarray,
                   gap_exact_cov: np.ndarray | None, c2: tuple[float, float], c2_exact: tuple[float, float], *,
-                  alpha: float) -> tuple[dict, list[str]]:
+                  alpha: float, standardise: bool = False) -> tuple[dict, list[str]]:
     """Tests of a Monte Carlo gap curve against the exact one, independent of the estimator's constants.
 
     (i) The block-mean curve against ``gap_exact`` at every k jointly (:func:`simkit.truth_tests.curve_test`:
@@ -390,25 +390,53 @@ def truth_verdict(k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray
     on the grid and whose blocks are finite) against the exact dgap; (iii) the fitted c2 against the
     exact c2, Student t on n_blocks - 1 df. Each rejects at ``alpha``.
 
+    ``standardise``: multiply every column by 1 / (its between-block sd) before the Hotelling tests (and
+    the exact curve's covariance by the same factors on both sides); see Notes.
+
     Returns ``({field: value for TRUTH_FIELDS}, problems)``; the fields are NaN when the inputs are
     not finite (then no problem is reported: the rate verdict says why).
+
+    Notes
+    -----
+    Hotelling's T^2 = n d' S^{-1} d, and the statistic d' (S/n + V)^{-1} d with the exact curve's
+    covariance V, are invariant under a rescaling of the columns (d -> W d, S -> W S W, V -> W V W), so
+    standardising leaves the p-values as they are wherever the plain form works. But
+    :func:`simkit.truth_tests.curve_test` refuses a covariance whose condition number exceeds 1e12, and
+    over a long k grid at small tau the columns' scales alone exceed it: at tau = 0.02 the block sd of
+    gap_k runs from ~0.1 at k = 1 to ~1e-9 at k = 2^20 (condition number >= 1e16). Standardising removes
+    that part of the condition number and leaves only the correlation structure (hard_regime uses it).
+    Where ``curve_test`` merges columns (more of them than n_blocks - 2) it merges standardised columns:
+    another fixed linear map of the curve, an equally exact test. Without ``standardise`` the arithmetic
+    is that of the committed datasets of rate_k, asymmetry and encoders, bit for bit.
     """
-    from simkit.truth_tests import curve_test, dgap_test
+    from simkit.truth_tests import curve_test, dgap_exact, dgap_test
 
     out = {n: math.nan for n in TRUTH_FIELDS}
     gap = gap_blocks[np.all(np.isfinite(gap_blocks), axis=1)]
     if gap.shape[0] < 3 or not np.all(np.isfinite(gap_exact)):
         return out, []
     cov = gap_exact_cov if gap_exact_cov is not None and np.any(gap_exact_cov) else None
-    ct = curve_test(gap, gap_exact, exact_cov=cov)
+    if standardise:
+        w = _inverse_sd(gap)
+        ct = curve_test(gap * w, gap_exact * w, exact_cov=None if cov is None else cov * np.outer(w, w))
+    else:
+        ct = curve_test(gap, gap_exact, exact_cov=cov)
     dg = dgap_blocks[np.any(np.isfinite(dgap_blocks), axis=1)]  # drop failed (all-NaN) blocks
     cols = np.all(np.isfinite(dg), axis=0) if dg.shape[0] else np.zeros(k.size, bool)
     m = int(np.argmin(cols)) if not cols.all() else cols.size  # dgap is finite on a prefix of the grid
-    sub = None if cov is None else cov[: m + 1, : m + 1]  # the differences keep the curve's correlation
-    if m >= 1 and dg.shape[0] >= 3:
+    dgt = None  # stays None where no k with 2k on the grid has finite blocks: the dgap test cannot be made
+    if m >= 1 and dg.shape[0] >= 3 and not standardise:
+        sub = None if cov is None else cov[: m + 1, : m + 1]  # the differences keep the curve's correlation
         dgt = dgap_test(dg[:, :m], k[: m + 1], gap_exact[: m + 1], exact_gap_cov=sub)
-    else:  # no k with 2k on the grid and finite blocks: the dgap test cannot be made
-        dgt = None
+    elif m >= 1 and dg.shape[0] >= 3:
+        _, d, _ = dgap_exact(np.asarray(k)[: m + 1], gap_exact[: m + 1])
+        wd = _inverse_sd(dg[:, :m])
+        vd = None
+        if cov is not None:  # the differences keep the curve's correlation: D V D'
+            dmap = np.zeros((m, m + 1))
+            dmap[np.arange(m), np.arange(m)], dmap[np.arange(m), np.arange(1, m + 1)] = 1.0, -1.0
+            vd = (dmap @ cov[: m + 1, : m + 1] @ dmap.T) * np.outer(wd, wd)
+        dgt = curve_test(dg[:, :m] * wd, d * wd, exact_cov=vd)
     c2_se = float(np.hypot(c2[1], c2_exact[1]))
     out.update(curve_t2=ct.statistic, curve_p=ct.p_value, c2_t=(c2[0] - c2_exact[0]) / c2_se)
     if dgt is not None:
@@ -435,62 +463,10 @@ def _inverse_sd(blocks: np.ndarray) -> np.ndarray:
 def truth_verdict_standardised(k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray, gap_exact: np.ndarray,
                                gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
                                c2_exact: tuple[float, float], *, alpha: float) -> tuple[dict, list[str]]:
-    """:func:`truth_verdict` with every column standardised by its between-block sd before the Hotelling tests.
-
-    The tests, fields and problems are those of :func:`truth_verdict`: (i) the curve against ``gap_exact``
-    at every k (:func:`simkit.truth_tests.curve_test`), (ii) the Z-free dgap blocks against the exact
-    dgap (the differencing map applied to the exact curve's covariance, as in
-    :func:`simkit.truth_tests.dgap_test`), (iii) c2 against exact, each at ``alpha``. Only the columns
-    are first multiplied by 1/sd (and the exact curve's covariance by the same factors on both sides).
-
-    Notes
-    -----
-    Hotelling's T^2 = n d' S^{-1} d, and the statistic d' (S/n + V)^{-1} d with the exact curve's
-    covariance V, are invariant under a rescaling of the columns (d -> W d, S -> W S W, V -> W V W), so
-    the p-values are those of :func:`truth_verdict` wherever that works. But
-    :func:`simkit.truth_tests.curve_test` refuses a covariance whose condition number exceeds 1e12, and
-    over a long k grid at small tau the columns' scales alone exceed it: at tau = 0.02 the block sd of
-    gap_k runs from ~0.1 at k = 1 to ~1e-9 at k = 2^20 (condition number >= 1e16). Standardising removes
-    that part of the condition number and leaves only the correlation structure. Where ``curve_test``
-    merges columns (more of them than n_blocks - 2) it merges standardised columns: another fixed
-    linear map of the curve, an equally exact test.
-    """
-    from simkit.truth_tests import curve_test, dgap_exact
-
-    out = {n: math.nan for n in TRUTH_FIELDS}
-    gap = gap_blocks[np.all(np.isfinite(gap_blocks), axis=1)]
-    if gap.shape[0] < 3 or not np.all(np.isfinite(gap_exact)):
-        return out, []
-    cov = gap_exact_cov if gap_exact_cov is not None and np.any(gap_exact_cov) else None
-    w = _inverse_sd(gap)
-    ct = curve_test(gap * w, gap_exact * w, exact_cov=None if cov is None else cov * np.outer(w, w))
-    dg = dgap_blocks[np.any(np.isfinite(dgap_blocks), axis=1)]  # drop failed (all-NaN) blocks
-    cols = np.all(np.isfinite(dg), axis=0) if dg.shape[0] else np.zeros(k.size, bool)
-    m = int(np.argmin(cols)) if not cols.all() else cols.size  # dgap is finite on a prefix of the grid
-    dgt = None
-    if m >= 1 and dg.shape[0] >= 3:
-        ks = np.asarray(k)[: m + 1]
-        _, d, _ = dgap_exact(ks, gap_exact[: m + 1])
-        wd = _inverse_sd(dg[:, :m])
-        vd = None
-        if cov is not None:  # the differences keep the curve's correlation: D V D'
-            dmap = np.zeros((m, m + 1))
-            dmap[np.arange(m), np.arange(m)], dmap[np.arange(m), np.arange(1, m + 1)] = 1.0, -1.0
-            vd = (dmap @ cov[: m + 1, : m + 1] @ dmap.T) * np.outer(wd, wd)
-        dgt = curve_test(dg[:, :m] * wd, d * wd, exact_cov=vd)
-    c2_se = float(np.hypot(c2[1], c2_exact[1]))
-    out.update(curve_t2=ct.statistic, curve_p=ct.p_value, c2_t=(c2[0] - c2_exact[0]) / c2_se)
-    if dgt is not None:
-        out.update(dgap_t2=dgt.statistic, dgap_p=dgt.p_value)
-    tcrit = stats.t.isf(alpha / 2, gap.shape[0] - 1)
-    problems = []
-    if not abs(out["c2_t"]) <= tcrit:
-        problems.append(f"c2 t {out['c2_t']:+.2f} beyond +-{tcrit:.2f}")
-    if not ct.p_value >= alpha:
-        problems.append(f"Monte Carlo curve differs from the exact curve (T^2 p = {ct.p_value:.2g})")
-    if dgt is not None and not dgt.p_value >= alpha:
-        problems.append(f"dgap differs from the exact dgap (T^2 p = {dgt.p_value:.2g})")
-    return out, problems
+    """:func:`truth_verdict` with ``standardise=True`` (every column scaled by 1 / its between-block sd
+    before the Hotelling tests; see its Notes)."""
+    return truth_verdict(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=alpha,
+                         standardise=True)
 
 
 @dataclass(frozen=True)
