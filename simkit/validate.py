@@ -197,7 +197,8 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
             datasets[name] = res.dataset
         res_ds = datasets[name]
         # the calibration of the design that ran: full for --full and for default runs (--from-data), else
-        # quick; a full design with only a quick calibration shows it, and the row's source says so
+        # quick; a full design with only a quick calibration shows that one, and the dataset's attribute
+        # calibration_datasets names the file each study's rates came from
         ran_full = not bool(configs[name][1].get("quick", not full))
         cal = calibration_rates(name, calibration, full=ran_full)
         sources[name] = cal.get("source", "")
