@@ -423,3 +423,68 @@ def test_combine_verdicts_and_worst_slope():
     assert worst_slope([-1.01, -0.9, -1.0], [0.01, 0.2, 0.1]) == 0  # 1 SE, 0.5 SE, 0 SE
     assert worst_slope([-1.0, np.nan], [0.1, 0.1]) == 1
     assert worst_slope([0.1, -0.4], [0.1, 0.1], target=-0.5) == 0
+
+
+@pytest.mark.deterministic(reason="fit_rate / fit_inverse_powers (reweight=True) against a hand implementation on the same draw (rtol <= 1e-8)")
+def test_reweighted_jackknife_matches_hand():
+    """``reweight=True``: every delete-one-block replicate re-estimates the weights from the blocks left in
+    ((mean/mcse)^2 for the log-log fit, 1/mcse^2 for the inverse-power fit); the estimates are those of the
+    fixed-weight fit (the full sample's weights), only the SE changes."""
+    k = K_SYN
+    b = _synthetic(_h0_curve(), 0.5, 1, 9)[0][:12]
+    k_min, sel, n = 32, K_SYN >= 32, 12
+
+    def ms(bb):
+        return bb.mean(axis=0), bb.std(axis=0, ddof=1) / np.sqrt(bb.shape[0])
+
+    x = np.column_stack([np.ones(sel.sum()), np.log(k[sel]), 1.0 / k[sel]])
+    reps = []
+    for i in range(n):
+        m, s = ms(np.delete(b, i, axis=0))
+        reps.append(_wls(np.log(m[sel]), x, (m[sel] / s[sel]) ** 2))
+    reps = np.array(reps)
+    se = np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
+    fixed, rw = fit_rate(k, b, k_min), fit_rate(k, b, k_min, reweight=True)
+    assert rw.slope == fixed.slope and rw.slope_se == pytest.approx(se[1], rel=1e-8)
+    xi = np.column_stack([1.0 / k[sel], 1.0 / k[sel] ** 2])
+    reps = []
+    for i in range(n):
+        m, s = ms(np.delete(b, i, axis=0))
+        reps.append(_wls(m[sel], xi, 1.0 / s[sel] ** 2))
+    reps = np.array(reps)
+    se = np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
+    f0, f1 = fit_inverse_powers(k, b, k_min), fit_inverse_powers(k, b, k_min, reweight=True)
+    np.testing.assert_array_equal(f0.coef, f1.coef)
+    np.testing.assert_allclose(f1.se, se, rtol=1e-8)
+
+
+def _skewed_blocks(rng, n_blocks):
+    """Blocks of gap_k = 5/k (1 + 0.3 (e^{e/2} - E e^{e/2})), e = 0.6 z_block + 0.8 z_(block, k): a true
+    slope of -1 with right-skewed noise shared across k (as the common random numbers of a block give), so
+    that a block which raises gap_k also raises its MCSE -- what correlates WLS weights with the curve."""
+    e = 0.6 * rng.standard_normal((n_blocks, 1)) + 0.8 * rng.standard_normal((n_blocks, K_SYN.size))
+    return 5.0 / K_SYN * (1.0 + 0.3 * (np.exp(0.5 * e) - np.exp(0.125)))
+
+
+@pytest.mark.statistical
+@pytest.mark.false_fail(2e-3, reason="two one-sided z bounds at 3.09 (1e-3 each): the paired difference of mean t^2 (observed 7 SE) and the reweighted mean t^2 against t_23's 1.095 (observed 0.93, below it)")
+def test_fixed_weights_make_the_jackknife_anticonservative():
+    """With skewed blocks (24 of them, as asymmetry's former quick design), t = (slope + 1) / SE over 300
+    synthetic datasets: with the full sample's weights held fixed, the SE is smaller than with the weights
+    re-estimated per replicate, and the mean of t^2 larger (pilot of 1500 datasets, seed 1: 1.24 fixed, 1.01
+    re-estimated, against Student t_23's 23/21 = 1.095; this test's 300 datasets: 1.09 and 0.93, paired
+    difference 0.158 +- 0.022). Checks: the paired difference of mean t^2 (fixed - reweighted) exceeds 0 by
+    3.09 of its SE, and the reweighted mean t^2 is not above 1.095 by 3.09 of its SE.
+    Smallest discrepancy detected: a reweighted E[t^2] above 1.095 by ~0.3 (3.09 SE of the mean of 300)."""
+    rng = np.random.default_rng(20261202)
+    t_fix, t_rw = [], []
+    for _ in range(300):
+        b = _skewed_blocks(rng, 24)
+        f0, f1 = fit_rate(K_SYN, b, 64), fit_rate(K_SYN, b, 64, reweight=True)
+        t_fix.append((f0.slope + 1.0) / f0.slope_se)
+        t_rw.append((f1.slope + 1.0) / f1.slope_se)
+    t2f, t2r = np.array(t_fix) ** 2, np.array(t_rw) ** 2
+    d = t2f - t2r
+    z = stats.norm.isf(1e-3)
+    assert d.mean() > z * d.std(ddof=1) / np.sqrt(d.size), (t2f.mean(), t2r.mean())
+    assert t2r.mean() <= 23 / 21 + z * t2r.std(ddof=1) / np.sqrt(t2r.size), t2r.mean()
