@@ -374,7 +374,8 @@ def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
     assert pdf.read_bytes().startswith(b"%PDF")
 
 
-CALIBRATION_FILES = sorted((Path(__file__).resolve().parent.parent / "data" / "calibration").glob("*.nc"))
+_CAL_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
+CALIBRATION_FILES = sorted(_CAL_DIR.glob("*.nc")) + sorted(_CAL_DIR.glob("archive/*.nc"))  # superseded runs too
 
 
 def _compliance(path: Path):
