@@ -347,7 +347,7 @@ class Asymmetry(Study):
         "k_max": Param("k_max", int, 16384, "negatives / database points per block (power of two); grid 1, 2, ..., "
                        "k_max", low=16, high=1 << 20, power_of_two=True, quick=8192),
         # quick: 48 blocks of 128 anchors (until 2026-12-02: 24 of 256, the same anchors in all). Calibrated over
-        # 65 + 26 seeds, the 24-block design rejected C7.1 on 4/65 and 4/26 seeds against its stated 0.0199: the
+        # 65 + 27 seeds, the 24-block design rejected C7.1 on 4/65 and 4/27 seeds against its stated 0.0199: the
         # Student t and Hotelling F references assume near-Gaussian block means, and with 24 blocks the c1/c2 t
         # tests (mean t^2 1.4-1.7 against 1.10 for t_23) and the 14-column Hotelling test (F(14, 10); brown-vmf-d3
         # curve p-values KS 0.001) had heavier tails than their references (data/calibration/NOTES.md)
