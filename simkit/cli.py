@@ -230,11 +230,8 @@ def _validate(args) -> int:
         check_writable("--report", report)
         if args.from_data is not None:
             from simkit.runner import study_names
-            src = Path(args.from_data)
-            missing = [n for n in study_names() if not (src / f"{n}.nc").is_file()]
-            if missing:
-                raise ValueError(f"'--from-data' must be a directory holding <study>.nc for every study; "
-                                 f"{args.from_data!r} lacks {', '.join(m + '.nc' for m in missing)}")
+            from simkit.validate import check_from_data
+            check_from_data(args.from_data, study_names())
         executor = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)

@@ -155,6 +155,14 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
     return ds
 
 
+def check_from_data(from_data: str | os.PathLike, names: list[str]) -> None:
+    """ValueError naming ``--from-data`` unless ``<from_data>/<study>.nc`` exists for every study of ``names``."""
+    missing = [str(Path(from_data) / f"{n}.nc") for n in names if not (Path(from_data) / f"{n}.nc").is_file()]
+    if missing:
+        raise ValueError(f"'--from-data' must hold a dataset of every study (<study>.nc); missing: "
+                         f"{', '.join(missing)}")
+
+
 def run_validation(*, full: bool = False, seed: int | None = None, out: str | os.PathLike = "data/validation.nc",
                    report: str | os.PathLike | None = "reports/validation.pdf", scheduler=None,
                    progress: bool = True, studies: list[str] | None = None,
@@ -178,9 +186,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         study = get_study(name)
         configs[name] = (study, resolve_config(study, quick=not full, seed=seed))
     if from_data is not None:
-        missing = [str(Path(from_data) / f"{n}.nc") for n in names if not (Path(from_data) / f"{n}.nc").is_file()]
-        if missing:
-            raise ValueError(f"'--from-data' must hold a dataset of every study; missing: {', '.join(missing)}")
+        check_from_data(from_data, names)
     work = out.parent / out.stem
     checks: list[dict] = []
     sources: dict[str, str] = {}

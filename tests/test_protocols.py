@@ -109,3 +109,13 @@ def test_validate_from_the_committed_data_marks_confirmatory_rows(tmp_path):
     assert "C3 confirmatory" in claims  # generalisation's pre-registered k rule
     with pytest.raises(ValueError, match="'--from-data' must hold a dataset of every study"):
         run_validation(studies=["dimension"], from_data=tmp_path, out=tmp_path / "w.nc", report=None)
+
+
+@pytest.mark.deterministic(reason="argument check; nothing runs")
+def test_cli_from_data_without_the_datasets_exits_2_and_writes_nothing(tmp_path, capsys):
+    from simkit.cli import main
+    assert main(["validate", "--from-data", str(tmp_path), "--out", str(tmp_path / "v.nc"),
+                 "--report", str(tmp_path / "v.pdf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'--from-data' must hold a dataset of every study" in err[0]
+    assert list(tmp_path.iterdir()) == []
