@@ -10,6 +10,7 @@ alone (simkit.calibrate writes them).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -81,12 +82,14 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The section of one calibration dataset: what was run, the rejection table, QQ plots."""
     target = ds.attrs.get("target_study", "?")
     n = ds.sizes["seed"]
-    design = "quick" if "--quick" in str(ds.attrs.get("command", "")).split() else "full"
+    design = "quick" if json.loads(str(ds.attrs.get("config", "{}"))).get("quick") else "full"
     doc.heading(f"Calibration of {target}, {design} design ({ds.attrs.get('claim', '?')}): {n} seeds")
     doc.text(f"Command: {ds.attrs.get('command', '?')}. Seeds {ds.attrs.get('seeds', '?')}; each seed is one "
              f"complete, independent run of {target} (identical to 'simkit run {target} --seed S' with the same "
              f"design; configuration {ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, "
-             f"git {ds.attrs.get('git_commit', '?')}, wall time {float(ds.attrs.get('wall_time_s', np.nan)):.0f} s.")
+             f"git {ds.attrs.get('git_commit', '?')}, wall time {float(ds.attrs.get('wall_time_s', np.nan)):.0f} s "
+             f"(of the invocation that wrote the dataset; {ds.attrs.get('resumed_tasks', '?')} of its tasks were resumed "
+             f"from an earlier invocation's checkpoint).")
     doc.text("Rows: 'test' = a component test of a check (Check.pvalues), rejecting at p < alpha (the nominal "
              "rate); its p-value is Uniform(0, 1) when the claim holds. 'verdict' = the check's verdict, rejecting "
              "when it is 'fail'; its nominal rate is the stated false-failure rate (none for a deterministic "
