@@ -385,28 +385,30 @@ def rate_verdict(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: 
     return out
 
 
-def setting_pvalues(ds, alpha: float, *, p_vars: dict[str, str] | None = None,
-                    t_vars: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
+def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]]) -> dict[str, tuple[float, float]]:
     """Per-setting component tests of a rate check as ``{"<setting>:<test>": (p-value, alpha)}``
     (``Check.pvalues``, for :mod:`simkit.calibrate`): each p-value is Uniform(0, 1) when the claim holds
     and the check rejects at ``p < alpha``.
 
-    ``p_vars`` maps a test name to a dataset variable that is already a p-value (e.g. ``slope_p_one``,
-    the two-sided t test of slope = -1; ``curve_p``); ``t_vars`` to a statistic compared two-sided with
-    Student t on ``n_blocks - 1`` df (``c1_z``, ``c2_t``; :func:`rate_verdict` and :func:`truth_verdict`
-    reject at ``|t| > t_{1 - alpha/2, n_blocks - 1}``, so ``p < alpha`` is the same rule). NaN
-    statistics (a fit that could not be made) give NaN p-values, which calibration counts as missing.
+    ``tests`` maps each test's name, in the order wanted, to ``("p", variable)`` for a dataset variable
+    that is already a p-value (``slope_p_one``, the two-sided t test of slope = -1; ``curve_p``) or
+    ``("t", variable)`` for a statistic compared two-sided with Student t on ``n_blocks - 1`` df
+    (``c1_z``, ``c2_t``: :func:`rate_verdict` and :func:`truth_verdict` reject at
+    ``|t| > t_{1 - alpha/2, n_blocks - 1}``, so ``p < alpha`` is the same rule). NaN statistics (a fit
+    that could not be made) give NaN p-values, which calibration counts as missing.
     """
     n = ds.sizes["block"]
     out = {}
     # string labels: the coordinate in memory, ``setting_label`` once written (integer index coordinate)
     labels = ds["setting_label"].values if "setting_label" in ds.variables else ds["setting"].values
     for i, s in enumerate(labels):
-        for name, var in (p_vars or {}).items():
-            out[f"{s}:{name}"] = (float(ds[var].values[i]), alpha)
-        for name, var in (t_vars or {}).items():
-            t = float(ds[var].values[i])
-            out[f"{s}:{name}"] = (float(2 * stats.t.sf(abs(t), n - 1)) if np.isfinite(t) else math.nan, alpha)
+        for name, (kind, var) in tests.items():
+            v = float(ds[var].values[i])
+            if kind == "t":
+                v = float(2 * stats.t.sf(abs(v), n - 1)) if np.isfinite(v) else math.nan
+            elif kind != "p":
+                raise ValueError(f"'tests' entries must be ('p' or 't', variable), got {kind!r} for {name!r}")
+            out[f"{s}:{name}"] = (v, alpha)
     return out
 
 

@@ -302,8 +302,8 @@ C1_CHECK = Check(
     evaluate=_rate_check("gap", "c1", "c1"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - 5 * ALPHA) ** ds.sizes["setting"],
     # the five null tests per setting behind the 5 * ALPHA
-    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "gap_slope_p_one", "curve": "curve_p",
-                                                          "dgap": "dgap_p"}, t_vars={"c1": "c1_z", "c2": "c2_t"}),
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "gap_slope_p_one"), "curve": ("p", "curve_p"),
+                                                   "dgap": ("p", "dgap_p"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t")}),
 )
 C2_CHECK = Check(
     claim="C7",
@@ -312,7 +312,7 @@ C2_CHECK = Check(
                           f"level-{1 - ALPHA:g} interval, -1/2 rejected"),
     evaluate=_rate_check("d", "c2", "d1"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
-    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "d_slope_p_one"}),
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "d_slope_p_one")}),
 )
 
 

@@ -22,11 +22,10 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from scipy import stats
 
 from simkit import VMFKernel, exact
 from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
-                             truth_verdict, worst_slope)
+                             setting_pvalues, truth_verdict, worst_slope)
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.exact_curve import gap_curve, second_order_constant
 from simkit.infonce import GapEstimator, k_grid
@@ -150,15 +149,8 @@ def _c1_check(ds) -> dict:
 
 def _c1_pvalues(ds) -> dict[str, tuple[float, float]]:
     """The component tests of each setting, as p-values that are uniform when C1 holds (for calibration)."""
-    n = ds.sizes["block"]
-    out = {}
-    for i, s in enumerate(ds["setting"].values):
-        t_slope = (ds["slope"].values[i] + 1.0) / ds["slope_se"].values[i]
-        for name, t in (("slope", t_slope), ("c1", ds["c1_z"].values[i]), ("c2", ds["c2_t"].values[i])):
-            out[f"{s}:{name}"] = (float(2 * stats.t.sf(abs(t), n - 1)), ALPHA)
-        out[f"{s}:curve"] = (float(ds["curve_p"].values[i]), ALPHA)
-        out[f"{s}:dgap"] = (float(ds["dgap_p"].values[i]), ALPHA)
-    return out
+    return setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t"),
+                                       "curve": ("p", "curve_p"), "dgap": ("p", "dgap_p")})
 
 
 C1_CHECK = Check(

@@ -178,7 +178,7 @@ C2_CHECK = Check(
     evaluate=_c2_check,
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
     # the one null test per setting (slope = -1); "-1/2 rejected" and "one sign" are power conditions
-    pvalues=lambda ds: setting_pvalues(ds, ALPHA, p_vars={"slope": "slope_p_one"}),
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one")}),
 )
 
 
