@@ -51,6 +51,8 @@ Clopper & Pearson (1934), Biometrika 26, 404; THEORY.md section 3 (claims C1--C7
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import json
 import os
 import shutil
 import tempfile
@@ -64,8 +66,11 @@ from scipy import stats
 
 from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, canonical, check_writable, execute_task,
                            get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
+from simkit.runner.provenance import git_commit
+from simkit.runner.run import apply_schema
+from simkit.runner.storage import write_dataset
 
-__all__ = ["calibrate", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
+__all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
            "clopper_pearson", "calibration_path", "calibration_rates", "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
@@ -311,38 +316,8 @@ class Calibration(Study):
         kind = [KINDS[int(x)] for x in raw["raw_kind"].values[first, 0, :]]
         index = raw["raw_index"].values[first, 0, :].astype(int)
         claims = [self.target.checks[j].claim for j in index]
-        n = len(names)
-        out = {k: np.full(n, np.nan) for k in ("nominal_rate", "empirical_rate", "empirical_rate_low",
-                                               "empirical_rate_high", "binom_pvalue", "ks_pvalue")}
-        n_valid, n_reject = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        for i in range(n):
-            s = stated[done, i]
-            if s.size and np.all(np.isfinite(s)):  # the common value, or the mean where it varies by seed
-                out["nominal_rate"][i] = float(s[0]) if np.all(s == s[0]) else float(np.mean(s))
-            r = reject[done, i]
-            r = r[np.isfinite(r)]
-            n_valid[i], n_reject[i] = r.size, int(r.sum())
-            if r.size:
-                out["empirical_rate"][i] = n_reject[i] / n_valid[i]
-                out["empirical_rate_low"][i], out["empirical_rate_high"][i] = clopper_pearson(n_reject[i], n_valid[i])
-                if np.isfinite(out["nominal_rate"][i]):
-                    out["binom_pvalue"][i] = stats.binomtest(int(n_reject[i]), int(n_valid[i]),
-                                                             out["nominal_rate"][i]).pvalue
-            p = stat[done, i]
-            p = p[np.isfinite(p)]
-            if kind[i] == "test" and p.size:
-                out["ks_pvalue"][i] = stats.kstest(p, "uniform", method="exact" if p.size <= 10000 else "asymp").pvalue
-        ref = ["Uniform(0, 1)" if k == "test" else "none" for k in kind]
-        ds = xr.Dataset(
-            {"statistic": (SC, stat), "reject": (SC, reject), "stated_rate": (SC, stated),
-             "target_errors": (SE, raw["raw_target_errors"].values[:, 0]),
-             "check_kind": (C, np.array(kind, dtype=str)), "check_claim": (C, np.array(claims, dtype=str)),
-             "check_index": (C, index.astype(np.int64)), "check_reference": (C, np.array(ref, dtype=str)),
-             "n_valid": (C, n_valid), "n_missing": (C, int(done.sum()) - n_valid), "n_reject": (C, n_reject),
-             **{k: (C, v) for k, v in out.items()},
-             "cell_error": raw["cell_error"], "cell_key": raw["cell_key"]},
-            coords={"seed": raw["seed"].values, "check": np.array(names, dtype=str)})
-        return ds
+        return calibration_dataset(names, stat, reject, stated, kind, claims, index, raw["seed"].values,
+                                   raw["raw_target_errors"].values[:, 0], raw["cell_error"], raw["cell_key"], done)
 
     def attrs(self, cfg):
         return {"target_study": self.target.name, "target_config": canonical(self.target_cfg),
@@ -358,6 +333,55 @@ class Calibration(Study):
     def report_sections(self, doc, ds):
         from simkit.report.calibration import calibration_sections
         calibration_sections(doc, ds)
+
+
+
+def _rates(stat: np.ndarray, reject: np.ndarray, stated: np.ndarray, kind: Sequence[str]) -> tuple[dict, np.ndarray,
+                                                                                                     np.ndarray]:
+    """Per-check summaries over the finished seeds (rows of the arrays): nominal and empirical rates,
+    Clopper--Pearson limits, binomial and KS p-values; and the numbers of decided and rejecting seeds."""
+    n = len(kind)
+    out = {k: np.full(n, np.nan) for k in ("nominal_rate", "empirical_rate", "empirical_rate_low",
+                                           "empirical_rate_high", "binom_pvalue", "ks_pvalue")}
+    n_valid, n_reject = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        s = stated[:, i]
+        if s.size and np.all(np.isfinite(s)):  # the common value, or the mean where it varies by seed
+            out["nominal_rate"][i] = float(s[0]) if np.all(s == s[0]) else float(np.mean(s))
+        r = reject[:, i]
+        r = r[np.isfinite(r)]
+        n_valid[i], n_reject[i] = r.size, int(r.sum())
+        if r.size:
+            out["empirical_rate"][i] = n_reject[i] / n_valid[i]
+            out["empirical_rate_low"][i], out["empirical_rate_high"][i] = clopper_pearson(n_reject[i], n_valid[i])
+            if np.isfinite(out["nominal_rate"][i]):
+                out["binom_pvalue"][i] = stats.binomtest(int(n_reject[i]), int(n_valid[i]),
+                                                         out["nominal_rate"][i]).pvalue
+        p = stat[:, i]
+        p = p[np.isfinite(p)]
+        if kind[i] == "test" and p.size:
+            out["ks_pvalue"][i] = stats.kstest(p, "uniform", method="exact" if p.size <= 10000 else "asymp").pvalue
+    return out, n_valid, n_reject
+
+
+def calibration_dataset(names, stat, reject, stated, kind, claims, index, seeds, target_errors, cell_error,
+                        cell_key, done) -> xr.Dataset:
+    """The calibration dataset's variables (no global attributes) from the per-seed rows (``seed`` x
+    ``check``): ``done`` marks the seeds whose task finished, over which the rates are computed."""
+    done = np.asarray(done, dtype=bool)
+    stat, reject, stated = (np.asarray(a, dtype=float) for a in (stat, reject, stated))
+    out, n_valid, n_reject = _rates(stat[done], reject[done], stated[done], kind)
+    ref = ["Uniform(0, 1)" if k == "test" else "none" for k in kind]
+    ds = xr.Dataset(
+        {"statistic": (SC, stat), "reject": (SC, reject), "stated_rate": (SC, stated),
+         "target_errors": (SE, np.asarray(target_errors)),
+         "check_kind": (C, np.array(kind, dtype=str)), "check_claim": (C, np.array(claims, dtype=str)),
+         "check_index": (C, index.astype(np.int64)), "check_reference": (C, np.array(ref, dtype=str)),
+         "n_valid": (C, n_valid), "n_missing": (C, int(done.sum()) - n_valid), "n_reject": (C, n_reject),
+         **{k: (C, v) for k, v in out.items()},
+         "cell_error": cell_error, "cell_key": cell_key},
+        coords={"seed": seeds, "check": np.array(names, dtype=str)})
+    return ds
 
 
 def clopper_pearson(k: int, n: int, level: float = CONFIDENCE) -> tuple[float, float]:
@@ -474,6 +498,149 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
     if scratch is not None and scratch.is_dir() and not any(scratch.iterdir()):
         shutil.rmtree(scratch, ignore_errors=True)
     return res.dataset
+
+
+#: per-seed variables of a calibration dataset (combined by :func:`combine`)
+_SEED_VARS = ("statistic", "reject", "stated_rate", "target_errors", "cell_error", "cell_key")
+#: per-check variables that must agree between the parts of a combined calibration
+_CHECK_VARS = ("check_kind", "check_claim", "check_index")
+
+
+#: largest relative difference allowed between the rows of a seed present in two parts of a
+#: combination: a seed reruns bit-identically on one machine, but another CPU's libm and SIMD paths
+#: change the last bits of a floating-point result (seen: 1e-12 relative between two machines);
+#: the decisions (reject), errors and task seeds must be identical
+OVERLAP_RTOL = 1e-9
+
+
+def _seed_difference(a: xr.Dataset, b: xr.Dataset) -> float | None:
+    """Largest relative difference between two rows of one seed; None when they differ in a decision,
+    a NaN position, an error or a task seed (which no rounding explains)."""
+    for v in ("reject", "target_errors", "cell_error", "cell_key"):
+        if not np.array_equal(a[v].values, b[v].values, equal_nan=a[v].dtype.kind == "f"):
+            return None
+    worst = 0.0
+    for v in ("statistic", "stated_rate"):
+        x, y = a[v].values, b[v].values
+        if not np.array_equal(np.isnan(x), np.isnan(y)):
+            return None
+        ok = ~np.isnan(x)
+        x, y = x[ok], y[ok]
+        fin = np.isfinite(x) & np.isfinite(y)
+        if not np.array_equal(x[~fin], y[~fin]):
+            return None
+        den = np.maximum(np.abs(x[fin]), np.abs(y[fin]))  # infinities must match exactly (above)
+        rel = np.abs(x[fin] - y[fin]) / np.where(den > 0, den, 1.0)
+        worst = max(worst, float(rel.max()) if rel.size else 0.0)
+    return worst
+
+
+def _seed_text(seeds) -> str:
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if seeds.size and np.array_equal(seeds, np.arange(seeds[0], seeds[0] + seeds.size)):
+        return f"{seeds[0]}..{seeds[-1]}"
+    return " ".join(str(s) for s in seeds)
+
+
+def _meta_config(ds: xr.Dataset) -> dict:
+    cfg = json.loads(str(ds.attrs.get("config", "{}")))
+    return {k: v for k, v in cfg.items() if k != "seed"}
+
+
+def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str | os.PathLike | None = None,
+            write: bool = True) -> xr.Dataset:
+    """Combine finished calibrations of one design at different seeds into one dataset.
+
+    A calibration started at a later first seed (``--first-seed``) is another meta-run with its own
+    checkpoint; its seeds are still exactly ``simkit run STUDY --seed S``. ``combine`` takes the union
+    of the parts' seeds and recomputes every per-check summary (rates, intervals, binomial and KS
+    p-values) over it with the same code as :func:`calibrate`. The parts must have the same target
+    study, target configuration, design and alternative, and the same check rows; a seed present in
+    several parts must have the same rows in each (so overlapping seeds are a reproducibility
+    check across the parts' code versions and machines: the decisions must be identical and the numbers
+    agree to :data:`OVERLAP_RTOL`; the first part's rows are kept). Provenance: ``combined_from`` lists every part (file,
+    seeds, git commit, created, wall time); ``wall_time_s`` and ``resumed_tasks`` are their sums.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two parts, a part that is not a calibration of ``study``, parts of different designs
+        or checks, or an overlapping seed whose rows differ (the message names the files and the seed).
+    """
+    target = get_study(study) if isinstance(study, str) else study
+    if len(parts) < 2:
+        raise ValueError(f"'combine' needs at least two calibration datasets, got {len(parts)}")
+    dss = []
+    for p in parts:
+        ds = read_dataset(p)
+        if ds.attrs.get("study") != f"calibrate-{target.name}":
+            raise ValueError(f"'combine': '{p}' is not a calibration of {target.name} "
+                             f"(study {ds.attrs.get('study')!r})")
+        dss.append((Path(p), ds))
+    (p0, d0) = dss[0]
+    for p, ds in dss[1:]:
+        if _meta_config(ds) != _meta_config(d0):
+            raise ValueError(f"'combine': '{p}' and '{p0}' are calibrations of different designs "
+                             f"(configuration without the seed differs)")
+        if not np.array_equal(ds["check"].values, d0["check"].values) or not all(
+                np.array_equal(ds[v].values, d0[v].values) for v in _CHECK_VARS):
+            raise ValueError(f"'combine': '{p}' and '{p0}' have different check rows")
+    rows: dict[int, tuple[Path, xr.Dataset]] = {}
+    overlap, worst = [], 0.0
+    for p, ds in dss:
+        for s in ds["seed"].values.tolist():
+            if s not in rows:
+                rows[s] = (p, ds)
+                continue
+            q, other = rows[s]
+            diff = _seed_difference(other.sel(seed=s), ds.sel(seed=s))
+            if diff is None or diff > OVERLAP_RTOL:
+                raise ValueError(f"'combine': seed {s} differs between '{q}' and '{p}' (not reproduced: "
+                                 + ("another decision, error or task seed" if diff is None else
+                                    f"relative difference {diff:.3g} > {OVERLAP_RTOL:g}") + ")")
+            overlap.append(int(s))
+            worst = max(worst, diff)
+    seeds = np.array(sorted(rows), dtype=np.int64)
+    per = {v: np.stack([rows[s][1][v].sel(seed=s).values for s in seeds]) for v in _SEED_VARS}
+    done = per["cell_error"] == ""
+    kind = [str(x) for x in d0["check_kind"].values]
+    res = calibration_dataset(d0["check"].values.astype(str), per["statistic"], per["reject"], per["stated_rate"],
+                              kind, d0["check_claim"].values.astype(str), d0["check_index"].values, seeds,
+                              per["target_errors"], (("seed",), per["cell_error"]),
+                              (tuple(d0["cell_key"].dims), per["cell_key"]), done)
+    meta = Calibration(target, json.loads(str(d0.attrs["target_config"])), seeds.tolist(), quick=_meta_config(d0)["quick"])
+    res = apply_schema(res, meta.schema, meta.cell_dim)
+    first = min(dss, key=lambda x: int(x[1]["seed"].values.min()))[1]
+    attrs = dict(first.attrs)
+    commits = sorted({str(ds.attrs.get("git_commit", "?")) for _, ds in dss})
+    names = " ".join(str(p) for p, _ in dss)
+    attrs.update({
+        "n_seeds": int(seeds.size), "first_seed": int(seeds[0]),
+        "seeds": _seed_text(seeds),
+        "command": f"simkit calibrate {target.name} --combine {names}",
+        "git_commit": commits[0] if len(commits) == 1 else " ".join(commits),
+        "history": "\n".join(str(ds.attrs.get("history", "")) for _, ds in dss)
+        + f"\n{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} simkit calibrate {target.name} "
+          f"--combine {names} (git {git_commit()})",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": round(sum(float(ds.attrs.get("wall_time_s", 0.0)) for _, ds in dss), 3),
+        "resumed_tasks": int(sum(int(ds.attrs.get("resumed_tasks", 0)) for _, ds in dss)),
+        "n_errors": int(sum(int(ds.attrs.get("n_errors", 0)) for _, ds in dss)),
+        "errors": canonical([e for _, ds in dss for e in json.loads(str(ds.attrs.get("errors", "[]")))]),
+        "config": canonical({**json.loads(str(first.attrs["config"])), "seed": int(seeds[0])}),
+        "overlap_seeds": _seed_text(overlap) if overlap else "",
+        "overlap_max_relative_difference": float(worst),
+        "combined_from": canonical([{"file": p.name, "seeds": _seed_text(ds["seed"].values),
+                                     "git_commit": str(ds.attrs.get("git_commit", "")),
+                                     "created": str(ds.attrs.get("created", "")),
+                                     "wall_time_s": float(ds.attrs.get("wall_time_s", np.nan))} for p, ds in dss]),
+    })
+    res.attrs = attrs
+    if write:
+        dest = Path(out) if out is not None else _default_out(target)
+        check_writable("--out", dest)
+        write_dataset(res, dest)
+    return res
 
 
 def calibration_path(study_name: str, directory: str | os.PathLike = Path("data") / "calibration", *,

@@ -8,6 +8,7 @@
     simkit calibrate STUDY [--seeds N] [--quick] [--first-seed S] [--out PATH.nc] [--report PATH.pdf]
                      [--set NAME=VALUE ...] [--alternative NAME] [--scheduler ADDRESS] [--keep-checkpoint]
                      [--no-progress]
+    simkit calibrate STUDY --combine PART.nc PART.nc ... [--out PATH.nc] [--report PATH.pdf]
 
 Bad input (unknown study or parameter, out-of-range value, unreadable dataset) prints one line
 naming the argument and exits with status 2, leaving no output file behind.
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     c.add_argument("--keep-checkpoint", action="store_true", help="keep the per-seed checkpoint (to add seeds later)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--combine", nargs="+", default=None, metavar="PART.nc",
+                   help="run nothing: combine finished calibrations of the same design at other seeds into --out "
+                        "(a seed in two parts must give the same decisions, numbers within 1e-9 relative)")
     __import__("simkit.diagnose_cli").diagnose_cli.add_parser(sub)  # simkit diagnose (issue 12)
     return p
 
@@ -281,9 +285,38 @@ def _parse_count(option: str, text: str, low: int) -> int:
     return value
 
 
+def _combine(args) -> int:
+    from simkit.calibrate import combine
+    from simkit.runner import WriteFailed, check_writable, get_study
+    try:
+        given = [opt for opt, used in (("--seeds", args.seeds != "200"), ("--first-seed", args.first_seed != "1"),
+                                       ("--quick", args.quick), ("--set", bool(args.overrides)),
+                                       ("--alternative", args.alternative is not None),
+                                       ("--scheduler", args.scheduler is not None)) if used]
+        if given:
+            raise ValueError(f"'--combine' runs nothing and takes only --out and --report, got {', '.join(given)} "
+                             "(the design is that of the parts)")
+        study = get_study(args.study)
+        out = _check_path("--out", args.out, ".nc") or Path("data") / "calibration" / f"{study.name}.nc"
+        report = _check_path("--report", args.report, ".pdf") or Path("reports") / "calibration.pdf"
+        check_writable("--out", out)
+        check_writable("--report", report)
+        ds = combine(study, args.combine, out=out)
+    except ValueError as exc:
+        print(f"simkit: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return 2
+    except WriteFailed as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"simkit: wrote {out} ({ds.sizes['seed']} seeds from {len(args.combine)} calibrations)")
+    return _after_calibration(ds, out, report)
+
+
 def _calibrate(args) -> int:
     from simkit.calibrate import ALTERNATIVES, calibrate
     from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config)
+    if args.combine is not None:
+        return _combine(args)
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         seeds = _parse_count("--seeds", args.seeds, 1)
@@ -322,6 +355,12 @@ def _calibrate(args) -> int:
         if executor is not None:
             executor.close()
     print(f"simkit: wrote {out} ({ds.sizes['seed']} seeds, {float(ds.attrs['wall_time_s']):.1f} s)")
+    return _after_calibration(ds, out, report)
+
+
+def _after_calibration(ds, out: Path, report: Path) -> int:
+    """The calibration report of every dataset beside ``out``, and the rejection table on stdout."""
+    from simkit.runner import WriteFailed
     try:
         from simkit.report.calibration import calibration_report
         calibration_report(out.parent, report)

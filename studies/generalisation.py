@@ -775,7 +775,15 @@ def _sha(ds):
     return str(ds.attrs.get("protocol_sha256", "?"))[:16]
 
 
+def _ni_run(ds, s) -> bool:
+    return s in set(str(x) for x in ds["sweep"].values)
+
+
 def _ni_eval(ds, s):
+    if not _ni_run(ds, s):  # the quick design runs the exploratory sweeps only
+        return {"estimate": np.nan, "estimate_mcse": np.nan, "verdict": "n/a",
+                "detail": f"{s}: sweep not in this design (sweeps {', '.join(dict.fromkeys(map(str, ds['sweep'].values)))})"
+                          " -> n/a"}
     v = lambda name: _value(ds, f"{s}_{name}")  # noqa: E731
     verdict, reason = str(v("verdict")), str(v("verdict_reason"))
     k = ds["k"].values[ds["sweep"].values == s]
@@ -790,7 +798,8 @@ def _ni_eval(ds, s):
 
 
 def _ni_stat(s, what):
-    return lambda ds: (f"pre-registered rule (protocols/generalisation.md, sha256 {_sha(ds)}…): {what}: growth 2^b - 1 "
+    return lambda ds: (f"pre-registered rule (protocols/generalisation.md): {what}: not in this design" if not _ni_run(ds, s)
+                       else f"pre-registered rule (protocols/generalisation.md, sha256 {_sha(ds)}…): {what}: growth 2^b - 1 "
                        f"of E[G] per doubling of k over k >= {int(_cfg(ds).get('k_trend_min', 0))} (n = "
                        f"{int(ds['n'].values[list(ds['sweep'].values).index(s)])}), one-sided non-inferiority t test of "
                        f"H0 growth >= {100 * DELTA_K:g}% at {ALPHA:g} (jackknife SE)")

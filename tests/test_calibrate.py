@@ -30,7 +30,8 @@ import pytest
 import xarray as xr
 from scipy import stats
 
-from simkit.calibrate import ALTERNATIVES, Alternative, Calibration, calibrate, calibration_rates, check_labels
+from simkit.calibrate import (ALTERNATIVES, OVERLAP_RTOL, Alternative, Calibration, calibrate, calibration_rates, check_labels,
+                              combine)
 from simkit.cli import main
 from simkit.runner import Check, Param, Study, Var, read_dataset, results_identical, run_study
 from simkit.validate import combine_checks
@@ -452,3 +453,86 @@ def test_calibration_path_prefers_the_design_that_ran(tmp_path):
     (tmp_path / "s_full.nc").write_bytes(b"")
     assert calibration_path("s", tmp_path, full=True) == tmp_path / "s_full.nc"
     assert calibration_path("s", tmp_path) == tmp_path / "s.nc"
+
+
+# ----------------------------------------------------------------------------------------------
+# combining calibrations of other seeds (--combine)
+
+_SUMMARY = ("statistic", "reject", "stated_rate", "target_errors", "check_kind", "check_claim", "check_index",
+            "check_reference", "nominal_rate", "n_valid", "n_missing", "n_reject", "empirical_rate",
+            "empirical_rate_low", "empirical_rate_high", "binom_pvalue", "ks_pvalue", "cell_error", "cell_key")
+
+
+@pytest.mark.deterministic(reason="equality of datasets computed two ways; no tolerance")
+def test_combine_of_two_runs_is_the_run_of_all_their_seeds(tmp_path):
+    """Seeds 1..6 and 5..10 run as two calibrations and combined give, variable by variable, the
+    calibration of seeds 1..10 run at once (the overlap 5, 6 checked and counted once)."""
+    ref = calibrate(STUDY, seeds=10, first_seed=1, out=tmp_path / "all.nc", progress=False)
+    calibrate(STUDY, seeds=6, first_seed=1, out=tmp_path / "a.nc", progress=False)
+    calibrate(STUDY, seeds=6, first_seed=5, out=tmp_path / "b.nc", progress=False)
+    out = tmp_path / "c.nc"
+    both = combine(STUDY, [tmp_path / "b.nc", tmp_path / "a.nc"], out=out)
+    back = read_dataset(out)
+    assert list(back["seed"].values) == list(range(1, 11))
+    for v in _SUMMARY:
+        assert back[v].identical(ref[v]), v
+    assert back["check"].identical(ref["check"])
+    assert back.attrs["seeds"] == "1..10" and back.attrs["overlap_seeds"] == "5..6"
+    assert back.attrs["overlap_max_relative_difference"] == 0.0
+    parts = json.loads(back.attrs["combined_from"])
+    assert [p["seeds"] for p in parts] == ["5..10", "1..6"]
+    assert json.loads(back.attrs["config"])["seed"] == 1 and both.attrs["n_seeds"] == 10
+
+
+@pytest.mark.deterministic(reason="refusals on constructed inputs")
+def test_combine_refuses_what_it_cannot_vouch_for(tmp_path):
+    a = calibrate(STUDY, seeds=3, first_seed=1, out=tmp_path / "a.nc", progress=False)
+    calibrate(STUDY, seeds=3, first_seed=3, out=tmp_path / "b.nc", progress=False)
+    from simkit.runner import write_dataset
+    # a seed whose numbers moved by more than rounding (positive control of the overlap check)
+    bad = read_dataset(tmp_path / "b.nc")
+    bad["statistic"].values[0, 0] *= 1 + 100 * OVERLAP_RTOL
+    write_dataset(bad, tmp_path / "bad.nc")
+    with pytest.raises(ValueError, match="seed 3 differs"):
+        combine(STUDY, [tmp_path / "a.nc", tmp_path / "bad.nc"], write=False)
+    # ... by rounding only: accepted, the difference reported
+    ok = read_dataset(tmp_path / "b.nc")
+    ok["statistic"].values[0, 0] *= 1 + 1e-13
+    write_dataset(ok, tmp_path / "ok.nc")
+    c = combine(STUDY, [tmp_path / "a.nc", tmp_path / "ok.nc"], write=False)
+    assert 0 < c.attrs["overlap_max_relative_difference"] < OVERLAP_RTOL
+    assert c["statistic"].sel(seed=3).identical(a["statistic"].sel(seed=3))  # the first part's row
+    # another decision on the overlap
+    flip = read_dataset(tmp_path / "b.nc")
+    flip["reject"].values[0, 0] = 1.0 - flip["reject"].values[0, 0]
+    write_dataset(flip, tmp_path / "flip.nc")
+    with pytest.raises(ValueError, match="another decision"):
+        combine(STUDY, [tmp_path / "a.nc", tmp_path / "flip.nc"], write=False)
+    # another design
+    other = calibrate(STUDY, seeds=2, first_seed=20, overrides={"n_blocks": 3}, out=tmp_path / "o.nc", progress=False)
+    assert other.sizes["seed"] == 2
+    with pytest.raises(ValueError, match="different designs"):
+        combine(STUDY, [tmp_path / "a.nc", tmp_path / "o.nc"], write=False)
+    with pytest.raises(ValueError, match="at least two"):
+        combine(STUDY, [tmp_path / "a.nc"], write=False)
+
+
+@pytest.mark.deterministic(reason="command-line bookkeeping")
+def test_cli_combine_and_its_bad_input(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("simkit.calibrate.get_study", lambda name: STUDY)
+    monkeypatch.setattr("simkit.runner.get_study", lambda name: STUDY)
+    calibrate(STUDY, seeds=2, first_seed=1, out=tmp_path / "a.nc", progress=False)
+    calibrate(STUDY, seeds=2, first_seed=3, out=tmp_path / "b.nc", progress=False)
+    out, rep = tmp_path / "c" / "tiny-t.nc", tmp_path / "c" / "cal.pdf"
+    out.parent.mkdir()
+    assert main(["calibrate", "tiny-t", "--combine", str(tmp_path / "a.nc"), str(tmp_path / "b.nc"), "--seeds", "5",
+                 "--out", str(out), "--report", str(rep)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'--combine'" in err[0] and "--seeds" in err[0] and not out.exists()
+    assert main(["calibrate", "tiny-t", "--combine", str(tmp_path / "a.nc"), str(tmp_path / "nope.nc"),
+                 "--out", str(out), "--report", str(rep)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.nc" in err[0] and not out.exists()
+    assert main(["calibrate", "tiny-t", "--combine", str(tmp_path / "a.nc"), str(tmp_path / "b.nc"),
+                 "--out", str(out), "--report", str(rep)]) == 0
+    assert read_dataset(out).sizes["seed"] == 4 and rep.exists()
