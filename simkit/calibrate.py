@@ -613,7 +613,7 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
     first = min(dss, key=lambda x: int(x[1]["seed"].values.min()))[1]
     attrs = dict(first.attrs)
     commits = sorted({str(ds.attrs.get("git_commit", "?")) for _, ds in dss})
-    names = " ".join(str(p) for p, _ in dss)
+    names = " ".join(p.name for p, _ in dss)
     attrs.update({
         "n_seeds": int(seeds.size), "first_seed": int(seeds[0]),
         "seeds": _seed_text(seeds),

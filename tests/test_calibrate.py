@@ -376,7 +376,8 @@ def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
 
 
 _CAL_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
-CALIBRATION_FILES = sorted(_CAL_DIR.glob("*.nc")) + sorted(_CAL_DIR.glob("archive/*.nc"))  # superseded runs too
+CALIBRATION_FILES = (sorted(_CAL_DIR.glob("*.nc")) + sorted(_CAL_DIR.glob("archive/*.nc"))  # superseded runs too
+                     + sorted(_CAL_DIR.glob("parts/*.nc")))  # the parts of combined calibrations
 
 
 def _compliance(path: Path):
@@ -401,6 +402,22 @@ def test_committed_calibration_datasets(path):
     assert int(ds.attrs["n_seeds"]) == ds.sizes["seed"] >= 1
     np.testing.assert_array_equal(ds["n_reject"].values, np.nansum(ds["reject"].values, axis=0).astype(int))
     np.testing.assert_array_equal(ds["n_valid"].values, np.isfinite(ds["reject"].values).sum(axis=0))
+
+
+COMBINED_FILES = [p for p in sorted(_CAL_DIR.glob("*.nc")) if "combined_from" in read_dataset(p).attrs]
+
+
+@pytest.mark.parametrize("path", COMBINED_FILES, ids=[p.name for p in COMBINED_FILES])
+@pytest.mark.deterministic(reason="a committed dataset recomputed from its committed parts; no tolerance")
+def test_committed_combinations_are_those_of_their_parts(path):
+    """A committed combined calibration (simkit calibrate --combine) is, variable by variable, the
+    combination of its parts, which are committed in data/calibration/parts/."""
+    ds = read_dataset(path)
+    parts = [_CAL_DIR / "parts" / p["file"] for p in json.loads(ds.attrs["combined_from"])]
+    again = combine(str(ds.attrs["target_study"]), parts, write=False)
+    for v in list(ds.data_vars) + list(ds.coords):
+        assert again[v].identical(ds[v]), v
+    assert again.attrs["overlap_seeds"] == ds.attrs["overlap_seeds"]
 
 
 @pytest.mark.deterministic(reason="p-values of committed datasets recomputed; no sampling")

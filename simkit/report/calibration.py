@@ -78,6 +78,20 @@ def _qq(ax, p: np.ndarray, alpha: float, title: str) -> None:
     ax.set_ylabel("observed −log10 p")
 
 
+def _wall_text(ds: xr.Dataset) -> str:
+    parts = json.loads(str(ds.attrs.get("combined_from", "[]")))
+    if parts:  # simkit calibrate --combine
+        each = "; ".join(f"{p['file']}: seeds {p['seeds']}, git {p['git_commit'][:12]}, {p['wall_time_s']:.0f} s"
+                         for p in parts)
+        overlap = str(ds.attrs.get("overlap_seeds", ""))
+        return (f"combined from {len(parts)} calibrations of the same design ({each}; wall time of the invocations "
+                f"that wrote them)" + (f"; seeds {overlap} ran in more than one, with the same decisions and numbers "
+                                       f"agreeing to {float(ds.attrs.get('overlap_max_relative_difference', np.nan)):.1e} "
+                                       "relative" if overlap else "") + ".")
+    return (f"wall time {float(ds.attrs.get('wall_time_s', np.nan)):.0f} s (of the invocation that wrote the dataset; "
+            f"{ds.attrs.get('resumed_tasks', '?')} of its tasks were resumed from an earlier invocation's checkpoint).")
+
+
 def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The section of one calibration dataset: what was run, the rejection table, QQ plots."""
     target = ds.attrs.get("target_study", "?")
@@ -87,9 +101,7 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(f"Command: {ds.attrs.get('command', '?')}. Seeds {ds.attrs.get('seeds', '?')}; each seed is one "
              f"complete, independent run of {target} (identical to 'simkit run {target} --seed S' with the same "
              f"design; configuration {ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, "
-             f"git {ds.attrs.get('git_commit', '?')}, wall time {float(ds.attrs.get('wall_time_s', np.nan)):.0f} s "
-             f"(of the invocation that wrote the dataset; {ds.attrs.get('resumed_tasks', '?')} of its tasks were resumed "
-             f"from an earlier invocation's checkpoint).")
+             f"git {ds.attrs.get('git_commit', '?')}, " + _wall_text(ds))
     doc.text("Rows: 'test' = a component test of a check (Check.pvalues), rejecting at p < alpha (the nominal "
              "rate); its p-value is Uniform(0, 1) when the claim holds. 'verdict' = the check's verdict, rejecting "
              "when it is 'fail'; its nominal rate is the stated false-failure rate (none for a deterministic "
