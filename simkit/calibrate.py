@@ -662,18 +662,24 @@ def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data
     Returns ``{check index: {...}, claim: {...}}`` with ``rate``, ``low``, ``high`` (Clopper--Pearson
     95%) and ``n`` (seeds): per check from its verdict row, per claim from the seeds on which any of
     the claim's check verdicts failed (the claim's combined verdict); and ``"source"``, the file name
-    (so a full-design row calibrated only on the quick design says so). Empty without a dataset.
+    (so a full-design row calibrated only on the quick design says so), ``"design"`` (``quick`` or
+    ``full``: the calibrated design) and per check ``stated``, the stated rate *at the calibrated
+    design* (it can differ from the full design's: a power-based rate depends on the design's
+    standard errors) and ``rejects``, its per-seed rejections (1, 0, NaN: for the union over a set of
+    checks). Empty without a dataset.
     """
     path = calibration_path(study_name, directory, full=full)
     if path is None:
         return {}
     ds = read_dataset(path)
-    out: dict = {"source": path.name}
+    quick = bool(json.loads(str(ds.attrs.get("config", "{}"))).get("quick", False))
+    out: dict = {"source": path.name, "design": "quick" if quick else "full"}
     rows = [i for i in range(ds.sizes["check"]) if str(ds["check_kind"].values[i]) == "verdict"]
     for i in rows:
         out[int(ds["check_index"].values[i])] = {
             "rate": float(ds["empirical_rate"].values[i]), "low": float(ds["empirical_rate_low"].values[i]),
-            "high": float(ds["empirical_rate_high"].values[i]), "n": int(ds["n_valid"].values[i])}
+            "high": float(ds["empirical_rate_high"].values[i]), "n": int(ds["n_valid"].values[i]),
+            "stated": float(ds["nominal_rate"].values[i]), "rejects": ds["reject"].values[:, i].copy()}
     for claim in sorted({str(ds["check_claim"].values[i]) for i in rows}):
         rej = ds["reject"].values[:, [i for i in rows if str(ds["check_claim"].values[i]) == claim]]
         ok = np.all(np.isfinite(rej), axis=1)  # seeds on which every check of the claim decided

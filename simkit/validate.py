@@ -42,10 +42,11 @@ def _row_groups(checks: list[dict]) -> list[tuple[str, str, list[dict]]]:
     groups = []
     for c in CLAIMS:
         rows = [r for r in checks if r["claim"] == c]
-        expl = [r for r in rows if not str(r.get("analysis", "exploratory")).startswith("confirmatory")]
+        is_conf = [str(r.get("analysis", "exploratory")).startswith("confirmatory") for r in rows]
+        expl = [r for r, c_ in zip(rows, is_conf) if not c_]
         conf: dict[str, list[dict]] = {}
-        for r in rows:
-            if r not in expl:
+        for r, c_ in zip(rows, is_conf):
+            if c_:
                 conf.setdefault(str(r["analysis"]), []).append(r)
         if expl or not conf:
             groups.append((c, "exploratory", expl))
@@ -64,10 +65,21 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
     emp = {k: [] for k in ("", "_low", "_high")}
     for _, _, rows in groups:
         # demonstrated rate of the claim: from one study's calibration when all its rated checks are there
+        # demonstrated rate of the row: seeds of one study's calibration on which any of the row's rated checks
+        # failed, only where every rated check was calibrated on the design that ran
         rated = [r for r in rows if np.isfinite(float(r["false_fail_rate"]))]
-        cal = rated[0].get("claim_calibration", {}) if rated and len({r["study"] for r in rated}) == 1 else {}
-        for k in emp:
-            emp[k].append(float(cal.get({"": "rate", "_low": "low", "_high": "high"}[k], np.nan)))
+        rej = [r.get("calibration_rejects") for r in rated]
+        rate = (np.nan, np.nan, np.nan)
+        if (rated and len({r["study"] for r in rated}) == 1 and all(x is not None for x in rej)
+                and not any(r.get("calibration_other_design") for r in rated)):
+            m = np.stack(rej, axis=1)
+            ok = np.all(np.isfinite(m), axis=1)  # seeds on which every rated check decided
+            k, n = int(np.sum(np.any(m[ok] == 1.0, axis=1))), int(ok.sum())
+            if n:
+                from simkit.calibrate import clopper_pearson
+                rate = (k / n, *clopper_pearson(k, n))
+        for key, v in zip(emp, rate):
+            emp[key].append(float(v))
         if not rows:
             verdict.append(NOT_STUDIED)
             statistic.append("")
@@ -111,6 +123,10 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             "check_false_fail_rate": (("check",), np.array([float(r["false_fail_rate"]) for r in checks], dtype=float)),
             "check_verdict": (("check",), np.array([r["verdict"] for r in checks], dtype=str)),
             "check_detail": (("check",), np.array([r.get("detail", "") for r in checks], dtype=str)),
+            "check_calibration_other_design": (("check",), np.array(
+                [str(r.get("calibration_other_design", "")) for r in checks], dtype=str)),
+            "check_calibration_stated_rate": (("check",), np.array(
+                [float(r.get("calibration_stated", np.nan)) for r in checks], dtype=float)),
             **{f"empirical_false_fail{k}": (("claim",), np.array(v, dtype=float)) for k, v in emp.items()},
             **{f"check_empirical_false_fail{k}": (("check",), np.array(
                 [float(r.get(f"empirical_false_fail{k}", np.nan)) for r in checks], dtype=float)) for k in emp},
@@ -139,6 +155,13 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "check_false_fail_rate": a("false-failure rate of the check", "1", ""),
         "check_verdict": a("verdict of the check", "1", "pass, fail or error"),
         "check_detail": a("detail of the check", "1", ""),
+        "check_calibration_other_design": a("design of the calibration, where another", "1",
+                                            "'quick' where the run is a full design calibrated only on its quick "
+                                            "design (then the empirical rate is that design's, beside its own "
+                                            "stated rate check_calibration_stated_rate); empty otherwise"),
+        "check_calibration_stated_rate": a("stated false-failure rate at the calibrated design", "1",
+                                           "nominal rate of the check's verdict row in the calibration dataset; "
+                                           "NaN for a deterministic or uncalibrated check"),
         "claim": a("claim", "1", "THEORY.md section 3; 'C6 confirmatory' rows are kept apart from the "
                    "exploratory rows of the same claim"),
         "check": a("check index", "1", "one row per study check"),
@@ -146,7 +169,8 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
                                                f"'simkit calibrate' (data/calibration/<study>.nc) on which the {what} "
                                                f"failed{'' if not k else ', Clopper-Pearson 95%'}; NaN where not "
                                                f"calibrated{note}")
-           for pre, what, note in (("", "claim's checks", " or the claim's rated checks span several studies"),
+           for pre, what, note in (("", "row's rated checks (any of them)", ", where the row's rated checks span "
+                                    "several studies, or where a rated check was calibrated only on another design"),
                                    ("check_", "check", ""))
            for k, lim in (("", ""), ("_low", ", 95% lower limit"), ("_high", ", 95% upper limit"))},
     }
@@ -210,9 +234,14 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         sources[name] = cal.get("source", "")
         for j, row in enumerate(study.claim_rows(res_ds)):
             c = cal.get(j, {})
-            checks.append({"study": name, **row, "claim_calibration": cal.get(row["claim"], {}),
+            checks.append({"study": name, **row,
                            **{f"empirical_false_fail{k}": c.get(v, np.nan)
-                              for k, v in (("", "rate"), ("_low", "low"), ("_high", "high"))}})
+                              for k, v in (("", "rate"), ("_low", "low"), ("_high", "high"))},
+                           # the calibrated design and its stated rate, where it is not the design that ran
+                           "calibration_other_design": cal.get("design", "") if c and cal.get("design") != (
+                               "full" if ran_full else "quick") else "",
+                           "calibration_stated": c.get("stated", np.nan),
+                           "calibration_rejects": c.get("rejects")})
     ds = combine_checks(checks)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     vers, commit = versions(), git_commit()
@@ -284,9 +313,18 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
 
 
 def empirical_text(ds: xr.Dataset, i: int, prefix: str = "") -> str:
-    """'rate [low, high]' of row ``i`` (claim, or check with ``prefix='check_'``), '—' if not calibrated."""
+    """'rate [low, high]' of row ``i`` (claim, or check with ``prefix='check_'``), '—' if not calibrated;
+    for a check calibrated on another design than the one that ran: that design and its stated rate."""
     r, lo, hi = (float(ds[f"{prefix}empirical_false_fail{k}"].values[i]) for k in ("", "_low", "_high"))
-    return f"{r:.3f} [{lo:.3f}, {hi:.3f}]" if np.isfinite(r) else "—"
+    if not np.isfinite(r):
+        return "—"
+    text = f"{r:.3f} [{lo:.3f}, {hi:.3f}]"
+    if prefix == "check_" and "check_calibration_other_design" in ds:
+        other = str(ds["check_calibration_other_design"].values[i])
+        if other:
+            st = float(ds["check_calibration_stated_rate"].values[i])
+            text += f" ({other} design; stated there {f'{st:.2g}' if np.isfinite(st) else 'none'})"
+    return text
 
 
 def _claims_json(ds: xr.Dataset) -> str:  # pragma: no cover - debugging aid

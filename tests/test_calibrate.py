@@ -31,10 +31,10 @@ import xarray as xr
 from scipy import stats
 
 from simkit.calibrate import (ALTERNATIVES, OVERLAP_RTOL, Alternative, Calibration, calibrate, calibration_rates, check_labels,
-                              combine)
+                              clopper_pearson, combine)
 from simkit.cli import main
 from simkit.runner import Check, Param, Study, Var, read_dataset, results_identical, run_study
-from simkit.validate import combine_checks
+from simkit.validate import combine_checks, empirical_text
 
 SEEDS = 60
 T_ALPHA, Z_ALPHA = 0.05, 0.01
@@ -228,13 +228,24 @@ def test_calibration_rates_and_the_validation_columns(calibrated):
     assert calibration_rates("not-calibrated", out.parent) == {}
     row = {"claim": "C1", "study": "tiny-t", "statistic": "s", "estimate": 0.0, "estimate_mcse": 0.0,
            "false_fail_rate": 0.05, "verdict": "pass", "detail": ""}
-    cal = {"claim_calibration": {"rate": 0.04, "low": 0.01, "high": 0.1}, "empirical_false_fail": 0.04,
-           "empirical_false_fail_low": 0.01, "empirical_false_fail_high": 0.1}
-    table = combine_checks([{**row, **cal}, {**row, "claim": "C2"}])
-    assert float(table["empirical_false_fail"].sel(claim="C1")) == 0.04
-    assert float(table["empirical_false_fail_high"].sel(claim="C1")) == 0.1
+    # a row's rate: seeds on which any of its rated checks failed (here 2 of the 50 that both decided)
+    a = np.zeros(52)
+    b = np.zeros(52)
+    a[[3, 7]], b[[7]], b[[50, 51]] = 1.0, 1.0, np.nan
+    cal = {"empirical_false_fail": 0.04, "empirical_false_fail_low": 0.01, "empirical_false_fail_high": 0.1}
+    table = combine_checks([{**row, **cal, "calibration_rejects": a}, {**row, **cal, "calibration_rejects": b},
+                            {**row, "claim": "C2"}])
+    lo, hi = clopper_pearson(2, 50)
+    assert float(table["empirical_false_fail"].sel(claim="C1")) == 2 / 50
+    assert float(table["empirical_false_fail_low"].sel(claim="C1")) == lo
+    assert float(table["empirical_false_fail_high"].sel(claim="C1")) == hi
     assert np.isnan(float(table["empirical_false_fail"].sel(claim="C2")))  # not calibrated
-    np.testing.assert_array_equal(table["check_empirical_false_fail_low"].values, [0.01, np.nan])
+    np.testing.assert_array_equal(table["check_empirical_false_fail_low"].values, [0.01, 0.01, np.nan])
+    # a rated check calibrated only on another design: its own row says so, the claim row shows none
+    other = combine_checks([{**row, **cal, "calibration_rejects": a, "calibration_other_design": "quick",
+                             "calibration_stated": 0.3}])
+    assert np.isnan(float(other["empirical_false_fail"].values[0]))
+    assert empirical_text(other, 0, "check_") == "0.040 [0.010, 0.100] (quick design; stated there 0.3)"
 
 
 def test_sqrt_k_alternative_scales_the_gap_blocks_by_sqrt_k():
