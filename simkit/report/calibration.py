@@ -81,7 +81,7 @@ def _qq(ax, p: np.ndarray, alpha: float, title: str) -> None:
 def _wall_text(ds: xr.Dataset) -> str:
     parts = json.loads(str(ds.attrs.get("combined_from", "[]")))
     if parts:  # simkit calibrate --combine
-        each = "; ".join(f"{p['file']}: seeds {p['seeds']}, git {p['git_commit'][:12]}, {p['wall_time_s']:.0f} s"
+        each = "; ".join(f"{p['file']}: seeds {p['seeds']}, git {p['git_commit'][:12]}{'-dirty' if p['git_commit'].endswith('-dirty') else ''}, {p['wall_time_s']:.0f} s"
                          for p in parts)
         overlap = str(ds.attrs.get("overlap_seeds", ""))
         return (f"combined from {len(parts)} calibrations of the same design ({each}; wall time of the invocations "
