@@ -503,7 +503,7 @@ class Asymmetry(Study):
             fields, problems = truth_verdict(
                 k, raw["raw_gap_cv"].values[i], raw["raw_dgap_cv"].values[i], out["gap_exact"][i], cov[i],
                 (out["c2_estimate"][i], out["c2_estimate_mcse"][i]), (out["c2_exact"][i], out["c2_exact_mcse"][i]),
-                alpha=ALPHA)
+                alpha=ALPHA, standardise=True)  # as rate_k: its analysis (same p-values where the plain form works)
             for name, v in fields.items():
                 out[name][i] = v
             if out["verdict_c1"][i] != "error" and np.isfinite(out["gap_slope"][i]) and problems:
