@@ -27,6 +27,11 @@ target's configuration (without its seed), the first seed and the alternative, n
 a run with ``--seeds 200`` interrupted after 57 seeds, then ``--seeds 57``, writes the dataset
 of those 57 at once; ``--seeds 400`` later extends a finished 200 (with ``keep_checkpoint``).
 
+*Calibrations combine.* :func:`combine` (``simkit calibrate STUDY --combine A.nc B.nc``) takes the
+union of finished calibrations of one design run at other first seeds (two streams, another machine)
+and recomputes every summary with this module's code; a seed present in two parts must give the same
+decisions and numbers within :data:`OVERLAP_RTOL` (a seed is bit-identical only on one machine).
+
 *The check dimension is fixed by the first seed.* Test names come from ``Check.pvalues`` and may
 depend on the design (rate_k names them ``<setting>:<test>``), so they are read from the result
 of seed ``first_seed``, which runs first, alone, as a task of the same meta-study through the same
