@@ -309,7 +309,7 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
     assert ALPHA == RATE_K_ALPHA == SEARCH_CE_ALPHA
     raw1 = _raw(ds, QUICK_SETTINGS)
     assert np.all(np.isfinite(raw1["prep_gap_exact"].values))
-    c1 = _summarise(RATE_K, raw1, {"k_min_factor": cfg["k_min_factor"]})
+    c1 = _summarise(RATE_K, raw1, {"k_min_factor": cfg["k_min_factor"], "seed": cfg["seed"]})
     pairs = {"slope": "gap_slope", "slope_se": "gap_slope_se", "slope_ci_low": "gap_slope_ci_low",
              "slope_ci_high": "gap_slope_ci_high", "slope_verdict_low": "gap_slope_verdict_low",
              "slope_verdict_high": "gap_slope_verdict_high", "slope_p_half": "gap_slope_p_half",
@@ -320,7 +320,7 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
              "fit_gap": "fit_gap_abs", "resid_rate": "resid_gap_rate", "resid_c1": "resid_c1",
              "ce_estimate": "ce_estimate", "c1_exact": "c1_exact", "expansion_scale": "c1_scale",
              "gap_exact": "gap_exact", "gap_exact_mcse": "gap_exact_mcse", "c2_exact": "c2_exact", "c2_t": "c2_t",
-             "curve_t2": "curve_t2", "curve_p": "curve_p", "dgap_t2": "dgap_t2", "dgap_p": "dgap_p"}
+             "curve_max_t": "curve_max_t", "curve_p": "curve_p", "dgap_max_t": "dgap_max_t", "dgap_p": "dgap_p"}
     for theirs, ours in pairs.items():
         np.testing.assert_array_equal(c1[theirs], ds[ours].values, err_msg=theirs)
     assert c1["verdict"].tolist() == ds["verdict_c1"].values.tolist()
