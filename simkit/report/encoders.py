@@ -19,7 +19,7 @@ TEXT = (
     "approximation of a vMF or a rotated vMF kernel. Every population quantity at any phi - Z, m1, CE, c1, c2 and "
     "the whole gap curve - is then an exact finite sum, so the Monte Carlo curve of the trained encoder is tested "
     "against its exact curve. C1: slope -1 in the interval, -1/2 (the 1/sqrt(k) alternative) rejected, c1 and c2 "
-    "against exact, curve and Z-free dgap against exact (Hotelling T^2). C2: slope of D_k = R_k - E CE(M_hat_k, "
+    "against exact, curve and Z-free dgap against exact (max |t| over k, bootstrap reference). C2: slope of D_k = R_k - E CE(M_hat_k, "
     "Q_hat_k). Retrieval (pre-stated test): the training risk falls, and top-1 agreement rises and CE(M_hat, Q_hat) "
     "falls from the first to the last checkpoint (one-sided paired t over blocks).")
 

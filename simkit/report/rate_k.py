@@ -93,8 +93,9 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"jackknife t-interval of the slope (second line of the CI column) contains −1, (ii) slope = −1/2 is "
         f"rejected at level α, (iii) |t| ≤ t_(1−α/2, n−1) = {zcrit:.2f} for c1 and for c2, where t = (estimate − "
         f"exact)/√(MCSE² + MCSE_exact²) on n − 1 = {n_blocks} − 1 degrees of freedom, and (iv) the Monte Carlo gap "
-        f"curve and the Z-free dgap_k = gap_k − gap_2k agree with the exact curve at every k jointly (Hotelling T², "
-        f"p ≥ α; χ² with the exact curve's own covariance where it is Monte Carlo). The exact curve and c2 are "
+        f"curve and the Z-free dgap_k = gap_k − gap_2k agree with the exact curve at every k jointly: the largest "
+        f"studentised deviation over k, max_k |t_k|, against its Efron bootstrap law (9999 resamples of the blocks; "
+        f"the exact curve's own error drawn from its covariance where it is Monte Carlo), p ≥ α. The exact curve and c2 are "
         f"computed by simkit.exact_curve, which shares no constant with the estimator's control variates. A setting one of whose tasks raised is marked 'error' whatever its checks (its summaries use "
         f"the finished blocks only). The dataset's own statement: "
         f"“{ds['verdict'].attrs.get('description', 'not recorded')}”.", size=SMALL)
