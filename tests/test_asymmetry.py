@@ -406,7 +406,7 @@ def test_quick_dataset_schema_claims_and_report(quick, tmp_path):
     tcrit = stats.t.isf(ALPHA / 2, ds.sizes["block"] - 1)
     df = ds.sizes["block"] - 1
     assert rows[0]["statistic"].endswith(f"|c1 z| and |c2 t| <= {tcrit:.2f} (Student t, {df} df), MC curve and "
-                                         "Z-free dgap against the exact curve at every k (Hotelling T^2)")
+                                         "Z-free dgap against the exact curve at every k (max |t|, bootstrap reference)")
     for row, var in zip(rows, ("gap", "d")):
         slope, se = ds[f"{var}_slope"].values, ds[f"{var}_slope_se"].values
         worst = int(np.argmax(np.abs(slope + 1) / se))

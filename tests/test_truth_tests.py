@@ -241,3 +241,141 @@ def test_dgap_test_with_the_exact_curves_covariance():
     assert dgap_test(shifted, ks, exact, np.sqrt(np.diag(v))).p_value > 0.05  # the old, blind version
     with pytest.raises(ValueError, match="'exact_gap_cov' must be"):
         dgap_test(shifted, ks, exact, exact_gap_cov=np.ones((4, 4)))
+
+
+# ---- max |t| with the Efron bootstrap reference (curve_test(reference="max-t"), truth_tests.max_t_test) ----
+# n = 48 blocks, p = 14 columns with correlation 0.9^|i-j| (asymmetry's quick design: 48 blocks, 14 k), B = 999.
+# Sizes measured offline over 10 000 replicates each (seeds 777001-777003, not used by any test:
+# docs/diagnostics/max_t_synthetic_sizes.py and .json): MAXT_SIZE[(case, alpha)] = (rate, MCSE). "lognormal":
+# every block is the mean of 128 anchors exp(1.5 z), z ~ N(0, the same correlation) -- skewed, heavy-tailed block
+# means (skewness 33.5 / sqrt(128) = 3.0, excess kurtosis 10075 / 128 = 79, exactly), as brown-vmf-d3's are at
+# small k, where Hotelling's F reference over-rejects.
+MAXT_SIZE = {("gauss", 0.01): (0.0084, 0.0009), ("gauss", 0.05): (0.0480, 0.0021),
+             ("gauss_v", 0.01): (0.0087, 0.0009), ("gauss_v", 0.05): (0.0482, 0.0021),
+             ("lognormal", 0.01): (0.0085, 0.0009), ("lognormal", 0.05): (0.0493, 0.0022)}
+# Hotelling's F reference on the same lognormal blocks: (0.0311, 0.0017) at 0.01, (0.1105, 0.0031) at 0.05
+F_LOGNORMAL_SIZE = (0.1105, 0.0031)
+MAXT_N, MAXT_P, MAXT_B = 48, 14, 999
+
+
+def _maxt_size_rate(case):
+    """False-failure rate of the band check below: the exact binomial tail outside the band, at the worse
+    end of the measured size +- 2 MCSE."""
+    r, se = MAXT_SIZE[(case, 0.05)]
+    return max(_outside(p, *_band(0.05)) for p in (r - 2 * se, r + 2 * se))
+
+
+def _maxt_cov():
+    idx = np.arange(MAXT_P)
+    return 0.9 ** np.abs(idx[:, None] - idx[None, :])
+
+
+def _lognormal_blocks(rng, chol):
+    z = rng.standard_normal((MAXT_N, 128, MAXT_P)) @ chol.T
+    return np.exp(1.5 * z).mean(axis=1)
+
+
+@pytest.mark.deterministic(reason="fixed inputs and generator: equalities, ranges and refusals")
+def test_max_t_test_values_determinism_and_errors():
+    from simkit.truth_tests import N_BOOT, max_t_test
+
+    rng = np.random.default_rng(4242)
+    chol = np.linalg.cholesky(_maxt_cov())
+    mu = np.linspace(1.0, 0.01, MAXT_P)
+    b = mu + rng.standard_normal((MAXT_N, MAXT_P)) @ chol.T
+    res = max_t_test(b, mu, rng=np.random.default_rng(1))
+    # the statistic by hand
+    t = np.abs(b.mean(0) - mu) / (b.std(0, ddof=1) / np.sqrt(MAXT_N))
+    assert res.statistic == pytest.approx(float(t.max()), rel=1e-13)
+    assert res.df == (float(N_BOOT),) and res.n_columns == MAXT_P and not res.merged
+    assert 1 / (N_BOOT + 1) <= res.p_value <= 1 and (res.p_value * (N_BOOT + 1)) % 1 == pytest.approx(0, abs=1e-9)
+    # a function of the inputs and the generator's state alone; curve_test delegates; dgap_test passes rng on
+    assert max_t_test(b, mu, rng=np.random.default_rng(1)) == res
+    assert curve_test(b, mu, reference="max-t", rng=np.random.default_rng(1)) == res
+    ks = 1 << np.arange(MAXT_P + 1)
+    gap = np.concatenate([np.cumsum(mu[::-1])[::-1], [0.0]])  # gap_k - gap_2k = mu
+    assert dgap_test(b, ks, gap, reference="max-t", rng=np.random.default_rng(1)).p_value == res.p_value
+    # the exact curve's error widens the denominator: a smaller statistic
+    v = np.diag(np.full(MAXT_P, 0.05))
+    assert max_t_test(b, mu, exact_cov=v, rng=np.random.default_rng(1)).statistic < res.statistic
+    assert max_t_test(b, mu, np.sqrt(np.diag(v)), rng=np.random.default_rng(2)).statistic == pytest.approx(
+        max_t_test(b, mu, exact_cov=v, rng=np.random.default_rng(3)).statistic, rel=1e-15)
+    with pytest.raises(ValueError, match="'rng' must be a numpy Generator"):
+        curve_test(b, mu, reference="max-t")
+    with pytest.raises(ValueError, match="'rng' must be a numpy Generator"):
+        max_t_test(b, mu, rng=1)
+    with pytest.raises(ValueError, match="'n_boot' must be"):
+        max_t_test(b, mu, rng=np.random.default_rng(1), n_boot=10)
+    with pytest.raises(ValueError, match="must vary between blocks"):
+        max_t_test(np.ones((MAXT_N, 3)), np.ones(3), rng=np.random.default_rng(1))
+    with pytest.raises(ValueError, match="'exact_cov' must be"):
+        max_t_test(b, mu, exact_cov=np.eye(3), rng=np.random.default_rng(1))
+    with pytest.raises(ValueError, match="'reference' must be 'F', 'chi2' or 'max-t'"):
+        curve_test(b, mu, reference="bootstrap")
+
+
+@pytest.mark.deterministic(reason="fixed inputs and generators: field names, equalities and refusals")
+def test_truth_verdict_max_t_reference():
+    from simkit.analysis import TRUTH_FIELDS, TRUTH_FIELDS_MAX_T, truth_fields, truth_rng, truth_verdict
+
+    rng = np.random.default_rng(99)
+    k = 1 << np.arange(MAXT_P)
+    gap = 3.0 / k
+    b = gap + 0.01 * rng.standard_normal((MAXT_N, MAXT_P))
+    dg = (gap[:-1] - gap[1:]) + 0.01 * rng.standard_normal((MAXT_N, MAXT_P - 1))
+    args = (k, b, dg, gap, None, (1.0, 0.5), (1.2, 0.0))
+    f_fields, _ = truth_verdict(*args, alpha=1e-3)
+    m_fields, problems = truth_verdict(*args, alpha=1e-3, reference="max-t", rng=truth_rng(7, "uniform-d3"))
+    assert tuple(f_fields) == TRUTH_FIELDS == truth_fields("F") and tuple(m_fields) == TRUTH_FIELDS_MAX_T
+    assert truth_fields("max-t") == TRUTH_FIELDS_MAX_T and m_fields["c2_t"] == f_fields["c2_t"]
+    assert problems == [] and m_fields["curve_p"] > 1e-3 and m_fields["dgap_p"] > 1e-3
+    # the generator is a function of (seed, setting) only
+    again, _ = truth_verdict(*args, alpha=1e-3, reference="max-t", rng=truth_rng(7, "uniform-d3"))
+    other, _ = truth_verdict(*args, alpha=1e-3, reference="max-t", rng=truth_rng(7, "vmf-d8"))
+    assert again == m_fields and other["curve_max_t"] == m_fields["curve_max_t"]
+    assert other["curve_p"] != m_fields["curve_p"] or other["dgap_p"] != m_fields["dgap_p"]
+    # positive control: a curve 5% off at every k fails both tests
+    bad, problems = truth_verdict(k, b, dg, gap * 1.05, None, (1.0, 0.5), (1.2, 0.0), alpha=1e-3, reference="max-t",
+                                  rng=truth_rng(7, "uniform-d3"))
+    assert bad["curve_p"] < 1e-3 and any("max |t| p" in p for p in problems)
+    with pytest.raises(ValueError, match="'rng' must be a numpy Generator when reference='max-t'"):
+        truth_verdict(*args, alpha=1e-3, reference="max-t")
+    with pytest.raises(ValueError, match="'reference' must be 'F' or 'max-t'"):
+        truth_verdict(*args, alpha=1e-3, reference="chi2")
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.false_fail(
+        _maxt_size_rate(c) + (1.0 - _outside(F_LOGNORMAL_SIZE[0] - 2 * F_LOGNORMAL_SIZE[1], hi=_band(0.05)[1])
+                              if c == "lognormal" else 0.0),
+        reason="exact Binomial(1000, size) tail outside the band at the measured size +- 2 MCSE (+ for lognormal "
+               "the positive control's miss: Binomial(1000, F's measured size - 2 MCSE) at or under the band)"))
+    for c in ("gauss", "gauss_v", "lognormal")])
+def test_max_t_size(case):
+    """Rejections at alpha = 0.05 over 1000 replicates within the binomial band of 0.05 (Gaussian blocks; Gaussian
+    blocks with a Monte Carlo exact curve of covariance V = S/n; lognormal, heavy-tailed block means). Positive
+    control: on the same lognormal blocks, Hotelling's F reference rejects above the band (its measured size is
+    0.11): the failure max-t was brought in to fix (asymmetry's brown-vmf-d3, docs/diagnostics/). The test detects
+    a size outside [0.027, 0.073]."""
+    rng = np.random.default_rng({"gauss": 20261211, "gauss_v": 20261212, "lognormal": 20261213}[case])
+    cov = _maxt_cov()
+    chol = np.linalg.cholesky(cov)
+    mu = np.linspace(1.0, 0.01, MAXT_P)
+    chol_v = np.linalg.cholesky(cov / MAXT_N)
+    rej, rej_f = 0, 0
+    for _ in range(N_REP):
+        v = None
+        if case == "lognormal":
+            b, m = _lognormal_blocks(rng, chol), np.full(MAXT_P, math.exp(1.5**2 / 2))
+        else:
+            b, m = mu + rng.standard_normal((MAXT_N, MAXT_P)) @ chol.T, mu
+            if case == "gauss_v":
+                v, m = cov / MAXT_N, mu + chol_v @ rng.standard_normal(MAXT_P)
+        rej += curve_test(b, m, exact_cov=v, reference="max-t", rng=rng, n_boot=MAXT_B).p_value < 0.05
+        if case == "lognormal":
+            rej_f += curve_test(b, m).p_value < 0.05
+    lo, hi = _band(0.05)
+    assert lo <= rej / N_REP <= hi, rej
+    if case == "lognormal":
+        assert rej_f / N_REP > hi, rej_f
