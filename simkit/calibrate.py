@@ -327,7 +327,7 @@ class Calibration(Study):
     def attrs(self, cfg):
         return {"target_study": self.target.name, "target_config": canonical(self.target_cfg),
                 "first_seed": int(cfg["seed"]), "n_seeds": len(self.seeds),
-                "seeds": f"{self.seeds[0]}..{self.seeds[-1]}" if self.seeds else "",
+                "seeds": _seed_text(self.seeds),
                 "alternative": "" if self.alternative is None else self.alternative.name,
                 "alternative_description": "" if self.alternative is None else self.alternative.description,
                 "confidence": CONFIDENCE,
