@@ -79,6 +79,22 @@ def _as_curve(name: str, v, n: int) -> NDArray[np.float64]:
     return a
 
 
+def _exact_covariance(exact_cov, exact_mcse, p: int) -> NDArray[np.float64] | None:
+    """The exact curve's error covariance from ``exact_cov`` (full) or ``exact_mcse`` (independent over k);
+    None when neither is given."""
+    if exact_cov is not None:
+        v = np.asarray(exact_cov, dtype=float)
+        if v.shape != (p, p) or not np.all(np.isfinite(v)):
+            raise ValueError(f"'exact_cov' must be a finite array of shape ({p}, {p})")
+        return v
+    if exact_mcse is not None:
+        se = _as_curve("exact_mcse", exact_mcse, p)
+        if np.any(se < 0):
+            raise ValueError("'exact_mcse' must be >= 0")
+        return np.diag(se * se)
+    return None
+
+
 def _inverse_sd(blocks: NDArray[np.float64]) -> NDArray[np.float64]:
     """1 / (between-block sd) per column; 1 where the sd is 0 or undefined."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -143,23 +159,12 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
     """
     if reference not in ("F", "chi2", "max-t"):
         raise ValueError(f"'reference' must be 'F', 'chi2' or 'max-t', got {reference!r}")
-    if reference == "max-t":
-        if rng is None:
-            raise ValueError("'rng' must be a numpy Generator for reference='max-t' (the bootstrap's draws)")
+    if reference == "max-t":  # max_t_test refuses a missing rng
         return max_t_test(blocks, exact, exact_mcse, exact_cov=exact_cov, rng=rng, n_boot=n_boot)
     b = _as_blocks(blocks)
     n, p = b.shape
     mu = _as_curve("exact", exact, p)
-    v = None
-    if exact_cov is not None:
-        v = np.asarray(exact_cov, dtype=float)
-        if v.shape != (p, p) or not np.all(np.isfinite(v)):
-            raise ValueError(f"'exact_cov' must be a finite array of shape ({p}, {p})")
-    elif exact_mcse is not None:
-        se = _as_curve("exact_mcse", exact_mcse, p)
-        if np.any(se < 0):
-            raise ValueError("'exact_mcse' must be >= 0")
-        v = np.diag(se * se)
+    v = _exact_covariance(exact_cov, exact_mcse, p)
     if standardise:
         w = _inverse_sd(b)
         b, mu = b * w, mu * w
@@ -242,16 +247,8 @@ def max_t_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
     nb = check_int("n_boot", n_boot, low=99)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"'rng' must be a numpy Generator, got {type(rng).__name__}")
-    v = np.zeros((p, p))
-    if exact_cov is not None:
-        v = np.asarray(exact_cov, dtype=float)
-        if v.shape != (p, p) or not np.all(np.isfinite(v)):
-            raise ValueError(f"'exact_cov' must be a finite array of shape ({p}, {p})")
-    elif exact_mcse is not None:
-        se = _as_curve("exact_mcse", exact_mcse, p)
-        if np.any(se < 0):
-            raise ValueError("'exact_mcse' must be >= 0")
-        v = np.diag(se * se)
+    v = _exact_covariance(exact_cov, exact_mcse, p)
+    v = np.zeros((p, p)) if v is None else v
     vd = np.clip(np.diagonal(v), 0.0, None)
     xbar = b.mean(axis=0)
     den = np.sqrt(b.var(axis=0, ddof=1) / n + vd)
