@@ -76,7 +76,7 @@ from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
 
 __all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
-           "clopper_pearson", "calibration_path", "calibration_rates", "seed_rows", "CONFIDENCE"]
+           "clopper_pearson", "calibration_path", "calibration_rates", "union_rejection_rate", "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
@@ -686,9 +686,18 @@ def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data
             "high": float(ds["empirical_rate_high"].values[i]), "n": int(ds["n_valid"].values[i]),
             "stated": float(ds["nominal_rate"].values[i]), "rejects": ds["reject"].values[:, i].copy()}
     for claim in sorted({str(ds["check_claim"].values[i]) for i in rows}):
-        rej = ds["reject"].values[:, [i for i in rows if str(ds["check_claim"].values[i]) == claim]]
-        ok = np.all(np.isfinite(rej), axis=1)  # seeds on which every check of the claim decided
-        k, n = int(np.sum(np.any(rej[ok] == 1.0, axis=1))), int(ok.sum())
-        low, high = clopper_pearson(k, n)
-        out[claim] = {"rate": k / n if n else np.nan, "low": low, "high": high, "n": n}
+        rate, low, high, n = union_rejection_rate(
+            ds["reject"].values[:, [i for i in rows if str(ds["check_claim"].values[i]) == claim]])
+        out[claim] = {"rate": rate, "low": low, "high": high, "n": n}
     return out
+
+
+def union_rejection_rate(rejects: np.ndarray) -> tuple[float, float, float, int]:
+    """Rate at which any of a set of checks rejected: ``rejects`` is (seed, check) of 1, 0 or NaN (no
+    decision); over the seeds on which every check decided. Returns ``(rate, low, high, n)``, the
+    Clopper--Pearson 95% limits, and NaN rate when no seed qualifies."""
+    m = np.asarray(rejects, dtype=float).reshape(len(rejects), -1)
+    ok = np.all(np.isfinite(m), axis=1)
+    k, n = int(np.sum(np.any(m[ok] == 1.0, axis=1))), int(ok.sum())
+    low, high = clopper_pearson(k, n)
+    return (k / n if n else np.nan), low, high, n

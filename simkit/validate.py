@@ -64,7 +64,6 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
     verdict, statistic, est, mcse, ffr, studies, detail = [], [], [], [], [], [], []
     emp = {k: [] for k in ("", "_low", "_high")}
     for _, _, rows in groups:
-        # demonstrated rate of the claim: from one study's calibration when all its rated checks are there
         # demonstrated rate of the row: seeds of one study's calibration on which any of the row's rated checks
         # failed, only where every rated check was calibrated on the design that ran
         rated = [r for r in rows if np.isfinite(float(r["false_fail_rate"]))]
@@ -72,12 +71,10 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         rate = (np.nan, np.nan, np.nan)
         if (rated and len({r["study"] for r in rated}) == 1 and all(x is not None for x in rej)
                 and not any(r.get("calibration_other_design") for r in rated)):
-            m = np.stack(rej, axis=1)
-            ok = np.all(np.isfinite(m), axis=1)  # seeds on which every rated check decided
-            k, n = int(np.sum(np.any(m[ok] == 1.0, axis=1))), int(ok.sum())
+            from simkit.calibrate import union_rejection_rate
+            r_, low, high, n = union_rejection_rate(np.stack(rej, axis=1))
             if n:
-                from simkit.calibrate import clopper_pearson
-                rate = (k / n, *clopper_pearson(k, n))
+                rate = (r_, low, high)
         for key, v in zip(emp, rate):
             emp[key].append(float(v))
         if not rows:
