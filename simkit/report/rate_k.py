@@ -101,8 +101,8 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"“{ds['verdict'].attrs.get('description', 'not recorded')}”.", size=SMALL)
     doc.text(
         f"False-failure rate. If C1 holds, checks (i), (iii) (two tests) and (iv) (two tests) each fail with "
-        f"probability α (nominally: t and F approximations with jackknife or between-block standard errors; "
-        f"simkit calibrate measures the real rates); check (ii) fails only for lack of power. So a setting for which "
+        f"probability α (nominally: Student t approximations with jackknife standard errors, and the bootstrap "
+        f"law of max |t|; simkit calibrate measures the real rates); check (ii) fails only for lack of power. So a setting for which "
         f"C1 is true fails with probability at most 5α = {5 * alpha:g}, and at least one of the {n_set} settings with "
         f"probability at most {5 * alpha * n_set:g} (union bound). Intervals, p and z "
         f"are functions of the estimates and standard errors shown, and carry no separate MCSE.", size=SMALL)
