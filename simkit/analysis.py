@@ -388,7 +388,8 @@ def rate_verdict(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: 
     return out
 
 
-def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]]) -> dict[str, tuple[float, float]]:
+def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]], *,
+                    keep=None) -> dict[str, tuple[float, float]]:
     """Per-setting component tests of a rate check as ``{"<setting>:<test>": (p-value, alpha)}``
     (``Check.pvalues``, for :mod:`simkit.calibrate`): each p-value is Uniform(0, 1) when the claim holds
     and the check rejects at ``p < alpha``.
@@ -398,13 +399,16 @@ def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]]) -> dict
     ``("t", variable)`` for a statistic compared two-sided with Student t on ``n_blocks - 1`` df
     (``c1_z``, ``c2_t``: :func:`rate_verdict` and :func:`truth_verdict` reject at
     ``|t| > t_{1 - alpha/2, n_blocks - 1}``, so ``p < alpha`` is the same rule). NaN statistics (a fit
-    that could not be made) give NaN p-values, which calibration counts as missing.
+    that could not be made) give NaN p-values, which calibration counts as missing. ``keep``, if given,
+    is a boolean per setting: only those settings have tests (digits' C2 exists only for label kernels).
     """
     n = ds.sizes["block"]
     out = {}
     # string labels: the coordinate in memory, ``setting_label`` once written (integer index coordinate)
     labels = ds["setting_label"].values if "setting_label" in ds.variables else ds["setting"].values
     for i, s in enumerate(labels):
+        if keep is not None and not keep[i]:
+            continue
         for name, (kind, var) in tests.items():
             v = float(ds[var].values[i])
             if kind == "t":

@@ -3,10 +3,12 @@
 A check states a false-failure rate; calibration demonstrates it. :func:`calibrate` runs a study at
 seeds ``first_seed, ..., first_seed + seeds - 1`` -- each seed a complete, independent run of the
 study -- and records, per seed, every component test of every :class:`~simkit.runner.Check`
-(``Check.pvalues``: a p-value that is Uniform(0, 1) when the claim holds, rejecting at ``p < alpha``)
+(``Check.pvalues``: a p-value that is Uniform(0, 1) when the claim holds, rejecting at ``p < alpha``;
+for a one-sided bound, uniform at the claim's boundary and stochastically larger inside it)
 and every check's verdict (rejecting when it is "fail"). Over the seeds it gives the empirical
 rejection rate with its Clopper--Pearson 95% interval beside the nominal rate, and a
-Kolmogorov--Smirnov test of each p-value column against Uniform(0, 1).
+Kolmogorov--Smirnov test of each p-value column against Uniform(0, 1) (one-sided for a bound: only
+an excess of small p-values refutes it).
 
 Design
 ------
@@ -42,10 +44,14 @@ Rows of the ``check`` dimension, labelled ``<check>:<test>`` and ``<check>:verdi
 ``<check>`` is the claim (``C1``), or ``C5.2`` for the second of several checks of one claim:
 
 * ``test``: a component test; ``statistic`` is its p-value, ``nominal_rate`` its alpha;
+* ``bound-test``: a component test of a one-sided bound (``Check.pvalues`` entry ``(p, alpha,
+  "bound")``), e.g. H0 slope <= -1/2 where the truth may be steeper: the p-value is Uniform(0, 1)
+  only at the boundary, so its KS test is one-sided (``alternative="greater"``: the empirical CDF
+  above the uniform one, too many small p-values) and so is its binomial test (empirical > nominal);
 * ``verdict``: a check's verdict; ``statistic`` is the check's estimate, ``nominal_rate`` its
   stated false-failure rate (mean over seeds when it depends on the dataset; NaN for a
   deterministic check);
-* ``power-test``/``power-verdict`` (with ``alternative``): the same under an alternative pushed
+* ``power-test``/``power-verdict``/``power-bound-test`` (with ``alternative``): the same under an alternative pushed
   through the real estimator (:data:`ALTERNATIVES`); ``empirical_rate`` is then the power.
 
 References
@@ -80,7 +86,14 @@ __all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Altern
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
-KINDS = ("test", "verdict", "power-test", "power-verdict")
+#: kinds of row; a "bound-test" is a component test of a one-sided bound (its p-value is Uniform(0, 1)
+#: only at the boundary of the claim and stochastically larger inside it); appended last so that the
+#: stored kind indices of the older rows keep their meaning
+KINDS = ("test", "verdict", "power-test", "power-verdict", "bound-test", "power-bound-test")
+#: reference distribution of each kind's statistic (``check_reference``)
+REFERENCES = {"test": "Uniform(0, 1)",
+              "bound-test": "at least Uniform(0, 1) stochastically: P(p < u) <= u (a bound: uniform only at the "
+                            "claim's boundary)"}
 
 
 def _v(dims, long_name, description, units="1"):
@@ -97,17 +110,20 @@ SCHEMA = {
                 "<check>:verdict; <check> is the claim, or <claim>.<n> for the n-th of several checks of one "
                 "claim; 'power:' prefix: under the alternative (attribute alternative)"),
     "statistic": _v(SC, "p-value of the test, or the check's estimate (verdict rows)",
-                    "test rows: p-value, Uniform(0, 1) when the claim holds (its reference distribution); "
+                    "test rows: p-value, Uniform(0, 1) when the claim holds (its reference distribution; at least "
+                    "uniform for bound-test rows); "
                     "verdict rows: the check's estimate (units of the check's statistic)"),
     "reject": _v(SC, "rejection (0 or 1)", "test rows: p < alpha; verdict rows: verdict 'fail'; NaN where the "
                  "p-value is NaN or the verdict is 'error' (counted in n_missing)"),
     "stated_rate": _v(SC, "stated rejection rate of this seed", "alpha of the test, or the check's stated "
                       "false-failure rate on this seed's dataset (NaN for a deterministic check)"),
     "target_errors": _v(SE, "failed tasks of the study run", "number of the target run's tasks that raised"),
-    "check_kind": _v(C, "kind of row", "test, verdict, power-test or power-verdict"),
+    "check_kind": _v(C, "kind of row", "test, verdict, bound-test (a one-sided bound's "
+                     "component test), power-test, power-verdict or power-bound-test"),
     "check_claim": _v(C, "claim", "C1..C7 (THEORY.md section 3)"),
     "check_index": _v(C, "index of the check", "position in the target study's checks (as in simkit validate)"),
-    "check_reference": _v(C, "reference distribution of statistic", "Uniform(0, 1) for test rows; none for "
+    "check_reference": _v(C, "reference distribution of statistic", "Uniform(0, 1) for test rows; at least "
+                          "Uniform(0, 1) stochastically for bound-test rows; none for "
                           "verdict rows (the estimate has no common reference) and power rows (not the null)"),
     "nominal_rate": _v(C, "nominal rejection rate", "alpha for test rows; the stated false-failure rate for "
                        "verdict rows (mean of stated_rate over seeds); NaN for a deterministic check"),
@@ -118,10 +134,12 @@ SCHEMA = {
                          "rate (test and verdict rows) or the power (power rows)"),
     "empirical_rate_low": _v(C, "empirical rate, 95% lower limit", "Clopper-Pearson exact interval"),
     "empirical_rate_high": _v(C, "empirical rate, 95% upper limit", "Clopper-Pearson exact interval"),
-    "binom_pvalue": _v(C, "p-value of empirical rate = nominal rate", "exact two-sided binomial test "
-                       "(scipy.stats.binomtest) of n_reject out of n_valid; NaN without a nominal rate"),
+    "binom_pvalue": _v(C, "p-value of empirical rate = nominal rate", "exact binomial test "
+                       "(scipy.stats.binomtest) of n_reject out of n_valid, two-sided (one-sided, empirical > "
+                       "nominal, for bound-test rows); NaN without a nominal rate"),
     "ks_pvalue": _v(C, "Kolmogorov-Smirnov p-value against Uniform(0, 1)", "scipy.stats.kstest of the test "
-                    "row's p-values over seeds (exact); NaN for verdict and power rows"),
+                    "row's p-values over seeds (exact), two-sided; for bound-test rows one-sided "
+                    "(alternative='greater': H0 P(p <= u) <= u for all u); NaN for verdict and power rows"),
 }
 
 
@@ -184,9 +202,14 @@ def seed_rows(study: Study, ds: xr.Dataset, prefix: str = "") -> list[dict]:
     power = prefix != ""
     for j, (check, label) in enumerate(zip(study.checks, check_labels(study))):
         pv = check.pvalues(ds) if getattr(check, "pvalues", None) is not None else {}
-        for test, (p, alpha) in pv.items():
+        for test, entry in pv.items():
+            p, alpha, ref = (*entry, "exact") if len(entry) == 2 else entry
+            if ref not in ("exact", "bound"):
+                raise ValueError(f"Check.pvalues of {label}: the reference of {test!r} must be 'exact' or 'bound', "
+                                 f"got {ref!r}")
             p, alpha = float(p), float(alpha)
-            rows.append({"check": f"{prefix}{label}:{test}", "kind": KINDS[2 * power], "claim": check.claim,
+            kind = KINDS[4 + power] if ref == "bound" else KINDS[2 * power]
+            rows.append({"check": f"{prefix}{label}:{test}", "kind": kind, "claim": check.claim,
                          "index": j, "statistic": p, "stated": alpha,
                          "reject": float(p < alpha) if np.isfinite(p) else np.nan})
         row = check.row(ds)
@@ -360,12 +383,14 @@ def _rates(stat: np.ndarray, reject: np.ndarray, stated: np.ndarray, kind: Seque
             out["empirical_rate"][i] = n_reject[i] / n_valid[i]
             out["empirical_rate_low"][i], out["empirical_rate_high"][i] = clopper_pearson(n_reject[i], n_valid[i])
             if np.isfinite(out["nominal_rate"][i]):
-                out["binom_pvalue"][i] = stats.binomtest(int(n_reject[i]), int(n_valid[i]),
-                                                         out["nominal_rate"][i]).pvalue
+                out["binom_pvalue"][i] = stats.binomtest(
+                    int(n_reject[i]), int(n_valid[i]), out["nominal_rate"][i],
+                    alternative="greater" if kind[i] == "bound-test" else "two-sided").pvalue
         p = stat[:, i]
         p = p[np.isfinite(p)]
-        if kind[i] == "test" and p.size:
-            out["ks_pvalue"][i] = stats.kstest(p, "uniform", method="exact" if p.size <= 10000 else "asymp").pvalue
+        if kind[i] in REFERENCES and p.size:  # one-sided for a bound: only too many small p-values refute it
+            out["ks_pvalue"][i] = stats.kstest(p, "uniform", alternative="greater" if kind[i] == "bound-test"
+                                               else "two-sided", method="exact" if p.size <= 10000 else "asymp").pvalue
     return out, n_valid, n_reject
 
 
@@ -376,7 +401,7 @@ def calibration_dataset(names, stat, reject, stated, kind, claims, index, seeds,
     done = np.asarray(done, dtype=bool)
     stat, reject, stated = (np.asarray(a, dtype=float) for a in (stat, reject, stated))
     out, n_valid, n_reject = _rates(stat[done], reject[done], stated[done], kind)
-    ref = ["Uniform(0, 1)" if k == "test" else "none" for k in kind]
+    ref = [REFERENCES.get(k, "none") for k in kind]
     ds = xr.Dataset(
         {"statistic": (SC, stat), "reject": (SC, reject), "stated_rate": (SC, stated),
          "target_errors": (SE, np.asarray(target_errors)),

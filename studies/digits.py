@@ -61,7 +61,8 @@ import sys
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.analysis import RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, worst_slope
+from simkit.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, setting_pvalues,
+                             worst_slope)
 from simkit.diagnose import diagnose
 from simkit.embedding import TwoLayerEmbedding
 from simkit.exact_curve import expected_log_sum_parts
@@ -440,6 +441,8 @@ C1_CHECK = Check(
                           "interval, -1/2 rejected, fitted c1 within the Student t critical value of c1"),
     evaluate=lambda ds: _rate_check(ds, "", "verdict", "verdict_reason", "gap"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - 2 * ALPHA) ** ds.sizes["setting"],
+    # per setting: the two-sided t test of slope = -1 and the Student t test of c1 against its exact value
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z")}),
 )
 
 C2_CHECK = Check(
@@ -449,6 +452,9 @@ C2_CHECK = Check(
                           f"level-{1 - ALPHA:g} interval, -1/2 rejected"),
     evaluate=lambda ds: _rate_check(ds, "d_", "d_verdict", "d_verdict_reason", "D"),
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** _n_label(ds),
+    # the label-kernel settings only (D_k needs the label kernel): two-sided t test of slope = -1
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"d_slope": ("p", "d_slope_p_one")},
+                                       keep=[str(v) != "n/a" for v in ds["d_verdict"].values]),
 )
 
 

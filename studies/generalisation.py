@@ -667,18 +667,25 @@ def _d_eval(ds):
                 f"supplementary): {v('equiv_verdict')} (p {v('equiv_p'):.2g})")
 
 
+def _pvalue(name: str, alpha: float, ref: str = "exact"):
+    """``Check.pvalues`` of a check that is one t test (for calibration): the scalar p-value ``name`` at
+    ``alpha``; ``ref`` 'bound' for a one-sided test of a bound (uniform only at its boundary)."""
+    return lambda ds: {name.split("_")[1]: (float(_value(ds, name)), alpha, ref)}
+
+
 #: one check per sweep, in SWEEPS order: C3 (n-slope, k-growth), C5 (tau-slope), C6 (d-trend)
 CHECKS = (
     Check("C3", lambda ds: f"slope of log E[G] on log n (k = {int(ds['k'].values[list(ds['sweep'].values).index('n')])}"
-          f", linear d = 3), one-sided t test of H0 slope <= -1/2 at {ALPHA:g} (jackknife SE)", _n_eval, ALPHA),
+          f", linear d = 3), one-sided t test of H0 slope <= -1/2 at {ALPHA:g} (jackknife SE)", _n_eval, ALPHA,
+          _pvalue("n_slope_p", ALPHA, "bound")),
     Check("C3", lambda ds: f"slope of E[G] per doubling of k over k >= {int(_cfg(ds).get('k_trend_min', 0))}, one-sided "
-          f"t test of H0 slope <= 0 at {ALPHA:g}", _k_eval, ALPHA),
+          f"t test of H0 slope <= 0 at {ALPHA:g}", _k_eval, ALPHA, _pvalue("k_trend_p", ALPHA, "bound")),
     Check("C5", f"slope of log E[G] on log tau (linear d = 3), one-sided t test of H0 slope >= 0 at {ALPHA:g}: pass = G "
           "shown to grow as tau falls (a test that must reject: its miss rate is 1 - power, not stated; the "
           "power at the estimate, tau_false_fail in the dataset, is not a false-failure rate)", _tau_eval, None),
     Check("C6", lambda ds: f"slope of E[G] per doubling of d (Fourier lift, 9 parameters, Lipschitz 1/sqrt(3), d = "
           f"{int(np.min(_levels(ds, 'd')))}..{int(np.max(_levels(ds, 'd')))}), two-sided t test of H0 slope = 0 at "
-          f"{ALPHA:g}", _d_eval, ALPHA),
+          f"{ALPHA:g}", _d_eval, ALPHA, _pvalue("d_trend_p", ALPHA)),
 )
 
 

@@ -524,6 +524,19 @@ def _c1_check(ds: xr.Dataset) -> dict:
             "verdict": combine_verdicts(ds["verdict_c1"].values), "detail": detail}
 
 
+def _ce_pvalues(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
+    """Component tests of the CE check (for calibration): per (setting, tau), the two-sided Student t p-value
+    of ce_z on n_blocks - 1 df, at the Bonferroni level ALPHA / (n_set n_tau), so that the check fails
+    exactly when one of them rejects. Uniform when CE(M, Q) is the exact value (a point null)."""
+    z = ds["ce_z"].values
+    nb, (n_set, n_tau) = ds.sizes["block"], z.shape
+    alpha = ALPHA / (n_set * n_tau)
+    labels = ds["setting_label"].values if "setting_label" in ds.variables else ds["setting"].values
+    return {f"{s}:ce@tau={float(t):.4g}": (float(2 * stats.t.sf(abs(z[i, j]), max(nb - 1, 1)))
+                                            if np.isfinite(z[i, j]) else math.nan, alpha)
+            for i, s in enumerate(labels) for j, t in enumerate(ds["tau"].values)}
+
+
 def _cells_text(ds: xr.Dataset) -> str:
     return f"{ds.sizes['setting']} settings x {ds.sizes['tau']} tau"
 
@@ -537,7 +550,7 @@ CHECKS = (
                            f"inequality: no false-failure rate is stated)",
           _kl_mc_check, None),
     Check("C5", lambda ds: f"CE Monte Carlo (block mean of l_inf) against exact CE at every tau: |z| <= "
-                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", _ce_check, ALPHA),
+                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", _ce_check, ALPHA, _ce_pvalues),
     Check("C5", "small tau inflates the bias: E[Z2/Z^2] nondecreasing as tau decreases; |c1(tau_min)| > max |c1| "
                 "over tau >= 1/kappa_M (estimate: the smallest ratio of the two over settings; a test that must "
                 "reject: its level is a false-pass rate, its miss rate is 1 - power and is not stated)", _c1_check, None),
@@ -781,7 +794,12 @@ NORM_CHECKS = (
           lambda ds: _norm_eval(ds, "primary"), NORM_BETA, protocol=PROTOCOL_PATH),
     Check("C5", lambda ds: f"pre-registered null control (protocols/temperature.md, sha256 {_sha(ds)}…): the same rule "
           "on S of the fixed reference psi = r x (not trained, E[S] = 0 exactly) must NOT pass",
-          lambda ds: _norm_eval(ds, "null"), NORM_ALPHA, protocol=PROTOCOL_PATH),
+          lambda ds: _norm_eval(ds, "null"), NORM_ALPHA,
+          # the rule passes only if its level test rejects; E[S](tau_min) = 0 exactly for psi = r x, the
+          # boundary of H0 E[S] <= 0, so the one-sided p-value is uniform (the slope test of log E[S] has
+          # no null distribution when E[S] = 0, and needs none: the level test bounds the rate)
+          pvalues=lambda ds: {"level": (float(ds["norm_null_level_p"].values), NORM_ALPHA)},
+          protocol=PROTOCOL_PATH),
     Check("C5", lambda ds: f"pre-registered control (protocols/temperature.md, sha256 {_sha(ds)}…): the negatives' norms "
           "changed in a component the score ignores (S = 0 up to rounding); the rule must NOT pass (deterministic)",
           lambda ds: _norm_eval(ds, "ignored"), None, protocol=PROTOCOL_PATH),

@@ -427,7 +427,10 @@ def test_committed_combinations_are_those_of_their_parts(path):
     parts = [_CAL_DIR / "parts" / p["file"] for p in json.loads(ds.attrs["combined_from"])]
     again = combine(str(ds.attrs["target_study"]), parts, write=False)
     for v in list(ds.data_vars) + list(ds.coords):
-        assert again[v].identical(ds[v]), v
+        # values, dimensions and units; the schema's description text may have grown since (bound-test rows)
+        assert again[v].equals(ds[v]) and again[v].dims == ds[v].dims, v
+        assert {a: again[v].attrs.get(a) for a in ("units", "long_name")} == \
+            {a: ds[v].attrs.get(a) for a in ("units", "long_name")}, v
     assert again.attrs["overlap_seeds"] == ds.attrs["overlap_seeds"]
 
 

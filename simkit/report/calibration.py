@@ -48,8 +48,9 @@ def rejection_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict[tuple[int, int
                      f"{r}/{n}" + (f" ({miss} missing)" if miss else ""),
                      f"{_rate(float(ds['empirical_rate'].values[i]))} [{_rate(low)}, {_rate(high)}]",
                      _p(float(ds["binom_pvalue"].values[i])), _p(float(ds["ks_pvalue"].values[i]))])
-        if kind in ("test", "verdict") and np.isfinite(nom) and np.isfinite(low):
-            colors[(i, 4)] = COLORS["fail"] if low > nom else COLORS["pass"] if high >= nom else COLORS["error"]
+        if kind in ("test", "bound-test", "verdict") and np.isfinite(nom) and np.isfinite(low):
+            colors[(i, 4)] = COLORS["fail"] if low > nom else COLORS["pass"] if high >= nom or kind == "bound-test" \
+                else COLORS["error"]
     return rows, colors
 
 
@@ -103,12 +104,16 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
              f"design; configuration {ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, "
              f"git {ds.attrs.get('git_commit', '?')}, " + _wall_text(ds))
     doc.text("Rows: 'test' = a component test of a check (Check.pvalues), rejecting at p < alpha (the nominal "
-             "rate); its p-value is Uniform(0, 1) when the claim holds. 'verdict' = the check's verdict, rejecting "
-             "when it is 'fail'; its nominal rate is the stated false-failure rate (none for a deterministic "
-             "check). The empirical rate is the share of seeds that rejected, with its Clopper–Pearson 95% "
-             "interval (green: contains the nominal rate; red: above it; amber: below it); 'binomial p' is the "
-             "exact two-sided test of empirical = nominal, 'KS p' the Kolmogorov–Smirnov test of the p-values "
-             "against Uniform(0, 1).")
+             "rate); its p-value is Uniform(0, 1) when the claim holds. 'bound-test' = a component test of a "
+             "one-sided bound (e.g. H0 slope <= -1/2 where the true slope may be steeper): its p-value is uniform "
+             "only at the boundary and larger inside it, so only an excess of rejections or of small p-values "
+             "refutes it (points below the QQ band are expected). 'verdict' = the check's verdict, rejecting when "
+             "it is 'fail'; its nominal rate is the stated false-failure rate (none for a deterministic check). "
+             "The empirical rate is the share of seeds that rejected, with its Clopper–Pearson 95% interval "
+             "(green: contains the nominal rate, or lies below it for a bound-test; red: above it; amber: below "
+             "it); 'binomial p' is the exact test of empirical = nominal (one-sided, empirical > nominal, for a "
+             "bound-test), 'KS p' the Kolmogorov–Smirnov test of the p-values against Uniform(0, 1) (one-sided "
+             "for a bound-test: H0 P(p <= u) <= u).")
     if str(ds.attrs.get("alternative", "")):
         doc.text(f"'power-' rows: the same checks under the alternative '{ds.attrs['alternative']}' "
                  f"({ds.attrs.get('alternative_description', '')}) on the same seeds; their empirical rate is the "
@@ -119,7 +124,7 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     rows, colors = rejection_rows(ds)
     doc.table(["check", "kind", "nominal rate", "rejected", "empirical rate [95% CI]", "binomial p", "KS p"],
               rows, [2.6, 1.0, 1.2, 1.0, 2.2, 0.8, 0.8], colors=colors)
-    tests = [i for i, k in enumerate(ds["check_kind"].values) if str(k) == "test"]
+    tests = [i for i, k in enumerate(ds["check_kind"].values) if str(k) in ("test", "bound-test")]
     per = PANELS_PER_PAGE[0] * PANELS_PER_PAGE[1]
     for start in range(0, len(tests), per):
         chunk = tests[start:start + per]
