@@ -67,6 +67,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -428,9 +429,12 @@ def _default_out(study: Study) -> Path:
     return Path("data") / "calibration" / f"{study.name}.nc"
 
 
-def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[str, ...]:
+def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[tuple[str, ...], float, int]:
     """The check dimension, from the first seed's result: read from the checkpoint, or run it first
-    (as a task of ``meta`` through ``executor``, saved to the same checkpoint)."""
+    (as a task of ``meta`` through ``executor``, saved to the same checkpoint). Also the seconds and
+    the number of tasks (0 or 1) this took when it ran here, for the run's wall time."""
+    t0 = time.perf_counter()
+    ran = 0
     cell = {"seed": meta.seeds[0]}
     name = task_name(meta.name, cell, 1, 0)
     ckpt = Checkpoint(out, meta.name, cfg)
@@ -446,7 +450,8 @@ def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[str
                         raise RuntimeError(f"the first seed ({cell['seed']}) of {meta.name} failed, so its "
                                            f"tests are unknown: {type(exc).__name__}: {exc}") from exc
                 ckpt.save(name, result)
-    return tuple(str(s) for s in np.asarray(result["names"]))
+                ran = 1
+    return tuple(str(s) for s in np.asarray(result["names"])), (time.perf_counter() - t0) if ran else 0.0, ran
 
 
 def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: bool = True,
@@ -517,9 +522,9 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
         meta = Calibration(target, tcfg, range(int(first_seed), int(first_seed) + int(seeds)),
                            alternative=alternative, scratch=scratch, quick=quick)
         cfg = meta.config(first_seed)
-        meta.names = _first_names(meta, cfg, out, ex)
+        meta.names, first_s, first_n = _first_names(meta, cfg, out, ex)
         res = run_study(meta, cfg, out, executor=ex, progress=progress, keep_checkpoint=keep_checkpoint,
-                        stop_after=stop_after)
+                        stop_after=stop_after, prior=(first_s, first_n))
     finally:
         if owned:
             ex.close()

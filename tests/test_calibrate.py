@@ -202,6 +202,22 @@ def test_resume_after_stop_after_is_bit_identical(tmp_path):
     assert _same(read_dataset(out), read_dataset(tmp_path / "a" / "c.nc"))
 
 
+@pytest.mark.deterministic(reason="task counts and a clock; no sampling")
+def test_first_seed_counts_in_the_wall_time_and_is_not_resumed(tmp_path, monkeypatch):
+    """The first seed runs alone before the others (it fixes the check dimension): in a fresh run it is
+    this invocation's work, so it is not counted as resumed, and its time is in wall_time_s."""
+    import simkit.calibrate as cal
+    real = cal._first_names
+
+    def slow(*args):
+        names, s, n = real(*args)
+        return names, s + 1000.0, n  # as if the first seed had taken 1000 s more
+
+    monkeypatch.setattr(cal, "_first_names", slow)
+    ds = calibrate(STUDY, seeds=2, first_seed=3, out=tmp_path / "c.nc", progress=False)
+    assert int(ds.attrs["resumed_tasks"]) == 0 and float(ds.attrs["wall_time_s"]) >= 1000.0
+
+
 def test_fewer_seeds_reuse_the_checkpoint_of_an_interrupted_run(tmp_path):
     """The checkpoint does not depend on the number of seeds: seeds 1..3 of an interrupted run of 6
     give the dataset of 3 seeds without running anything."""

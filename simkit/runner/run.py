@@ -149,7 +149,7 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
 
 def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,
               executor=None, scheduler=None, progress: bool = True, keep_checkpoint: bool = False,
-              stop_after: int | None = None, write: bool = True) -> RunResult:
+              stop_after: int | None = None, write: bool = True, prior: tuple[float, int] = (0.0, 0)) -> RunResult:
     """Run (or resume) a study and write its dataset.
 
     Parameters
@@ -173,6 +173,10 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     write : bool
         Write the dataset to ``out`` (default). ``False`` returns it without writing (``out`` still
         names the lock and the checkpoint): for callers that only evaluate it, e.g. ``simkit calibrate``.
+    prior : (seconds, tasks)
+        Work the caller did in this invocation through the same checkpoint before this call (``simkit
+        calibrate`` runs its first seed first): the seconds are added to ``wall_time_s`` and the tasks are
+        not counted as resumed from an earlier invocation.
     """
     if isinstance(study, str):
         study = get_study(study)
@@ -185,13 +189,14 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     lock = RunLock(out)
     lock.acquire()  # OutputBusy while another process runs the same output
     try:
-        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write)
+        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write, prior)
     finally:
         lock.release()
 
 
-def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write=True) -> RunResult:
-    t0 = time.perf_counter()
+def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write=True,
+                prior=(0.0, 0)) -> RunResult:
+    t0 = time.perf_counter() - float(prior[0])
     owned = executor is None or not hasattr(executor, "run")
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
     ckpt = Checkpoint(out, study.name, cfg)
@@ -291,7 +296,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
     raw = _assemble(study, cfg, cells, preps, blocks, n_blocks, errors)
     ds = summarise_dataset(study, raw, cfg)
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
-                                  resumed=resumed, errors=errors))
+                                  resumed=max(resumed - int(prior[1]), 0), errors=errors))
     try:
         if write:
             write_dataset(ds, out)
