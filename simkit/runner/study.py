@@ -82,7 +82,9 @@ class Check:
 
     ``pvalues(ds)`` (optional) returns ``{test name: (p-value, alpha)}`` for the check's component
     tests: each p-value is Uniform(0, 1) when the claim holds (its reference distribution), and the
-    test rejects when ``p < alpha``. ``simkit calibrate`` collects them over many seeds to
+    test rejects when ``p < alpha``. An entry ``(p, alpha, "bound")`` marks a test of a one-sided
+    bound, whose p-value is uniform only at the boundary (calibrated one-sided: ``bound-test`` rows of
+    :mod:`simkit.calibrate`). ``simkit calibrate`` collects them over many seeds to
     demonstrate the false-failure rates (rejection frequency, Kolmogorov–Smirnov against uniform).
     """
 
@@ -90,7 +92,7 @@ class Check:
     statistic: str | Callable[[xr.Dataset], str]
     evaluate: Callable[[xr.Dataset], dict]
     false_fail_rate: float | Callable[[xr.Dataset], float] | None = None
-    pvalues: Callable[[xr.Dataset], dict[str, tuple[float, float]]] | None = None
+    pvalues: Callable[[xr.Dataset], dict[str, tuple[float, float] | tuple[float, float, str]]] | None = None
     #: path of the pre-registered protocol (``protocols/<study>.md``) whose rule this check applies;
     #: its rows are confirmatory only on a full-design dataset of that protocol (simkit.protocol)
     protocol: str | None = None
