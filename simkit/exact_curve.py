@@ -53,6 +53,10 @@ __all__ = [
     "gap_curve",
     "second_order_constant",
     "expansion_constants",
+    "needs_monte_carlo",
+    "anchor_moments",
+    "pool_moments",
+    "constants_from_moments",
 ]
 
 #: step of the trapezoidal rule in w = log t. The integrand is an entire function of w, bounded in
@@ -561,13 +565,7 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
         if not callable(embedding):
             raise ValueError(f"'embedding' must be callable, got {type(embedding).__name__}")
         return _discrete_embedded_curve(pi, kernel, tau, kf, embedding, check_int("n_sphere", n_sphere, low=2))
-    kap_k = _kernel_kappa(kernel)
-    if isinstance(pi, Discrete):
-        kap_pi = 0.0
-    else:
-        kap_pi = float(np.max(pi.as_mixture()[2]))
-    n_p = _default_panels(tau, max(kap_k, kap_pi)) if n_panels is None else check_int("n_panels", n_panels, low=1)
-    theta, base_w = _theta_rule(n_p)
+    theta, base_w = _theta_for(pi, kernel, tau, n_panels)
     log_k = np.log(kf)
 
     x, wx = _outer_rule(pi, kernel, n_outer_panels)
@@ -583,24 +581,46 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
                          "(pass a numpy Generator or an int seed; there is no default seed)")
     rng = check_rng(rng)
     n_cv = check_int("n_cv", n_cv, low=2)
+    res_m, res_s, n_used, res_c = _stratified_mean(
+        pi, lambda x: _curve_terms(pi, kernel, tau, x, kf, theta, base_w), n_mc, rng, with_cov=True)
+    cv_m, cv_s, _, cv_c = _stratified_mean(pi, lambda x: _cv_terms(*_anchor_constants(pi, kernel, tau, x), kf),
+                                           n_cv, rng, with_cov=True)  # independent sample
+    return _curve_from_means(kf, res_m, res_s, n_used, res_c, cv_m, cv_s, cv_c)
+
+
+def _theta_for(pi, kernel, tau, n_panels) -> tuple[NDArray, NDArray]:
+    """The product rule in the angle of the inner cosine laws (panels scale with 1/tau, sqrt(kappa))."""
+    kap_k = _kernel_kappa(kernel)
+    kap_pi = 0.0 if isinstance(pi, Discrete) else float(np.max(pi.as_mixture()[2]))
+    n_p = _default_panels(tau, max(kap_k, kap_pi)) if n_panels is None else check_int("n_panels", n_panels, low=1)
+    return _theta_rule(n_p)
+
+
+def _curve_terms(pi, kernel, tau, x, kf, theta, base_w) -> NDArray:
+    """Per-anchor terms of the Monte Carlo curve (b, 4 n_k): gap_k(x), its residuals after the
+    expansion to 1/k and to 1/k^2, and gap_k(x) + l_inf(x)."""
     k1, k2 = 1.0 / kf, 1.0 / (kf * kf)
+    g, ell = _per_anchor_gap(pi, kernel, tau, x, kf, theta, base_w)
+    c1x, c2x, _ = _anchor_constants(pi, kernel, tau, x)
+    e1 = np.outer(c1x, k1)
+    e2 = e1 + np.outer(c2x, k2)
+    return np.concatenate([g, g - e1, g - e2, g + ell[:, None]], axis=1)
+
+
+def _cv_terms(c1x, c2x, ell, kf) -> NDArray:
+    """Per-anchor control-variate terms (b, 4 n_k + 1): the expansion to 1/k and to 1/k^2, each
+    plus l_inf(x), and l_inf(x)."""
+    k1, k2 = 1.0 / kf, 1.0 / (kf * kf)
+    e1 = np.outer(c1x, k1)
+    e2 = e1 + np.outer(c2x, k2)
+    return np.concatenate([e1, e2, e1 + ell[:, None], e2 + ell[:, None], ell[:, None]], axis=1)
+
+
+def _curve_from_means(kf, res_m, res_s, n_used, res_c, cv_m, cv_s, cv_c) -> GapCurve:
+    """The Monte Carlo GapCurve from the stratified means, MCSEs and covariances of the curve terms
+    (one sample) and of the control-variate terms (an independent sample)."""
+    log_k = np.log(kf)
     n_k = kf.size
-
-    def curve_terms(x):
-        g, ell = _per_anchor_gap(pi, kernel, tau, x, kf, theta, base_w)
-        c1x, c2x, _ = _anchor_constants(pi, kernel, tau, x)
-        e1 = np.outer(c1x, k1)
-        e2 = e1 + np.outer(c2x, k2)
-        return np.concatenate([g, g - e1, g - e2, g + ell[:, None]], axis=1)
-
-    def cv_terms(x):
-        c1x, c2x, ell = _anchor_constants(pi, kernel, tau, x)
-        e1 = np.outer(c1x, k1)
-        e2 = e1 + np.outer(c2x, k2)
-        return np.concatenate([e1, e2, e1 + ell[:, None], e2 + ell[:, None], ell[:, None]], axis=1)
-
-    res_m, res_s, n_used, res_c = _stratified_mean(pi, curve_terms, n_mc, rng, with_cov=True)
-    cv_m, cv_s, _, cv_c = _stratified_mean(pi, cv_terms, n_cv, rng, with_cov=True)  # independent sample
     blk = lambda a, i: a[i * n_k:(i + 1) * n_k]  # noqa: E731
     # three unbiased estimators of gap_k: no control variate, c1(x)/k, c1(x)/k + c2(x)/k^2 (far from
     # the asymptotic range the expansion is a poor control); per k the one with the smallest MCSE
@@ -652,6 +672,13 @@ def _anchor_constants(pi, kernel, tau, x) -> tuple[NDArray, NDArray, NDArray]:
     third central moments of e^s/Z), ``mu1 = m1/Z`` and ``mu2 = m2/Z^2`` (m_j = E e^{j s0}):
     ``c1 = mu1 - v2/2`` and ``c2 = -mu2/2 + mu1 v2 + v3/3 - 3 v2^2/4``.
     """
+    c1, c2, ell, _, _, _ = _anchor_terms(pi, kernel, tau, x)
+    return c1, c2, ell
+
+
+def _anchor_terms(pi, kernel, tau, x) -> tuple[NDArray, ...]:
+    """``(c1(x), c2(x), l_inf(x), log Z(x), v2(x), mu1(x))`` of :func:`_anchor_constants`, from one
+    evaluation of the log-partition functions."""
     lz = exact.log_partition(pi, x, tau)
     lz2 = exact.log_partition(pi, x, tau, scale=2.0)
     lz3 = exact.log_partition(pi, x, tau, scale=3.0)
@@ -664,7 +691,7 @@ def _anchor_constants(pi, kernel, tau, x) -> tuple[NDArray, NDArray, NDArray]:
     mu2 = np.exp(lm2 - 2.0 * lz)
     c1 = mu1 - 0.5 * v2
     c2 = -0.5 * mu2 + mu1 * v2 + v3 / 3.0 - 0.75 * v2 * v2
-    return c1, c2, lz - exact.mean_score(kernel, x, tau)
+    return c1, c2, lz - exact.mean_score(kernel, x, tau), lz, v2, mu1
 
 
 def second_order_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *, rng=None,
@@ -785,3 +812,143 @@ def _uniform_rotation_rule(d: int, rotation: NDArray, n_outer_panels) -> tuple[N
     lw = np.log(bw) + (p - 1) * np.log(np.sin(phi)) + (q - 1) * np.log(np.cos(phi))
     x = np.sin(phi)[:, None] * ea + np.cos(phi)[:, None] * eb
     return x, _normalise_log(lw)
+
+
+# ==============================================================================================
+# The Monte Carlo over anchors in parts: one sample shared by every constant, split into chunks
+# that run as separate tasks (a study's split preparation, simkit.runner.Study.prepare_parts)
+
+def needs_monte_carlo(pi: SphereDistribution, kernel: MarkovKernel) -> bool:
+    """True where :func:`gap_curve`'s expectation over x is Monte Carlo (no exact rule over x)."""
+    return _outer_rule(_check_pi(pi), _check_kernel(kernel), None)[0] is None
+
+
+def _allocation(pi: SphereDistribution, n: int, part: int, n_parts: int) -> list[int]:
+    """Draws from each mixture component in part ``part`` of ``n_parts``: the proportional
+    allocation of :func:`_stratified_mean` (``max(2, round(n w_j))``, 0 for a zero weight), dealt
+    out as evenly as possible over the parts."""
+    out = []
+    for wj in pi.as_mixture()[0]:
+        nj = 0 if wj == 0.0 else max(2, int(round(n * wj)))
+        out.append(nj // n_parts + (1 if part < nj % n_parts else 0))
+    return out
+
+
+def _component_moments(pi: SphereDistribution, h, counts: list[int], rng) -> dict[str, NDArray]:
+    """Per component: draws, mean and centred cross-product matrix of h(x) over its draws."""
+    w, mus, kappas = pi.as_mixture()
+    means, m2s = [], []
+    n_f = None
+    for nj, mu, kj in zip(counts, mus, kappas):
+        if nj == 0:
+            means.append(None)
+            m2s.append(None)
+            continue
+        hj = np.asarray(h(VonMisesFisher(mu, kj).rvs(nj, rng=rng)), dtype=float)
+        mj = hj.mean(axis=0)
+        dev = hj - mj
+        means.append(mj)
+        m2s.append(dev.T @ dev)
+        n_f = hj.shape[1]
+    if n_f is None:
+        raise ValueError("a part with no anchors: ask for fewer parts or more anchors")
+    mean = np.stack([np.zeros(n_f) if m is None else m for m in means])
+    m2 = np.stack([np.zeros((n_f, n_f)) if m is None else m for m in m2s])
+    return {"n": np.asarray(counts, dtype=float), "mean": mean, "m2": m2}
+
+
+def anchor_moments(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: ArrayLike, part: int,
+                   n_parts: int, *, rng, n_mc: int = 256, n_cv: int = 1 << 18,
+                   n_panels: int | None = None) -> dict[str, NDArray]:
+    """Part ``part`` of ``n_parts`` of the Monte Carlo over anchors behind :func:`gap_curve` and the
+    constants c1, c2, CE, ``E[Z2/Z^2]`` and ``E[m1/Z]``: sufficient statistics (per mixture
+    component: draws, mean, centred cross-products) of the curve terms on its share of ``n_mc``
+    anchors and of the constants' terms on its share of ``n_cv`` further anchors.
+
+    Pool the parts with :func:`pool_moments` and finish with :func:`constants_from_moments`: the
+    estimators are those of :func:`gap_curve` (``n_mc``, ``n_cv``), :func:`simkit.exact.bias_constant`,
+    :func:`simkit.exact.cross_entropy`, :func:`simkit.exact.expansion_scales` and
+    :func:`second_order_constant` (``n_cv`` anchors each), except that all the constants share
+    one sample of ``n_cv`` anchors (the log-partition functions are evaluated once per anchor) and
+    that the draws come from each part's own generator. Kernels with closed-form m1 only (VMF,
+    rotated vMF, Brownian).
+    """
+    pi = _check_pi(pi)
+    kernel = _check_kernel(kernel)
+    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+    kf = _as_ks(ks)
+    n_parts = check_int("n_parts", n_parts, low=1)
+    part = check_int("part", part, low=0, high=n_parts - 1)
+    n_mc = check_int("n_mc", n_mc, low=2)
+    n_cv = check_int("n_cv", n_cv, low=2)
+    if not needs_monte_carlo(pi, kernel):
+        raise ValueError("'pi' and 'kernel' have an exact rule over x: use gap_curve (no Monte Carlo to split)")
+    rng = check_rng(rng)
+    theta, base_w = _theta_for(pi, kernel, tau, n_panels)
+
+    def const_terms(x):
+        c1x, c2x, ell, lz, v2, mu1 = _anchor_terms(pi, kernel, tau, x)
+        return np.concatenate([_cv_terms(c1x, c2x, ell, kf),
+                               np.stack([c1x, c2x, lz, 1.0 + v2, mu1], axis=1)], axis=1)
+
+    curve = _component_moments(pi, lambda x: _curve_terms(pi, kernel, tau, x, kf, theta, base_w),
+                               _allocation(pi, n_mc, part, n_parts), rng)
+    const = _component_moments(pi, const_terms, _allocation(pi, n_cv, part, n_parts), rng)
+    return {**{f"curve_{k}": v for k, v in curve.items()}, **{f"const_{k}": v for k, v in const.items()}}
+
+
+def _pool_pair(a: dict, b: dict, prefix: str) -> dict:
+    """Chan et al.'s pairwise update of per-component counts, means and centred cross-products."""
+    na, nb = a[f"{prefix}_n"], b[f"{prefix}_n"]
+    n = na + nb
+    safe = np.where(n > 0, n, 1.0)
+    delta = b[f"{prefix}_mean"] - a[f"{prefix}_mean"]
+    mean = a[f"{prefix}_mean"] + delta * (nb / safe)[:, None]
+    m2 = (a[f"{prefix}_m2"] + b[f"{prefix}_m2"]
+          + np.einsum("ci,cj->cij", delta, delta) * (na * nb / safe)[:, None, None])
+    return {f"{prefix}_n": n, f"{prefix}_mean": mean, f"{prefix}_m2": m2}
+
+
+def pool_moments(parts: list[dict]) -> dict[str, NDArray]:
+    """The moments of all parts' anchors together (in part order: deterministic)."""
+    if not parts:
+        raise ValueError("'parts' must hold at least one part's moments")
+    out = {k: np.asarray(v, dtype=float) for k, v in parts[0].items()}
+    for p in parts[1:]:
+        p = {k: np.asarray(v, dtype=float) for k, v in p.items()}
+        out = {**_pool_pair(out, p, "curve"), **_pool_pair(out, p, "const")}
+    return out
+
+
+def _stratified_from_moments(w: NDArray, n: NDArray, mean: NDArray, m2: NDArray):
+    keep = w > 0
+    if np.any(n[keep] < 2):
+        raise ValueError("every mixture component needs at least 2 anchors in all the parts together")
+    wk, nk = w[keep], n[keep]
+    m = np.einsum("c,ci->i", wk, mean[keep])
+    cov = np.einsum("c,cij->ij", wk**2 / ((nk - 1.0) * nk), m2[keep])
+    return m, np.sqrt(np.diag(cov)), int(nk.sum()), cov
+
+
+def constants_from_moments(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: ArrayLike,
+                           moments: dict) -> dict:
+    """``{"curve": GapCurve, "c1", "c2", "ce": Estimate, "rho", "mbar": float}`` from pooled
+    :func:`anchor_moments` (stratified means, their MCSEs and the curve's covariance across k)."""
+    pi = _check_pi(pi)
+    kernel = _check_kernel(kernel)
+    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+    kf = _as_ks(ks)
+    w = pi.as_mixture()[0]
+    res_m, res_s, n_used, res_c = _stratified_from_moments(w, moments["curve_n"], moments["curve_mean"],
+                                                           moments["curve_m2"])
+    c_m, c_s, _, c_c = _stratified_from_moments(w, moments["const_n"], moments["const_mean"], moments["const_m2"])
+    n_cv = 4 * kf.size + 1
+    if res_m.size != 4 * kf.size or c_m.size != n_cv + 5:
+        raise ValueError(f"the moments are not those of {kf.size} values of k")
+    curve = _curve_from_means(kf, res_m, res_s, n_used, res_c, c_m[:n_cv], c_s[:n_cv], c_c[:n_cv, :n_cv])
+    e_s = exact._e_mean_cosine(pi, kernel) / tau
+    i = n_cv
+    return {"curve": curve, "c1": exact.Estimate(float(c_m[i]), float(c_s[i])),
+            "c2": exact.Estimate(float(c_m[i + 1]), float(c_s[i + 1])),
+            "ce": exact.Estimate(float(c_m[i + 2]) - e_s, float(c_s[i + 2])),
+            "rho": float(c_m[i + 3]), "mbar": float(c_m[i + 4])}

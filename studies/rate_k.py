@@ -27,7 +27,8 @@ from simkit import VMFKernel, exact
 from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
                              setting_pvalues, truth_rng, truth_verdict, worst_slope)
 from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
-from simkit.exact_curve import gap_curve, second_order_constant
+from simkit.exact_curve import (anchor_moments, constants_from_moments, gap_curve, needs_monte_carlo, pool_moments,
+                                second_order_constant)
 from simkit.infonce import GapEstimator, k_grid
 from simkit.runner import Check, Param, Study, Var
 
@@ -194,6 +195,9 @@ class RateK(Study):
                               low=1, high=64, quick=2),
         "n_mc": Param("n_mc", int, 1 << 18, "Monte Carlo size over x for constants without a 1-D reduction "
                       "(mixture pi, rotated kernels); their MCSE is reported", low=1024, high=1 << 24, quick=1 << 16),
+        "prep_parts": Param("prep_parts", int, 16, "tasks that share a Monte Carlo preparation (mixture pi): each "
+                            "draws its own share of the n_mc anchors (and of the curve's 256), so the cell's "
+                            "preparation runs in parallel on a cluster", low=1, high=64),
         "k_min_factor": Param("k_min_factor", float, 16.0,
                               "fit k >= k_min_factor * max(E[Z2/Z^2], E[m1/Z])", low=0.0),
         "dim": Param("dim", int, None, "override the dimension d of every setting", low=2, high=4096),
@@ -242,6 +246,33 @@ class RateK(Study):
                "gap_exact_cov": curve.gap_cov if curve.gap_cov is not None else np.zeros((n_k, n_k))}
         for name, v in (("c1_exact", c1), ("ce_exact", ce), ("c2_exact", c2)):
             out[name], out[f"{name}_mcse"] = ((v.value, v.mcse) if isinstance(v, exact.Estimate) else (v, 0.0))
+        return {n: np.asarray(v, dtype=float) for n, v in out.items()}
+
+    # a Monte Carlo preparation (mixture pi) runs as prep_parts tasks, each with its own seed (stage 2)
+    # and its share of the anchors, which one sample serves for every constant (the log-partition
+    # functions evaluated once per anchor, not once per constant); part 0 also runs the pilot
+    def prepare_parts(self, cell, cfg):
+        est = self._estimator(cell, cfg)
+        return int(cfg["prep_parts"]) if needs_monte_carlo(est.pi, est.kernel) else 0
+
+    def prepare_part(self, cell, cfg, part, rng):
+        est = self._estimator(cell, cfg)
+        out = {}
+        if part == 0:
+            out["coef"] = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
+        out.update(anchor_moments(est.pi, est.kernel, est.tau, est.grid, part, int(cfg["prep_parts"]), rng=rng,
+                                  n_cv=cfg["n_mc"]))
+        return {n: np.asarray(v, dtype=float) for n, v in out.items()}
+
+    def combine_parts(self, cell, cfg, parts):
+        est = self._estimator(cell, cfg)
+        got = constants_from_moments(est.pi, est.kernel, est.tau, est.grid,
+                                     pool_moments([{k: v for k, v in p.items() if k != "coef"} for p in parts]))
+        curve = got["curve"]
+        out = {"coef": parts[0]["coef"], "rho": np.array(got["rho"]), "mbar": np.array(got["mbar"]),
+               "gap_exact": curve.gap, "gap_exact_cov": curve.gap_cov}
+        for name, key in (("c1_exact", "c1"), ("ce_exact", "ce"), ("c2_exact", "c2")):
+            out[name], out[f"{name}_mcse"] = got[key].value, got[key].mcse
         return {n: np.asarray(v, dtype=float) for n, v in out.items()}
 
     def generate(self, cell, cfg, prep, rng):

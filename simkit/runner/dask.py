@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from simkit.runner.executors import DependencyFailed, ExecutorLost
+from simkit.runner.executors import DependencyFailed, ExecutorLost, fill_dependencies
 
 __all__ = ["DaskExecutor"]
 
@@ -96,7 +96,8 @@ class DaskExecutor:
 
     def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[Any, Any, BaseException | None]]:
         """Submit ``(key, args, dep)`` tasks; a dependent task gets its dependency's future as its last
-        argument, so Dask starts it as soon as that one is done (no barrier across cells)."""
+        argument (or, for a list ``dep``, a list holding their futures), so Dask starts it as soon as
+        those are done (no barrier across cells)."""
         from distributed import as_completed
 
         tag = uuid.uuid4().hex[:8]
@@ -105,14 +106,14 @@ class DaskExecutor:
         deps = {}
         for i, (key, args, dep) in enumerate(tasks):
             if dep is not None:
-                args = (*args[:-1], by_key[dep])
-                deps[key] = by_key[dep]
+                args = (*args[:-1], fill_dependencies(args[-1], dep, by_key))
+                deps[key] = [by_key[d] for d in (dep if isinstance(dep, list) else [dep]) if d is not None]
             name = "-".join(map(str, key)) if isinstance(key, tuple) else str(i)
             fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{name}", pure=False)
             futures[fut] = key
             by_key[key] = fut
         self._futures = list(futures)
-        dep_futures = set(deps.values())
+        dep_futures = {f for fs in deps.values() for f in fs}
         for fut in as_completed(futures):
             key = futures[fut]
             try:
@@ -126,8 +127,8 @@ class DaskExecutor:
                     self._lost = True
                     self._log_levels = _silence("distributed")
                     raise ExecutorLost(f"the Dask scheduler {self.address} was lost ({type(exc).__name__})") from None
-                dep = deps.get(key)
-                yield key, None, (DependencyFailed(str(exc)) if dep is not None and dep.status == "error" else exc)
+                failed_dep = any(d.status == "error" for d in deps.get(key, ()))
+                yield key, None, (DependencyFailed(str(exc)) if failed_dep else exc)
             else:
                 yield key, result, None
             finally:

@@ -1,8 +1,10 @@
 """Executors: where a run's tasks execute. One protocol, two implementations.
 
 An executor's ``run(tasks, fn)`` takes ``(key, args, dep)`` triples — when ``dep`` is the key of an
-earlier task, that task's result replaces the last argument — and yields ``(key, result,
-exception)`` as tasks finish. A task whose dependency failed yields :class:`DependencyFailed`.
+earlier task, that task's result replaces the last argument; when ``dep`` is a list, the last
+argument is a list of the same length and each non-None entry of ``dep`` (the key of an earlier
+task) replaces the entry at its position by that task's result — and yields ``(key, result,
+exception)`` as tasks finish. A task any of whose dependencies failed yields :class:`DependencyFailed`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-__all__ = ["Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost"]
+__all__ = ["Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "fill_dependencies"]
+
+
+def fill_dependencies(last, dep, results) -> Any:
+    """The last argument of a task with dependency ``dep``: ``results[dep]`` for one key; for a list,
+    ``last`` (a list as long) with each position whose ``dep`` entry is a key replaced by its result."""
+    if not isinstance(dep, list):
+        return results[dep]
+    if not isinstance(last, list) or len(last) != len(dep):
+        raise ValueError("a list dependency needs a list last argument of the same length")
+    return [v if d is None else results[d] for v, d in zip(last, dep)]
 
 
 class DependencyFailed(Exception):
@@ -39,14 +51,16 @@ class InProcessExecutor:
     def run(self, tasks: list[tuple], fn: Callable) -> Iterable[tuple[Any, Any, BaseException | None]]:
         results: dict = {}
         failed: set = set()
-        needed = {t[2] for t in tasks if t[2] is not None}
+        needed = {d for t in tasks for d in (t[2] if isinstance(t[2], list) else [t[2]]) if d is not None}
         for key, args, dep in tasks:
             if dep is not None:
-                if dep in failed or dep not in results:
+                dkeys = [d for d in dep if d is not None] if isinstance(dep, list) else [dep]
+                lost = [d for d in dkeys if d in failed or d not in results]
+                if lost:
                     failed.add(key)
-                    yield key, None, DependencyFailed(str(dep))
+                    yield key, None, DependencyFailed(str(lost[0]))
                     continue
-                args = (*args[:-1], results[dep])
+                args = (*args[:-1], fill_dependencies(args[-1], dep, results))
             try:
                 result = fn(*args)
             except (KeyboardInterrupt, SystemExit):

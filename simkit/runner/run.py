@@ -1,8 +1,9 @@
 """Running a study: tasks, checkpoints, assembly of the raw dataset, the schema, and the file.
 
 For every cell the runner runs one ``prepare`` task (cell constants: exact values,
-control-variate coefficients from a pilot) and ``n_blocks`` ``generate`` tasks (independent
-replicate blocks), saving each as it finishes; then it assembles the raw per-block results,
+control-variate coefficients from a pilot) — or, for a study that splits it
+(``prepare_parts(cell, cfg) > 0``), that many ``prepare_part`` tasks and one task that combines
+them — and ``n_blocks`` ``generate`` tasks (independent replicate blocks), saving each as it finishes; then it assembles the raw per-block results,
 calls the study's ``summarise``, applies the declared schema (CF attributes; undeclared variables
 are refused) and writes one CF-1.11 netCDF file atomically.
 """
@@ -64,13 +65,25 @@ def make_executor(executor=None) -> Executor:
     return DaskExecutor(executor)
 
 
-def execute_task(study: Study | str, cfg: dict, cell: dict, stage: int, block: int, prep: dict | None) -> dict:
-    """Run one task of ``study`` (a Study, pickled to Dask workers, or an installed study's name)."""
+#: stage of a part of a split preparation (its seed's stage word; ``block`` is the part index)
+PART_STAGE = 2
+#: the task that combines a cell's preparation parts (no seed of its own)
+COMBINE_STAGE = 3
+
+
+def execute_task(study: Study | str, cfg: dict, cell: dict, stage: int, block: int, prep) -> dict:
+    """Run one task of ``study`` (a Study, pickled to Dask workers, or an installed study's name):
+    stage 0 prepare, 1 block ``block`` (``prep`` the cell's preparation), 2 preparation part ``block``,
+    3 the combination of a cell's parts (``prep`` the list of their results)."""
     if isinstance(study, str):
         study = get_study(study)
+    if stage == COMBINE_STAGE:  # no randomness: a function of the parts (``prep``, in part order)
+        return study.combine_parts(cell, cfg, list(prep))
     rng = np.random.default_rng(task_seed(cfg["seed"], study.name, cell, stage, block))
     if stage == 0:
         return study.prepare(cell, cfg, rng)
+    if stage == PART_STAGE:
+        return study.prepare_part(cell, cfg, block, rng)
     return study.generate(cell, cfg, prep or {}, rng)
 
 
@@ -208,7 +221,9 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         raise
     cells = study.cells(cfg)
     n_blocks = study.n_blocks(cfg)
+    n_parts = [_n_parts(study, cell, cfg) for cell in cells]
     preps: dict[int, dict] = {}
+    parts: dict[tuple[int, int], dict | None] = {}  # None: done, not loaded (its cell is prepared)
     blocks: dict[tuple[int, int], dict] = {}
     errors: list[dict] = []
     resumed = 0
@@ -217,12 +232,17 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         if p is not None:
             preps[ci] = p
             resumed += 1
+        for j in range(n_parts[ci]):
+            r = None if ci in preps else ckpt.load(task_name(study.name, cell, PART_STAGE, j))
+            if ci in preps or r is not None:
+                parts[(ci, j)] = r
+                resumed += 1
         for b in range(n_blocks):
             r = ckpt.load(task_name(study.name, cell, 1, b))
             if r is not None:
                 blocks[(ci, b)] = r
                 resumed += 1
-    n_tasks = len(cells) * (1 + n_blocks)
+    n_tasks = len(cells) * (1 + n_blocks) + sum(n_parts)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -232,20 +252,32 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
 
     def record(kind, ci, b, exc):
         cell = cells[ci]
-        seq = task_seed(cfg["seed"], study.name, cell, 0 if kind == "prepare" else 1, b)
+        seq = task_seed(cfg["seed"], study.name, cell, _STAGES[kind], b)
         errors.append({"cell_index": ci, "cell": cell, "stage": kind, "block": b,
                        "seed": int(cfg["seed"]), "spawn_key": list(seq.spawn_key),
                        "error": f"{type(exc).__name__}: {exc}",
                        "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
     try:
-        # one task list: each cell's preparation, then its blocks, which depend on it (an executor
-        # may start a cell's blocks as soon as that cell is prepared: no barrier across cells)
+        # one task list: every cell's preparation (its parts, then their combination, for a study
+        # that splits it) first, as the likely critical path, then the blocks, which depend on their
+        # cell's preparation (an executor may start a cell's blocks as soon as that cell is prepared:
+        # no barrier across cells)
         todo = []
         for ci, cell in enumerate(cells):
+            if ci in preps:
+                continue
+            if not n_parts[ci]:
+                todo.append((("prepare", ci, 0), (study, cfg, cell, 0, 0, None), None))
+                continue
+            for j in range(n_parts[ci]):
+                if (ci, j) not in parts:
+                    todo.append((("part", ci, j), (study, cfg, cell, PART_STAGE, j, None), None))
+            todo.append((("prepare", ci, 0),
+                         (study, cfg, cell, COMBINE_STAGE, 0, [parts.get((ci, j)) for j in range(n_parts[ci])]),
+                         [None if (ci, j) in parts else ("part", ci, j) for j in range(n_parts[ci])]))
+        for ci, cell in enumerate(cells):
             pkey = ("prepare", ci, 0)
-            if ci not in preps:
-                todo.append((pkey, (study, cfg, cell, 0, 0, None), None))
             for b in range(n_blocks):
                 if (ci, b) not in blocks:
                     ready = ci in preps
@@ -257,10 +289,11 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             if exc is not None:
                 record(kind, ci, b, exc)
             else:
-                stage = 0 if kind == "prepare" else 1
-                ckpt.save(task_name(study.name, cells[ci], stage, b), result)
+                ckpt.save(task_name(study.name, cells[ci], _STAGES[kind], b), result)
                 if kind == "prepare":
                     preps[ci] = result
+                elif kind == "part":
+                    parts[(ci, b)] = result
                 else:
                     blocks[(ci, b)] = result
                 new_done += 1
@@ -274,7 +307,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             bar = None
         if owned:
             executor.close()
-        done = len(preps) + len(blocks)
+        done = len(preps) + len(parts) + len(blocks)
         print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
               f"run the same command again to resume", file=sys.stderr)
         return RunResult(None, out, False, n_tasks, done, errors, time.perf_counter() - t0)
@@ -284,7 +317,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             bar = None
         if owned:
             executor.close()
-        done = len(preps) + len(blocks)
+        done = len(preps) + len(parts) + len(blocks)
         raise type(exc)(f"{exc}; {done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command "
                         "again to resume") from None
     finally:
@@ -305,7 +338,19 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
                           "write it") from None
     if not errors and not keep_checkpoint:
         ckpt.remove()
-    return RunResult(ds, out, True, n_tasks, len(preps) + len(blocks), errors, float(ds.attrs["wall_time_s"]))
+    return RunResult(ds, out, True, n_tasks, len(preps) + len(parts) + len(blocks), errors,
+                     float(ds.attrs["wall_time_s"]))
+
+
+#: checkpoint stage of each task kind (the combination of parts is saved as the cell's preparation)
+_STAGES = {"prepare": 0, "block": 1, "part": PART_STAGE}
+
+
+def _n_parts(study: Study, cell: dict, cfg: dict) -> int:
+    n = study.prepare_parts(cell, cfg)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"{study.name}.prepare_parts must return an int >= 0, got {n!r}")
+    return int(n)
 
 
 def _assemble(study: Study, cfg: dict, cells: list[dict], preps: dict, blocks: dict, n_blocks: int,

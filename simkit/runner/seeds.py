@@ -19,7 +19,8 @@ __all__ = ["canonical", "cell_key", "task_seed", "task_name", "SEED_SCHEME"]
 
 #: the scheme, as recorded in every dataset's ``seed_scheme`` attribute
 SEED_SCHEME = ("SeedSequence(seed, spawn_key=(*cell_key, stage, block)); cell_key = 4 x uint32 of SHA-256 "
-               "of the study name and the cell's canonical JSON (variable cell_key); stage 0 = prepare, 1 = block")
+               "of the study name and the cell's canonical JSON (variable cell_key); stage 0 = prepare, 1 = block, "
+               "2 = part of a split preparation (block = part index)")
 
 
 def canonical(obj: Any) -> str:
@@ -40,11 +41,15 @@ def cell_key(study: str, cell: dict) -> tuple[int, int, int, int]:
 
 
 def task_seed(seed: int, study: str, cell: dict, stage: int, block: int) -> np.random.SeedSequence:
-    """``SeedSequence(seed, spawn_key=(*cell_key(study, cell), stage, block))``; stage 0 = prepare, 1 = block."""
+    """``SeedSequence(seed, spawn_key=(*cell_key(study, cell), stage, block))``; stage 0 = prepare, 1 = block,
+    2 = part ``block`` of a preparation split into parts (:meth:`simkit.runner.Study.prepare_parts`)."""
     return np.random.SeedSequence(entropy=int(seed), spawn_key=(*cell_key(study, cell), int(stage), int(block)))
 
 
 def task_name(study: str, cell: dict, stage: int, block: int) -> str:
-    """The checkpoint file stem of a task."""
+    """The checkpoint file stem of a task (stage 0: the cell's preparation, combined from its parts
+    if it has any; 1: block ``block``; 2: preparation part ``block``)."""
     h = _digest(study, cell).hex()[:16]
-    return f"{h}-prep" if stage == 0 else f"{h}-b{block:05d}"
+    if stage == 0:
+        return f"{h}-prep"
+    return f"{h}-p{block:05d}" if stage == 2 else f"{h}-b{block:05d}"

@@ -124,7 +124,11 @@ class Study:
 
     * ``cells(cfg) -> list[dict]``: the design, one dict of JSON scalars per cell; ``cell_dim``
       names the cell dimension (e.g. ``setting``);
-    * ``prepare(cell, cfg, rng) -> dict[str, ndarray]``: per-cell constants;
+    * ``prepare(cell, cfg, rng) -> dict[str, ndarray]``: per-cell constants; or, where that is long
+      and splits into independent pieces (Monte Carlo integrals over chunks of anchors), set
+      ``prepare_parts(cell, cfg)`` to their number and implement ``prepare_part(cell, cfg, part, rng)``
+      (each part its own seed and task, run in parallel on a cluster) and ``combine_parts(cell, cfg,
+      parts)`` (no randomness), which returns what ``prepare`` would;
     * ``generate(cell, cfg, prep, rng) -> dict[str, ndarray]``: one replicate block, shapes fixed by
       ``block_dims(cfg)``;
     * ``summarise(raw, cfg) -> dict[str, array] | xr.Dataset``: summaries with MCSE; a dict maps
@@ -159,6 +163,18 @@ class Study:
 
     def prepare(self, cell: dict, cfg: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
         return {}
+
+    def prepare_parts(self, cell: dict, cfg: dict) -> int:
+        """Number of parts of this cell's preparation: 0 (default) runs ``prepare`` as one task."""
+        return 0
+
+    def prepare_part(self, cell: dict, cfg: dict, part: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Part ``part`` of a split preparation (seed stage 2, block ``part``)."""
+        raise NotImplementedError
+
+    def combine_parts(self, cell: dict, cfg: dict, parts: list[dict]) -> dict[str, np.ndarray]:
+        """The cell's preparation from its parts' results (in part order); deterministic."""
+        raise NotImplementedError
 
     def generate(self, cell: dict, cfg: dict, prep: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
         raise NotImplementedError
