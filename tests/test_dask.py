@@ -192,6 +192,36 @@ def test_resume_mixing_engines(reference, cluster2, tmp_path, capsys, first, the
     assert sorted(os.listdir(tmp_path)) == ["rate_k.nc"]
 
 
+SPLIT = {"settings": "vmf-d8,mixture-d16", "k_max": 256, "n_blocks": 8, "block_anchors": 64, "pilot_blocks": 1,
+         "n_mc": 1024, "prep_parts": 4}
+N_SPLIT_TASKS = (1 + 8) + (4 + 1 + 8)
+
+
+def test_split_preparation_is_identical_on_two_workers_and_resumes_across_engines(cluster2, tmp_path, capsys):
+    """A mixture cell prepared in 4 part tasks and a combining task (issue 15): the same dataset
+    in-process and on 2 workers, every part run once, the parts spread over both workers; a run
+    interrupted inside the parts in-process and finished on the cluster gives it too."""
+    cluster, client = cluster2
+    cfg = resolve_config(STUDY, dict(SPLIT), seed=SEED)
+    ref = run_study(STUDY, cfg, tmp_path / "ref" / "rate_k.nc", progress=False)
+    assert ref.completed and not ref.errors and ref.n_done == N_SPLIT_TASKS
+    out = tmp_path / "dask" / "rate_k.nc"
+    with get_task_stream(client) as stream:
+        res = run_study(STUDY, cfg, out, scheduler=cluster.scheduler_address, progress=False)
+    assert res.completed and not res.errors and res.n_done == N_SPLIT_TASKS
+    _assert_identical(ref.dataset, res.dataset)
+    tasks = [t for t in stream.data if str(t["key"]).startswith("simkit-")]
+    assert len(tasks) == N_SPLIT_TASKS
+    part_workers = {t["worker"] for t in tasks if str(t["key"]).split("-")[2] == "part"}
+    assert len([t for t in tasks if str(t["key"]).split("-")[2] == "part"]) == 4 and len(part_workers) == 2
+    out = tmp_path / "mixed" / "rate_k.nc"
+    res = run_study(STUDY, cfg, out, progress=False, stop_after=3)  # vmf-d8's preparation and 2 parts
+    assert not res.completed and "interrupted" in capsys.readouterr().err
+    res = run_study(STUDY, cfg, out, scheduler=cluster.scheduler_address, progress=False)
+    assert res.completed and res.dataset.attrs["resumed_tasks"] == 3
+    _assert_identical(ref.dataset, res.dataset)
+
+
 # ----------------------------------------------------------------------------------------------
 # faults
 
