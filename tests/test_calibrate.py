@@ -222,8 +222,10 @@ def test_fewer_seeds_reuse_the_checkpoint_of_an_interrupted_run(tmp_path):
     """The checkpoint does not depend on the number of seeds: seeds 1..3 of an interrupted run of 6
     give the dataset of 3 seeds without running anything."""
     out = tmp_path / "c.nc"
-    with pytest.raises(KeyboardInterrupt):  # new tasks: prep 1, prep 2, seed 2, prep 3, seed 3
-        calibrate(STUDY, seeds=6, first_seed=7, out=out, progress=False, stop_after=5)
+    # the first seed ran alone; then the engine submits every preparation before the blocks:
+    # new tasks: the 6 preparations, seed 2, seed 3
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(STUDY, seeds=6, first_seed=7, out=out, progress=False, stop_after=8)
     three = calibrate(STUDY, seeds=3, first_seed=7, out=out, progress=False)
     assert int(three.attrs["resumed_tasks"]) == 6 and list(three["seed"].values) == [7, 8, 9]
     assert _same(three, calibrate(STUDY, seeds=3, first_seed=7, out=tmp_path / "fresh.nc", progress=False))
