@@ -199,7 +199,7 @@ N_SPLIT_TASKS = (1 + 8) + (4 + 1 + 8)
 
 def test_split_preparation_is_identical_on_two_workers_and_resumes_across_engines(cluster2, tmp_path, capsys):
     """A mixture cell prepared in 4 part tasks and a combining task (issue 15): the same dataset
-    in-process and on 2 workers, every part run once, the parts spread over both workers; a run
+    in-process and on 2 workers, every part run once; a run
     interrupted inside the parts in-process and finished on the cluster gives it too."""
     cluster, client = cluster2
     cfg = resolve_config(STUDY, dict(SPLIT), seed=SEED)
@@ -212,8 +212,8 @@ def test_split_preparation_is_identical_on_two_workers_and_resumes_across_engine
     _assert_identical(ref.dataset, res.dataset)
     tasks = [t for t in stream.data if str(t["key"]).startswith("simkit-")]
     assert len(tasks) == N_SPLIT_TASKS
-    part_workers = {t["worker"] for t in tasks if str(t["key"]).split("-")[2] == "part"}
-    assert len([t for t in tasks if str(t["key"]).split("-")[2] == "part"]) == 4 and len(part_workers) == 2
+    # each part ran once (which worker runs it is Dask's choice: one worker may take all four)
+    assert len([t for t in tasks if str(t["key"]).split("-")[2] == "part"]) == 4
     out = tmp_path / "mixed" / "rate_k.nc"
     res = run_study(STUDY, cfg, out, progress=False, stop_after=3)  # vmf-d8's preparation and 2 parts
     assert not res.completed and "interrupted" in capsys.readouterr().err
