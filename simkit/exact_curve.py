@@ -642,15 +642,20 @@ def _curve_from_means(kf, res_m, res_s, n_used, res_c, cv_m, cv_s, cv_c) -> GapC
                     float(cv_m[-1]), False, int(n_used), float(cv_s[-1]), gap_cov)
 
 
+def _proportional_counts(w: NDArray, n: int) -> list[int]:
+    """Draws per mixture component of a stratified sample of ``n``: ``max(2, round(n w_j))``, 0 for a
+    zero weight (proportional allocation)."""
+    return [0 if wj == 0.0 else max(2, int(round(n * wj))) for wj in w]
+
+
 def _stratified_mean(pi: SphereDistribution, h, n: int, rng, *, with_cov: bool = False):
     """Stratified (by mixture component, proportional allocation) Monte Carlo mean of h(x), x ~ pi:
     (mean, mcse, number of draws) and, with ``with_cov``, the covariance matrix of the mean."""
     w, mus, kappas = pi.as_mixture()
     mean, var, cov, n_tot = 0.0, 0.0, 0.0, 0
-    for wj, mu, kj in zip(w, mus, kappas):
-        if wj == 0.0:
+    for wj, mu, kj, nj in zip(w, mus, kappas, _proportional_counts(w, n)):
+        if nj == 0:
             continue
-        nj = max(2, int(round(n * wj)))
         hj = h(VonMisesFisher(mu, kj).rvs(nj, rng=rng))
         mean = mean + wj * hj.mean(axis=0)
         var = var + wj**2 * hj.var(axis=0, ddof=1) / nj
@@ -827,11 +832,7 @@ def _allocation(pi: SphereDistribution, n: int, part: int, n_parts: int) -> list
     """Draws from each mixture component in part ``part`` of ``n_parts``: the proportional
     allocation of :func:`_stratified_mean` (``max(2, round(n w_j))``, 0 for a zero weight), dealt
     out as evenly as possible over the parts."""
-    out = []
-    for wj in pi.as_mixture()[0]:
-        nj = 0 if wj == 0.0 else max(2, int(round(n * wj)))
-        out.append(nj // n_parts + (1 if part < nj % n_parts else 0))
-    return out
+    return [nj // n_parts + (1 if part < nj % n_parts else 0) for nj in _proportional_counts(pi.as_mixture()[0], n)]
 
 
 def _component_moments(pi: SphereDistribution, h, counts: list[int], rng) -> dict[str, NDArray]:

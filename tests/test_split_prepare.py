@@ -227,3 +227,4 @@ def test_prepare_parts_must_return_a_count(tmp_path):
 
     with pytest.raises(ValueError, match="prepare_parts must return an int >= 0"):
         run_study(Bad(), _cfg(), tmp_path / "rate_k.nc", progress=False)
+    assert list(tmp_path.iterdir()) == []  # refused before any checkpoint directory or lock was left

@@ -211,6 +211,8 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
                 prior=(0.0, 0)) -> RunResult:
     t0 = time.perf_counter() - float(prior[0])
     owned = executor is None or not hasattr(executor, "run")
+    cells = study.cells(cfg)
+    n_parts = [_n_parts(study, cell, cfg) for cell in cells]  # a bad count fails before anything is written
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
     ckpt = Checkpoint(out, study.name, cfg)
     try:
@@ -219,9 +221,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         if owned:
             executor.close()
         raise
-    cells = study.cells(cfg)
     n_blocks = study.n_blocks(cfg)
-    n_parts = [_n_parts(study, cell, cfg) for cell in cells]
     preps: dict[int, dict] = {}
     parts: dict[tuple[int, int], dict | None] = {}  # None: done, not loaded (its cell is prepared)
     blocks: dict[tuple[int, int], dict] = {}
