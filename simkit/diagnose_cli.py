@@ -233,6 +233,7 @@ def _write_report(ds, path: Path) -> None:
 def run(args) -> int:
     """Run ``simkit diagnose``; returns the exit status (2 on bad input, nothing written then)."""
     from simkit.diagnose import diagnose
+    from simkit.runner.storage import ENGINE
     try:
         out = _path("--out", args.out, ".nc")
         report = _path("--report", args.report, ".pdf")
@@ -260,7 +261,7 @@ def run(args) -> int:
         return 2
     print(_summary(ds))
     if out is not None:
-        _atomic(out, lambda p: ds.to_netcdf(p, engine="h5netcdf"))
+        _atomic(out, lambda p: ds.to_netcdf(p, engine=ENGINE))
         print(f"simkit: wrote {out}")
     if report is not None:
         _atomic(report, lambda p: _write_report(ds, Path(p)))

@@ -14,7 +14,7 @@ __all__ = ["git_commit", "versions", "platform_text", "OUTPUT_DIRS"]
 OUTPUT_DIRS = ("data", "reports", "benchmarks/results")
 
 #: packages whose versions every dataset records
-PACKAGES = ("simkit", "numpy", "scipy", "numba", "statsmodels", "xarray", "h5netcdf", "matplotlib")
+PACKAGES = ("simkit", "numpy", "scipy", "numba", "statsmodels", "xarray", "h5netcdf", "netCDF4", "matplotlib")
 
 
 def git_commit() -> str:
