@@ -62,6 +62,12 @@ def _expected_task_names() -> set[str]:
             | {task_name("rate_k", c, 1, b) for c in cells for b in range(N_BLOCKS)})
 
 
+def _engine_tasks(stream) -> int:
+    """Engine tasks run in a task stream: a batch (key ``...-<first task>+<n>``) counts n."""
+    keys = [str(t["key"]) for t in stream.data if str(t["key"]).startswith("simkit-")]
+    return sum(int(k.rsplit("+", 1)[1]) if "+" in k else 1 for k in keys)
+
+
 def _assert_identical(a, b) -> None:
     """``results_identical(a, b)``, naming what differs when it fails."""
     if results_identical(a, b):
@@ -167,9 +173,47 @@ def test_identical_to_in_process(reference, request, tmp_path, n_workers):
     for name in ("raw_gap_cv", "raw_ell_inf", "prep_coef", "gap", "slope", "c1_estimate"):
         np.testing.assert_array_equal(res.dataset[name].values, reference[name].values)
     simkit_tasks = [t for t in stream.data if str(t["key"]).startswith("simkit-")]
-    assert len(simkit_tasks) == N_TASKS  # each task ran once
+    assert _engine_tasks(stream) == N_TASKS  # each task ran once
+    # the blocks went in batches: ceil(12 / (4 n_workers)) blocks each, every preparation alone
+    size = -(-N_BLOCKS // (4 * n_workers))
+    assert len(simkit_tasks) == 2 * (1 + -(-N_BLOCKS // size))
     assert len({t["worker"] for t in simkit_tasks}) == n_workers  # on every worker
     assert sorted(os.listdir(tmp_path)) == ["rate_k.nc"]
+
+
+def test_unbatched_is_identical(reference, cluster2, tmp_path):
+    """``DaskExecutor(batch=1)``: every block its own Dask task, the same dataset as batches give."""
+    from simkit.runner.dask import DaskExecutor
+    _, client = cluster2
+    with get_task_stream(client) as stream:
+        res = run_study(STUDY, _cfg(), tmp_path / "rate_k.nc", executor=DaskExecutor(client, batch=1), progress=False)
+    assert res.completed and not res.errors
+    _assert_identical(reference, res.dataset)
+    keys = [str(t["key"]) for t in stream.data if str(t["key"]).startswith("simkit-")]
+    assert len(keys) == N_TASKS and not any("+" in k for k in keys)
+
+
+def test_plan_batches():
+    """The grouping rule: runs of same-dependency tasks nothing depends on, cut into
+    ceil(n / (4 n_workers)) tasks; preparations, parts and list dependencies alone; order kept."""
+    from simkit.runner.dask import plan_batches
+    prep = ("prepare", 0, 0)
+    tasks = [(prep, (), None), (("part", 1, 0), (), None), (("prepare", 1, 0), (), [("part", 1, 0)])]
+    tasks += [(("block", 0, b), (), prep) for b in range(10)]
+    tasks += [(("block", 1, b), (), ("prepare", 1, 0)) for b in range(3)]
+    tasks += [(("block", 2, b), (), None) for b in range(2)]
+    groups = plan_batches(tasks, 2, "auto")
+    # 10 blocks of cell 0 in batches of ceil(10 / 8) = 2; 3 of cell 1 and 2 of cell 2 one by one
+    assert [g for g, _ in groups] == [[0], [1], [2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12], [13], [14], [15],
+                                      [16], [17]]
+    assert [b for _, b in groups] == [False] * 3 + [True] * 10
+    assert [g for g, _ in plan_batches(tasks, 1, 4)][3:6] == [[3, 4, 5, 6], [7, 8, 9, 10], [11, 12]]
+    assert all(len(g) == 1 and not b for g, b in plan_batches(tasks, 2, 1))
+    assert [i for g, _ in plan_batches(tasks, 64, "auto") for i in g] == list(range(len(tasks)))
+    for bad in (0, -1, 1.5, True, "many"):
+        with pytest.raises(ValueError, match="'batch' must be 'auto' or an int >= 1"):
+            from simkit.runner.dask import DaskExecutor
+            DaskExecutor("tcp://127.0.0.1:1", batch=bad)
 
 
 @pytest.mark.parametrize("first, then, stop_after", [("in-process", "dask", 4),
@@ -211,7 +255,7 @@ def test_split_preparation_is_identical_on_two_workers_and_resumes_across_engine
     assert res.completed and not res.errors and res.n_done == N_SPLIT_TASKS
     _assert_identical(ref.dataset, res.dataset)
     tasks = [t for t in stream.data if str(t["key"]).startswith("simkit-")]
-    assert len(tasks) == N_SPLIT_TASKS
+    assert _engine_tasks(stream) == N_SPLIT_TASKS
     # each part ran once (which worker runs it is Dask's choice: one worker may take all four)
     assert len([t for t in tasks if str(t["key"]).split("-")[2] == "part"]) == 4
     out = tmp_path / "mixed" / "rate_k.nc"
@@ -241,6 +285,9 @@ def test_task_raising_on_a_worker_is_recorded_and_a_rerun_completes(reference, c
     assert err["spawn_key"] == list(task_seed(SEED, "rate_k", cells[1], 1, 3).spawn_key)
     assert err["cell"] == cells[1] and err["cell_index"] == 1 and err["stage"] == "block" and err["block"] == 3
     pid = int(re.search(r"RuntimeError: injected failure in worker process (\d+)", err["error"]).group(1))
+    # it ran in a batch with block 2, which succeeded; its traceback came back with it
+    tb = res.errors[0]["traceback"]
+    assert "traceback in the worker" in tb and "in generate" in tb
     assert pid in client.run(os.getpid).values() and pid != os.getpid()  # it was raised remotely
     assert ds.attrs["n_errors"] == 1 and ds["cell_error"].values[0] == ""
     assert re.search(r"block 3: RuntimeError: injected failure", ds["cell_error"].values[1])

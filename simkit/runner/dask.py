@@ -10,6 +10,17 @@ Fault handling: Dask reschedules the tasks of a worker that dies (``allowed-fail
 scheduler, 3 by default); a task is checkpointed once, when its first result arrives, so a block
 is neither lost nor duplicated. An exception raised by a task is returned to the engine, which
 records it in the dataset and goes on.
+
+Batching: a block is often a few milliseconds of work, while each Dask task costs the scheduler,
+the worker and the driver about a millisecond of CPU each; on a machine whose cores also run the
+scheduler and the driver, that overhead slows the workers down. Consecutive tasks that share a
+dependency (or have none) and that nothing depends on (a cell's blocks) are therefore sent as
+batches: one Dask task runs several engine tasks one after another and returns each one's result
+or exception. ``batch="auto"`` (the default) cuts every such run of n tasks into about
+``BATCHES_PER_WORKER`` batches per worker, ``ceil(n / (BATCHES_PER_WORKER * n_workers))`` tasks each,
+so that the load still balances; ``batch=1`` sends every task on its own. Results are identical
+either way (a task's output depends only on its seed); a batch whose worker dies is run again as
+a whole, and its results reach the engine once.
 """
 
 from __future__ import annotations
@@ -26,6 +37,51 @@ __all__ = ["DaskExecutor"]
 
 #: seconds to wait for the scheduler's port to accept a connection
 CONNECT_TIMEOUT = 20
+
+#: ``batch="auto"``: batches per worker into which a run of batchable tasks is cut
+BATCHES_PER_WORKER = 4
+
+
+def run_batch(fn: Callable, arg_lists: list[tuple], dep_value: Any = None, has_dep: bool = False) -> list[tuple]:
+    """Run ``fn(*args)`` for each of ``arg_lists`` in order (with ``dep_value`` as the last argument
+    when ``has_dep``); returns ``(result, None)`` or ``(None, exception)`` per task. An exception
+    keeps its traceback as a note, since a traceback does not survive pickling."""
+    import traceback
+    out = []
+    for args in arg_lists:
+        if has_dep:
+            args = (*args[:-1], dep_value)
+        try:
+            out.append((fn(*args), None))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # returned to the engine, which records it and goes on
+            exc.add_note("traceback in the worker:\n" + "".join(traceback.format_exception(exc)))
+            out.append((None, exc))
+    return out
+
+
+def plan_batches(tasks: list[tuple], n_workers: int, batch) -> list[tuple[list[int], bool]]:
+    """Indices of ``tasks`` grouped into submissions, in order, each with whether it is sent as a
+    batch: consecutive tasks with the same single (or no) dependency that no task depends on are
+    cut into batches (see the module docstring); every other task is sent on its own. With
+    ``batch=1`` nothing is batched."""
+    needed = {d for _, _, dep in tasks for d in (dep if isinstance(dep, list) else [dep]) if d is not None}
+    runs: list[tuple[list[int], bool]] = []
+    for i, (key, _, dep) in enumerate(tasks):
+        ok = batch != 1 and key not in needed and not isinstance(dep, list)
+        if ok and runs and runs[-1][1] and tasks[runs[-1][0][-1]][2] == dep:
+            runs[-1][0].append(i)
+        else:
+            runs.append(([i], ok))
+    groups: list[tuple[list[int], bool]] = []
+    for idx, ok in runs:
+        if not ok:
+            groups.append((idx, False))
+            continue
+        size = batch if batch != "auto" else -(-len(idx) // (BATCHES_PER_WORKER * max(n_workers, 1)))
+        groups.extend((idx[j:j + size], True) for j in range(0, len(idx), size))
+    return groups
 
 
 def _check_address(address: str) -> None:
@@ -69,11 +125,16 @@ class DaskExecutor:
     ----------
     scheduler : str or distributed.Client
         Scheduler address (``tcp://...``) or an existing client (not closed by :meth:`close`).
+    batch : "auto" or int >= 1, keyword-only
+        Engine tasks per Dask task for a cell's blocks (see the module docstring); default "auto".
     """
 
     name = "dask"
 
-    def __init__(self, scheduler):
+    def __init__(self, scheduler, *, batch="auto"):
+        if batch != "auto" and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ValueError(f"'batch' must be 'auto' or an int >= 1, got {batch!r}")
+        self.batch = batch
         try:
             from distributed import Client
         except ImportError:  # pragma: no cover - the extra is not installed
@@ -101,21 +162,31 @@ class DaskExecutor:
         from distributed import as_completed
 
         tag = uuid.uuid4().hex[:8]
-        futures = {}
+        futures = {}  # future -> the keys of the engine tasks it runs (one, or a batch)
         by_key = {}
         deps = {}
-        for i, (key, args, dep) in enumerate(tasks):
-            if dep is not None:
-                args = (*args[:-1], fill_dependencies(args[-1], dep, by_key))
-                deps[key] = [by_key[d] for d in (dep if isinstance(dep, list) else [dep]) if d is not None]
-            name = "-".join(map(str, key)) if isinstance(key, tuple) else str(i)
-            fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{name}", pure=False)
-            futures[fut] = key
-            by_key[key] = fut
+        for group, batched in plan_batches(tasks, self.n_workers, self.batch):
+            key, args, dep = tasks[group[0]]
+            name = "-".join(map(str, key)) if isinstance(key, tuple) else str(group[0])
+            if dep is None:
+                dfuts = []
+            else:
+                dfuts = [by_key[d] for d in (dep if isinstance(dep, list) else [dep]) if d is not None]
+            if batched:  # every task of a batch has the same dependency, ``dep``
+                fut = self.client.submit(run_batch, fn, [tasks[i][1] for i in group],
+                                         by_key[dep] if dep is not None else None, dep is not None,
+                                         key=f"simkit-{tag}-{name}+{len(group)}", pure=False)
+            else:
+                if dep is not None:
+                    args = (*args[:-1], fill_dependencies(args[-1], dep, by_key))
+                fut = self.client.submit(fn, *args, key=f"simkit-{tag}-{name}", pure=False)
+                by_key[key] = fut
+            futures[fut] = ([tasks[i][0] for i in group], batched)
+            deps[fut] = dfuts
         self._futures = list(futures)
         dep_futures = {f for fs in deps.values() for f in fs}
         for fut in as_completed(futures):
-            key = futures[fut]
+            keys, batched = futures[fut]
             try:
                 result = fut.result()
             except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -127,10 +198,15 @@ class DaskExecutor:
                     self._lost = True
                     self._log_levels = _silence("distributed")
                     raise ExecutorLost(f"the Dask scheduler {self.address} was lost ({type(exc).__name__})") from None
-                failed_dep = any(d.status == "error" for d in deps.get(key, ()))
-                yield key, None, (DependencyFailed(str(exc)) if failed_dep else exc)
+                failed_dep = any(d.status == "error" for d in deps.get(fut, ()))
+                for key in keys:
+                    yield key, None, (DependencyFailed(str(exc)) if failed_dep else exc)
             else:
-                yield key, result, None
+                if batched:
+                    for key, (res, err) in zip(keys, result):
+                        yield key, res, err
+                else:
+                    yield keys[0], result, None
             finally:
                 if fut not in dep_futures:
                     fut.release()  # results are checkpointed by the engine; keep only what others need
