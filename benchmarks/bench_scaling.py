@@ -7,7 +7,8 @@ alike), each design
     * ``blocks``: a design whose work is mostly parallel blocks (uniform-d3 and vmf-d8, K = 65536,
       32 blocks each), to show what the machine gives when the critical path is short;
 in three modes: in-process (one process, Numba threads = cores), and ``run_study(...,
-scheduler=...)`` on a LocalCluster with 1 and with 2 worker processes (``threads_per_worker=1``;
+scheduler=...)`` on a LocalCluster with 1 and with 2 worker processes (the engine's Dask executor
+sends a cell's blocks in batches, ``batch="auto"``; a Dask task in the figures below is a batch) (``threads_per_worker=1``;
 ``NUMBA_NUM_THREADS=1`` in the workers through the nanny's ``env``, checked in every worker, so
 two workers do not oversubscribe two cores).
 
@@ -17,7 +18,8 @@ block with another seed: Numba's on-disk cache is loaded (or compiled) once per 
 Reported: wall time of ``run_study`` (connect, submit, tasks, checkpoints, summarise, netCDF), the
 speed-ups 2 workers vs 1 and in-process vs 1 worker, the task time (sum of task durations: the
 Dask task stream on the cluster, a timer around each task in-process), the overhead fraction
-``1 - task time / (wall x workers)``, the phases (preparations, blocks, driver tail), the ideal
+``1 - task time / (wall x workers)``, the CPU seconds of the driver process (the engine's loop,
+checkpoints, summary and netCDF, and the LocalCluster's scheduler and nannies), the phases (preparations, blocks, driver tail), the ideal
 wall time of the engine's two-stage schedule from the measured task durations, and the task size
 that would keep the overhead under 5%; medians over ``--repeats`` rounds, and the best (smallest)
 wall times. The machine is shared, so each round also measures the parallel capacity that two
@@ -155,8 +157,10 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
     with get_task_stream(client) as stream:
         t0_wall = time.time()
         t0 = time.perf_counter()
+        c0 = time.process_time()
         res = run_study(STUDY, cfg, out, scheduler=cluster.scheduler_address, progress=False)
         wall = time.perf_counter() - t0
+        driver_cpu = time.process_time() - c0
     records = [r for r in stream.data if str(r["key"]).startswith("simkit-")]
     spans = []
     for r in records:
@@ -165,7 +169,11 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
                 # task-stream times are wall-clock seconds: shift them onto perf_counter's origin
                 spans.append((_stage_of(str(r["key"])), t0 + s["start"] - t0_wall,
                               t0 + s["stop"] - t0_wall))
-    return _summary(res, wall, t0, spans, n_workers=len(client.scheduler_info()["workers"]))
+    summary = _summary(res, wall, t0, spans, n_workers=len(client.scheduler_info()["workers"]))
+    # CPU seconds of this process: the engine's loop, checkpoints, summary and netCDF, and (a
+    # LocalCluster lives here) the scheduler and the nannies; on 2 cores it competes with the workers
+    summary["driver_cpu_s"] = driver_cpu
+    return summary
 
 
 def _same_results(a, b) -> bool:
@@ -386,6 +394,8 @@ def main(argv=None) -> int:
               f"block task {1000 * r['overhead_per_block_task_s']:.1f} ms (median block "
               f"{1000 * m['1 worker']['block_task_s_median']:.0f} ms): blocks of >= "
               f"{r['block_task_s_for_5pct_overhead']:.2f} s keep it under 5%; fixed driver cost {r['fixed_driver_s']:.2f} s")
+        print(f"  driver process CPU: {m['1 worker']['driver_cpu_s']:.2f} s (1 worker), "
+              f"{m['2 workers']['driver_cpu_s']:.2f} s (2 workers)")
     print(f"parallel capacity of 2 worker processes (fixed load alone vs both at once): median "
           f"{out['parallel_capacity_2_workers']['median']:.2f} cores; load average before {load_before[0]:.2f}, "
           f"after {load_after[0]:.2f}")

@@ -393,3 +393,28 @@ def test_worker_killed_mid_run(reference, cluster2, tmp_path, monkeypatch):
     assert np.all(np.isfinite(res.dataset["raw_gap_cv"].values))
     assert res.dataset.sizes["block"] == N_BLOCKS
     shutil.rmtree(partial)
+
+
+def test_an_installed_study_pickles_by_name_and_reads_the_entry_points_once(monkeypatch, tmp_path):
+    """A Dask run pickles its study for every task and each worker unpickles it (by name, through
+    the entry points): the entry points (~30 ms to read) are read once per process while sys.path
+    and its directories are unchanged, and read again when a directory on it changes."""
+    import importlib.metadata as md
+    import pickle
+
+    from simkit.runner import study as study_mod
+    calls = []
+    real = md.entry_points
+    monkeypatch.setattr(study_mod.md, "entry_points", lambda **kw: calls.append(1) or real(**kw))
+    study_mod._EP_CACHE.clear()
+    for _ in range(5):
+        assert pickle.loads(pickle.dumps(STUDY)) is STUDY
+    assert len(calls) == 1
+    fresh = type(STUDY)()  # an equal object that is not the installed one travels by value
+    copy = pickle.loads(pickle.dumps(fresh))
+    assert copy is not STUDY and copy is not fresh and type(copy) is type(STUDY)
+    monkeypatch.syspath_prepend(str(tmp_path))  # sys.path changes: read again
+    assert pickle.loads(pickle.dumps(STUDY)) is STUDY and len(calls) == 2
+    (tmp_path / "new.dist-info").mkdir()  # a directory on it changes (an install): read again
+    os.utime(tmp_path, ns=(0, 10**18))
+    assert pickle.loads(pickle.dumps(STUDY)) is STUDY and len(calls) == 3

@@ -18,6 +18,7 @@ import dataclasses
 import importlib.metadata as md
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -213,11 +214,34 @@ class Study:
         return super().__reduce_ex__(protocol)
 
 
+#: (sys.path entries with their modification times) -> the entry-point table read under them
+_EP_CACHE: dict[tuple, dict[str, md.EntryPoint]] = {}
+
+
+def _path_stamp() -> tuple:
+    stamp = []
+    for p in sys.path:
+        try:
+            stamp.append((p, os.stat(p or ".").st_mtime_ns))
+        except OSError:
+            stamp.append((p, None))
+    return tuple(stamp)
+
+
 def _entry_points() -> dict[str, md.EntryPoint]:
-    eps = {}
-    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
-        eps.setdefault(ep.name, ep)  # the first distribution on sys.path wins, as for imports
-    return eps
+    """The installed studies' entry points by name. Reading them costs ~30 ms (every installed
+    distribution's metadata) and a Dask run looks them up for every task it sends (an installed
+    study is pickled by name), so the table is kept until ``sys.path`` or the modification time of
+    one of its directories changes (installing or removing a distribution changes its directory's)."""
+    stamp = _path_stamp()
+    eps = _EP_CACHE.get(stamp)
+    if eps is None:
+        eps = {}
+        for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+            eps.setdefault(ep.name, ep)  # the first distribution on sys.path wins, as for imports
+        _EP_CACHE.clear()
+        _EP_CACHE[stamp] = eps
+    return dict(eps)
 
 
 def study_names() -> list[str]:
