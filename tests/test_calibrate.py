@@ -437,7 +437,7 @@ COMBINED_FILES = [p for p in sorted(_CAL_DIR.glob("*.nc")) if "combined_from" in
 
 
 @pytest.mark.parametrize("path", COMBINED_FILES, ids=[p.name for p in COMBINED_FILES])
-@pytest.mark.deterministic(reason="a committed dataset recomputed from its committed parts; no tolerance")
+@pytest.mark.deterministic(reason="a committed dataset recomputed from its committed parts; exact but for the last bits of floats")
 def test_committed_combinations_are_those_of_their_parts(path):
     """A committed combined calibration (simkit calibrate --combine) is, variable by variable, the
     combination of its parts, which are committed in data/calibration/parts/."""
@@ -445,8 +445,17 @@ def test_committed_combinations_are_those_of_their_parts(path):
     parts = [_CAL_DIR / "parts" / p["file"] for p in json.loads(ds.attrs["combined_from"])]
     again = combine(str(ds.attrs["target_study"]), parts, write=False)
     for v in list(ds.data_vars) + list(ds.coords):
-        # values, dimensions and units; the schema's description text may have grown since (bound-test rows)
-        assert again[v].equals(ds[v]) and again[v].dims == ds[v].dims, v
+        # values, dimensions and units; the schema's description text may have grown since (bound-test rows).
+        # Counts, decisions and labels exactly; floating summaries (KS and binomial p-values, rates) to
+        # 1e-10 relative with the same NaNs: scipy's KS p-value goes through NumPy's exp/log, whose SIMD
+        # paths (AVX2, AVX-512/SVML) differ in the last bits, and CI found continuity's KS p-values
+        # moved so on another machine (the decisions they feed never sit that close to alpha).
+        assert again[v].dims == ds[v].dims, v
+        if np.issubdtype(ds[v].dtype, np.floating):
+            np.testing.assert_allclose(again[v].values, ds[v].values, rtol=1e-10, atol=0, equal_nan=True,
+                                       err_msg=v)
+        else:
+            assert again[v].equals(ds[v]), v
         assert {a: again[v].attrs.get(a) for a in ("units", "long_name")} == \
             {a: ds[v].attrs.get(a) for a in ("units", "long_name")}, v
     assert again.attrs["overlap_seeds"] == ds.attrs["overlap_seeds"]
