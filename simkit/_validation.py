@@ -107,6 +107,13 @@ def check_points(name: str, x: ArrayLike, dim: int | None = None, *, unit: bool 
                          f"got shape {arr.shape}")
     if arr.ndim >= 1 and arr.shape[-1] < 2:
         raise ValueError(f"'{name}' must have last axis of length >= 2, got shape {arr.shape}")
+    if unit and arr.size:
+        # the common case in one pass and no temporary of arr's size: every norm within UNIT_TOL of
+        # 1 implies every entry finite and of size <= 2 (a NaN or inf norm fails the comparison);
+        # otherwise the checks below, in their order, name what is wrong
+        norms = np.sqrt(np.einsum("...i,...i->...", arr, arr))
+        if np.all(np.abs(norms - 1.0) <= UNIT_TOL):
+            return arr
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"'{name}' must be finite (no NaN or inf)")
     if unit:

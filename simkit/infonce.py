@@ -154,9 +154,9 @@ def infonce_losses(x: ArrayLike, x_pos: ArrayLike, negatives: ArrayLike, tau: fl
         raise ValueError(f"'negatives' must have shape (K, d), got {y.shape}")
     tau = check_scalar("tau", tau, low=TAU_MIN)
     grid = _check_grid(k, y.shape[0])
-    s0 = np.sum(x * x_pos, axis=1) / tau
     if single:  # shift by the positive's score: its term is exactly 1
-        return _log1p_prefix32(x, y, tau, s0, grid)
+        return _log1p_prefix32(x, y, tau, np.einsum("ij,ij->i", x, x_pos) / tau, grid)
+    s0 = np.sum(x * x_pos, axis=1) / tau
     s_sum = _prefix(x, y, tau, s0, grid)  # shift by the positive's score: its term is exactly 1
     return np.log1p(s_sum)
 
