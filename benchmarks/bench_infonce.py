@@ -6,6 +6,8 @@ l_k = -s0 + log(e^{s0} + sum_{j<=k} e^{s_j}) for every k of the grid 1, 2, 4, ..
 process, side by side, on the same inputs:
 
 * simkit           -- simkit.infonce.infonce_losses (Numba, fused score/exp/prefix sums, float64);
+* simkit-f32       -- the same with ``dtype=np.float32`` (float32 scores and exponentials, float64
+                      sums; simkit._infonce_jit32): the like-for-like contender of the float32 baselines;
 * numpy-tuned      -- matmul on cache-sized chunks into a reused buffer, in-place exp, segment sums
                       over the grid and a cumulative sum (float64);
 * torch1p-f32/f64  -- single-pass PyTorch on the CPU, what a careful user writes: per anchor chunk
@@ -52,10 +54,26 @@ import sys
 import time
 from pathlib import Path
 
+# PyTorch first, when it is installed and not disabled: its own OpenMP runtime (a libgomp bundled with
+# the wheel) reads GOMP_SPINCOUNT when it loads, and ``import simkit`` sets that to 0 for Numba's
+# runtime (an empty Numba parallel region costs 15 ms with libgomp's default). Imported after simkit,
+# PyTorch's threads sleep between parallel regions too, which made torch.exp on two threads 6-13x
+# slower than on one (0.37-0.38 against 2.46-4.8 G/s, run of 2026-12-04) and the single-pass
+# PyTorch contender 1.8-2.7x slower than in a process without simkit: a handicap no PyTorch user has.
+# Imported here first, PyTorch keeps its default policy and Numba's runtime still gets 0 (it loads
+# at the first parallel call). The order and the variable are recorded in the results.
+_TORCH_SPINCOUNT = os.environ.get("GOMP_SPINCOUNT")
+if "--no-torch" not in sys.argv:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+_TORCH_FIRST = "torch" in sys.modules  # loaded before simkit set GOMP_SPINCOUNT
+
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-import simkit  # noqa: F401  (sets GOMP_SPINCOUNT before any OpenMP runtime loads, for all contenders)
+import simkit  # noqa: F401  (sets GOMP_SPINCOUNT=0 for Numba's OpenMP runtime, after PyTorch's loaded)
 from simkit.infonce import infonce_losses
 from simkit.sphere import Uniform
 
@@ -207,10 +225,11 @@ def _numpy_exp_rate(a, threads, repeats):
 
 
 def _numba_exp_rate(a, threads, repeats):
-    """Elements/s of simkit's hand-vectorised exp (the one fused in the estimator), Numba prange."""
+    """Elements/s of simkit's hand-vectorised exp (the one fused in the estimator: float64
+    ``vexp_inplace``, float32 ``exp32_inplace`` of the float32 mode), Numba prange."""
     import numba
-    kern = _numba_exp_kernel()
-    out = np.empty((numba.config.NUMBA_NUM_THREADS, _EXP_BLOCK))
+    kern = _numba_exp_kernel(a.dtype)
+    out = np.empty((numba.config.NUMBA_NUM_THREADS, _EXP_BLOCK), dtype=a.dtype)
     tb = np.empty_like(out)
     old = numba.get_num_threads()
     numba.set_num_threads(threads)
@@ -226,26 +245,39 @@ def _numba_exp_rate(a, threads, repeats):
     return a.size / best
 
 
-_KERN = []
+_KERN = {}
 
 
-def _numba_exp_kernel():
-    if not _KERN:
+def _numba_exp_kernel(dtype=np.float64):
+    name = np.dtype(dtype).name
+    if name not in _KERN:
         from numba import get_thread_id, njit, prange
 
         from simkit._infonce_jit import vexp_inplace
+        from simkit._infonce_jit32 import exp32_inplace
 
-        @njit(parallel=True, fastmath={"contract"})
-        def kern(a, out, tb):
-            nb = a.size // _EXP_BLOCK
-            for b in prange(nb):
-                t = get_thread_id()
-                o = out[t]
-                r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # _resident(): cache-resident input
-                o[:] = a[r:r + _EXP_BLOCK]
-                vexp_inplace(o, _EXP_BLOCK, 1.0, 0.0, tb[t])
-        _KERN.append(kern)
-    return _KERN[0]
+        if name == "float64":
+            @njit(parallel=True, fastmath={"contract"})
+            def kern(a, out, tb):
+                nb = a.size // _EXP_BLOCK
+                for b in prange(nb):
+                    t = get_thread_id()
+                    o = out[t]
+                    r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # _resident(): cache-resident input
+                    o[:] = a[r:r + _EXP_BLOCK]
+                    vexp_inplace(o, _EXP_BLOCK, 1.0, 0.0, tb[t])
+        else:
+            @njit(parallel=True, fastmath={"contract"})
+            def kern(a, out, tb):
+                nb = a.size // _EXP_BLOCK
+                for b in prange(nb):
+                    t = get_thread_id()
+                    o = out[t]
+                    r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # the same cache-resident blocks
+                    o[:] = a[r:r + _EXP_BLOCK]
+                    exp32_inplace(o)
+        _KERN[name] = kern
+    return _KERN[name]
 
 
 def _gemm_gflops(m, k, n, dtype, threads, repeats, py_threads=1, min_s=0.05):
@@ -314,9 +346,8 @@ def measure_limits(repeats, quick=False, with_torch=False):
             a = a[:_EXP_TOTAL // 8]
         for threads in sorted({1, cores}):
             exp[f"numpy_{dt}_{threads}t"] = _numpy_exp_rate(a, threads, repeats)
-        if dt == "float64":
-            for threads in sorted({1, cores}):
-                exp[f"simkit_vexp_{dt}_{threads}t"] = _numba_exp_rate(a, threads, repeats)
+        for threads in sorted({1, cores}):
+            exp[f"simkit_vexp_{dt}_{threads}t"] = _numba_exp_rate(a, threads, repeats)
         if with_torch:
             for threads in sorted({1, cores}):
                 exp[f"torch_{dt}_{threads}t"] = _torch_exp_rate(a, threads, repeats)
@@ -421,7 +452,7 @@ def main(argv=None):
     print()
 
     rows = []
-    header = (f"{'d':>3} {'K_max':>6} {'n':>5} {'contender':<15} {'Mpairs/s':>9} {'simkit x':>9} "
+    header = (f"{'d':>3} {'K_max':>6} {'n':>5} {'contender':<15} {'Mpairs/s':>9} {'simkit x':>9} {'f32 x':>9} "
               f"{'max abs err':>12} {'limit':>7} {'of limit':>8}")
     print(header)
     print("-" * len(header))
@@ -432,8 +463,10 @@ def main(argv=None):
         y = Uniform(d).rvs(k_max, rng=rng)
         grid = 1 << np.arange(int(np.log2(k_max)) + 1)
         pairs = nn * k_max
-        names = ["simkit", "numpy-tuned"]
-        fns = [lambda: infonce_losses(x, xp, y, TAU, grid), lambda: numpy_tuned(x, xp, y, TAU, grid)]
+        names = ["simkit", "simkit-f32", "numpy-tuned"]
+        fns = [lambda: infonce_losses(x, xp, y, TAU, grid),
+               lambda: infonce_losses(x, xp, y, TAU, grid, dtype=np.float32),
+               lambda: numpy_tuned(x, xp, y, TAU, grid)]
         if have_torch:
             reps = 2 if k_max > 4096 else args.repeats
             names += ["torch1p-f32", "torch1p-f64", "torch-perk-f32", "torch-perk-f64"]
@@ -443,16 +476,18 @@ def main(argv=None):
                     (lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)]
         timed = best_times(fns, args.repeats)
         t_s, ref = timed[0]
+        t_s32 = timed[1][0]  # simkit-f32: the like-for-like time of the float32 contenders
         for name, (t, out) in zip(names, timed):
             err = float(np.max(np.abs(out - ref)))  # nats
             rate = pairs / t
             dt = "float32" if name.endswith("f32") else "float64"
             lim, which, exp_b, mm_b = binding_limit(limits, d, dt)
             rows.append({"d": d, "k_max": k_max, "n": nn, "contender": name, "dtype": dt, "pairs_per_s": rate,
-                         "simkit_speedup": t / t_s, "max_abs_err_nat": err, "seconds": t,
+                         "simkit_speedup": t / t_s, "simkit_f32_speedup": t / t_s32,
+                         "max_abs_err_nat": err, "seconds": t,
                          "limit_pairs_per_s": lim, "limit_binding": which, "fraction_of_limit": rate / lim,
                          "exp_bound_pairs_per_s": exp_b, "matmul_bound_pairs_per_s": mm_b})
-            print(f"{d:>3} {k_max:>6} {nn:>5} {name:<15} {rate / 1e6:>9.1f} {t / t_s:>9.2f} {err:>12.1e} "
+            print(f"{d:>3} {k_max:>6} {nn:>5} {name:<15} {rate / 1e6:>9.1f} {t / t_s:>9.2f} {t / t_s32:>9.2f} {err:>12.1e} "
                   f"{which:>7} {rate / lim:>8.0%}")
     # the limits again, after the contenders: on a shared machine the load changes during the run, so
     # the bounds are the better of the two measurements (and the fractions computed against them)
@@ -483,6 +518,8 @@ def main(argv=None):
            "torch_threads": torch.get_num_threads() if have_torch else None,
            "blas": blas, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
            "loadavg_start": load_start, "loadavg_end": load_end,
+           "torch_imported_before_simkit": _TORCH_FIRST,
+           "gomp_spincount_at_torch_import": _TORCH_SPINCOUNT,
            "compile_s": compile_s, "tau": TAU, "repeats": args.repeats, "limits": limits,
            "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -498,6 +535,11 @@ def main(argv=None):
         doc["simkit_speedup_by_run"] = {
             f"d={r['d']} K={r['k_max']} {r['contender']}": [
                 next(q["simkit_speedup"] for q in rr["rows"] if (q["d"], q["k_max"], q["contender"])
+                     == (r["d"], r["k_max"], r["contender"])) for rr in runs]
+            for r in runs[-1]["rows"]}
+        doc["simkit_f32_speedup_by_run"] = {
+            f"d={r['d']} K={r['k_max']} {r['contender']}": [
+                next(q["simkit_f32_speedup"] for q in rr["rows"] if (q["d"], q["k_max"], q["contender"])
                      == (r["d"], r["k_max"], r["contender"])) for rr in runs]
             for r in runs[-1]["rows"]}
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

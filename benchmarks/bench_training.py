@@ -29,9 +29,20 @@ import sys
 import time
 from pathlib import Path
 
+# PyTorch before simkit: PyTorch's own OpenMP runtime reads GOMP_SPINCOUNT when it loads, and
+# ``import simkit`` sets it to 0 for Numba's runtime. Imported after simkit, PyTorch's threads sleep
+# between parallel regions, a handicap no PyTorch user has (bench_infonce.py measured torch.exp on two
+# threads 6-13x slower than on one that way). Before 2026-12-04 this benchmark imported simkit first.
+_TORCH_SPINCOUNT = os.environ.get("GOMP_SPINCOUNT")
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+_TORCH_FIRST = "torch" in sys.modules
+
 import numpy as np
 
-import simkit  # noqa: F401  (sets GOMP_SPINCOUNT before any OpenMP runtime loads; import before torch)
+import simkit  # noqa: F401  (sets GOMP_SPINCOUNT=0 for Numba's OpenMP runtime, after PyTorch's loaded)
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.kernels import VMFKernel
 from simkit.sphere import Uniform
@@ -90,6 +101,8 @@ def main(argv=None):
     import numba
     import torch
 
+    load_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     repeats = args.repeats or (5 if args.quick else 15)
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs; numba threads {numba.get_num_threads()}; "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}; float64 throughout")
@@ -137,7 +150,9 @@ def main(argv=None):
     (out_dir / "training.json").write_text(json.dumps({
         "platform": platform.platform(), "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
         "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "repeats": repeats,
-        "compile_s": compile_s, "rows": rows}, indent=2))
+        "compile_s": compile_s, "torch_imported_before_simkit": _TORCH_FIRST,
+        "gomp_spincount_at_torch_import": _TORCH_SPINCOUNT, "started_utc": started,
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "rows": rows}, indent=2))
     return 0
 
 
