@@ -249,6 +249,7 @@ _KERN = {}
 
 
 def _numba_exp_kernel(dtype=np.float64):
+    """The Numba prange kernel timing simkit's exp of ``dtype`` over the cache-resident blocks."""
     name = np.dtype(dtype).name
     if name not in _KERN:
         from numba import get_thread_id, njit, prange
@@ -257,25 +258,23 @@ def _numba_exp_kernel(dtype=np.float64):
         from simkit._infonce_jit32 import exp32_inplace
 
         if name == "float64":
-            @njit(parallel=True, fastmath={"contract"})
-            def kern(a, out, tb):
-                nb = a.size // _EXP_BLOCK
-                for b in prange(nb):
-                    t = get_thread_id()
-                    o = out[t]
-                    r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # _resident(): cache-resident input
-                    o[:] = a[r:r + _EXP_BLOCK]
-                    vexp_inplace(o, _EXP_BLOCK, 1.0, 0.0, tb[t])
+            @njit
+            def one_block(o, tb):
+                vexp_inplace(o, _EXP_BLOCK, 1.0, 0.0, tb)
         else:
-            @njit(parallel=True, fastmath={"contract"})
-            def kern(a, out, tb):
-                nb = a.size // _EXP_BLOCK
-                for b in prange(nb):
-                    t = get_thread_id()
-                    o = out[t]
-                    r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # the same cache-resident blocks
-                    o[:] = a[r:r + _EXP_BLOCK]
-                    exp32_inplace(o)
+            @njit
+            def one_block(o, tb):
+                exp32_inplace(o)
+
+        @njit(parallel=True, fastmath={"contract"})
+        def kern(a, out, tb):
+            nb = a.size // _EXP_BLOCK
+            for b in prange(nb):
+                t = get_thread_id()
+                o = out[t]
+                r = ((b % _EXP_RESIDENT) + t * _EXP_RESIDENT) * _EXP_BLOCK  # _resident(): cache-resident input
+                o[:] = a[r:r + _EXP_BLOCK]
+                one_block(o, tb[t])
         _KERN[name] = kern
     return _KERN[name]
 
