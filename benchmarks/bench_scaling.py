@@ -13,7 +13,10 @@ sends a cell's blocks in batches, ``batch="auto"``; a Dask task in the figures b
 two workers do not oversubscribe two cores).
 
 Before any timing every worker process (and this process) runs each cell's ``prepare`` and one
-block with another seed: Numba's on-disk cache is loaded (or compiled) once per process.
+block with another seed: Numba's on-disk cache is loaded (or compiled) once per process. The workers
+get simkit's malloc thresholds (``simkit.runner._malloc``, registered as every ``DaskExecutor`` does)
+before the warm-up; runs before 2026-12-04 had Dask's ``MALLOC_TRIM_THRESHOLD_=65536`` alone, under
+which a preparation ran 2.6x slower on a worker than in-process.
 
 Reported: wall time of ``run_study`` (connect, submit, tasks, checkpoints, summarise, netCDF), the
 speed-ups 2 workers vs 1 and in-process vs 1 worker, the task time (sum of task durations: the
@@ -292,6 +295,11 @@ def main(argv=None) -> int:
                                dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                env=WORKER_ENV)
         client = Client(cluster)
+        # as every DaskExecutor does (run_study registers it again): glibc's malloc thresholds reset in
+        # each worker, which Dask's nanny starts with MALLOC_TRIM_THRESHOLD_=65536; registered before
+        # the warm-up so that the capacity calibration and every run see the same workers
+        from simkit.runner._dask_plugin import MallocTuning
+        client.register_plugin(MallocTuning())
         started = time.perf_counter() - t
         workers = list(client.scheduler_info()["workers"])
         warm = client.gather([client.submit(_warm, list(designs.values()), workers=[w], allow_other_workers=False,
@@ -367,6 +375,8 @@ def main(argv=None) -> int:
         "simkit_version": simkit.__version__,
         "repeats": args.repeats,
         "worker_env": WORKER_ENV,
+        "worker_malloc": "simkit.runner._dask_plugin.MallocTuning in every worker (mmap threshold 32 MiB, "
+                         "trim threshold 64 MiB, over the nanny's MALLOC_TRIM_THRESHOLD_=65536); since 2026-12-04",
         "parallel_capacity_2_workers": {"runs": capacity,
                                         "median": statistics.median(c["capacity"] for c in capacity)},
         "results": results,

@@ -418,3 +418,44 @@ def test_an_installed_study_pickles_by_name_and_reads_the_entry_points_once(monk
     (tmp_path / "new.dist-info").mkdir()  # a directory on it changes (an install): read again
     os.utime(tmp_path, ns=(0, 10**18))
     assert pickle.loads(pickle.dumps(STUDY)) is STUDY and len(calls) == 3
+
+
+def _tuned():
+    from simkit.runner import _malloc
+    return _malloc.TUNED
+
+
+def test_executor_sets_the_malloc_thresholds_of_every_worker(cluster2):
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which turns off glibc's dynamic
+    mmap threshold (a preparation ran 2.6x slower, simkit/runner/_malloc.py). DaskExecutor registers a
+    worker plugin that resets the thresholds in every worker process; ``tune_malloc=False`` does not."""
+    from simkit.runner._dask_plugin import PLUGIN_NAME
+    from simkit.runner.dask import DaskExecutor
+    _, client = cluster2
+
+    def registered():
+        return client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.worker_plugins))
+
+    if PLUGIN_NAME in registered():  # an earlier test's executor registered it on this cluster
+        client.unregister_worker_plugin(PLUGIN_NAME)
+    DaskExecutor(client, tune_malloc=False)
+    assert PLUGIN_NAME not in registered()
+    DaskExecutor(client)
+    assert PLUGIN_NAME in registered()
+    tuned = client.run(_tuned)
+    assert len(tuned) == 2 and all(tuned.values()), tuned
+
+
+def test_tune_malloc_is_a_no_op_without_glibc(monkeypatch):
+    """Where there is no C library with ``mallopt`` (macOS, musl, Windows) it returns False and
+    changes nothing; on this Linux machine it succeeds."""
+    from simkit.runner import _malloc
+
+    def no_libc(*args, **kwargs):
+        raise OSError("no C library")
+
+    if sys.platform.startswith("linux") and os.path.exists("/lib/x86_64-linux-gnu/libc.so.6"):
+        assert _malloc.tune_malloc() is True
+    monkeypatch.setattr(_malloc.ctypes, "CDLL", no_libc)
+    monkeypatch.setattr(_malloc, "TUNED", False)
+    assert _malloc.tune_malloc() is False and _malloc.TUNED is False
