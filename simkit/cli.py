@@ -151,8 +151,8 @@ def _connect(address: str | None):
 
 
 def _run(args) -> int:
-    from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config,
-                               run_study)
+    from simkit.runner import (ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable, get_study,
+                               resolve_config, run_study)
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
@@ -170,7 +170,7 @@ def _run(args) -> int:
     except OutputBusy as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    except (WriteFailed, ExecutorLost) as exc:
+    except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -224,7 +224,7 @@ def _report(args) -> int:
 
 
 def _validate(args) -> int:
-    from simkit.runner import ExecutorLost, OutputBusy, WriteFailed, check_writable
+    from simkit.runner import ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable
     from simkit.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
@@ -249,7 +249,7 @@ def _validate(args) -> int:
     except OutputBusy as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    except (WriteFailed, ExecutorLost) as exc:
+    except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 1
     finally:

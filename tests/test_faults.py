@@ -170,6 +170,34 @@ def test_dataset_write_fails_with_io_error_then_resumes(reference, tmp_path, mon
     assert _same(reference, read_dataset(out))
 
 
+def test_every_preparation_failing_is_one_line_exit_1_and_resumes(reference, tmp_path, monkeypatch, capsys):
+    """Every cell's preparation raises, so no block can run and rate_k's summary lacks its prepared
+    constants (it raised KeyError 'prep_rho' with a traceback before): one line naming the summary's
+    error and the first failed task, exit 1, no dataset, the lock released; once the fault is gone the
+    same command runs the failed tasks and gives the reference dataset."""
+    def boom(self, cell, cfg, rng):
+        raise RuntimeError("injected preparation failure")
+
+    out = tmp_path / "rate_k.nc"
+    monkeypatch.setattr(type(STUDY), "prepare", boom)
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert "the summary of rate_k failed (KeyError" in err[0] and "2 failed task(s)" in err[0]
+    assert "a prepare of cell 0 (RuntimeError: injected preparation failure)" in err[0]
+    assert "run the same command again" in err[0]
+    assert not out.exists() and not (tmp_path / f".{out.name}.lock").exists()
+    # a summary that raises on a run without failed tasks is a bug of the study: its own exception
+    monkeypatch.undo()
+    monkeypatch.setattr(type(STUDY), "summarise", lambda self, raw, cfg: {}["no such summary"])
+    with pytest.raises(KeyError):
+        run_study(STUDY, _cfg(), tmp_path / "other.nc", progress=False)
+    monkeypatch.undo()
+    assert main(argv) == 0
+    assert _same(reference, read_dataset(out))
+
+
 def test_report_write_fails_one_line_exit_1_no_partial_pdf(tmp_path, monkeypatch, capsys):
     from simkit.report import document
     out, pdf = tmp_path / "rate_k.nc", tmp_path / "rate_k.pdf"

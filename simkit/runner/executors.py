@@ -33,6 +33,11 @@ class ExecutorLost(RuntimeError):
     """The executor itself failed (e.g. the Dask scheduler went away): no task result can arrive."""
 
 
+class SummaryFailed(RuntimeError):
+    """A study's summary raised on a run whose tasks had failed (say, every cell's preparation), so
+    that what it needs is missing: the run ends with one line and keeps every finished task."""
+
+
 class Executor(Protocol):
     name: str
     n_workers: int

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor
+from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
 from simkit.runner.params import resolve_config
 from simkit.runner.provenance import git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
@@ -327,7 +327,19 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         executor.close()
 
     raw = _assemble(study, cfg, cells, preps, blocks, n_blocks, errors)
-    ds = summarise_dataset(study, raw, cfg)
+    try:
+        ds = summarise_dataset(study, raw, cfg)
+    except Exception as exc:  # noqa: BLE001 - with failed tasks, a summary may lack what it needs
+        if not errors:
+            raise  # a bug in the study's summary: its traceback is what to read
+        first = errors[0]
+        done = len(preps) + len(parts) + len(blocks)
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+        raise SummaryFailed(
+            f"the summary of {study.name} failed ({what}) after {len(errors)} failed task(s), the first a "
+            f"{first['stage']} of cell {first['cell_index']} ({' '.join(first['error'].split())[:160]}); "
+            f"{done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command again to retry "
+            "the failed ones") from None
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
                                   resumed=max(resumed - int(prior[1]), 0), errors=errors))
     try:
