@@ -459,3 +459,28 @@ def test_tune_malloc_is_a_no_op_without_glibc(monkeypatch):
     monkeypatch.setattr(_malloc.ctypes, "CDLL", no_libc)
     monkeypatch.setattr(_malloc, "TUNED", False)
     assert _malloc.tune_malloc() is False and _malloc.TUNED is False
+
+
+def test_dataset_writes_never_take_a_scheduler_lock(cluster2, tmp_path, monkeypatch):
+    """While a distributed Client is the default scheduler, xarray locks netCDF writes with a
+    ``distributed.Lock`` on the scheduler (so a driver whose scheduler died after the last task could
+    not write its dataset: CI saw "ConnectionPool closing"). write_dataset takes a local lock."""
+    import distributed.lock
+    import xarray as xr
+    from xarray.backends.locks import get_write_lock
+
+    from simkit.runner.storage import write_dataset
+    _, client = cluster2
+    with client.as_current():
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError("a scheduler lock was asked for")
+
+        monkeypatch.setattr(distributed.lock.Lock, "__init__", refuse)
+        with pytest.raises(RuntimeError, match="scheduler lock"):  # positive control: xarray's default
+            get_write_lock(str(tmp_path / "probe.nc"))
+        ds = xr.Dataset({"a": (("x",), np.arange(3.0), {"units": "1", "long_name": "a"})},
+                        attrs={"Conventions": "CF-1.11"})
+        write_dataset(ds, tmp_path / "a.nc")
+    with xr.open_dataset(tmp_path / "a.nc") as back:
+        assert back["a"].values.tolist() == [0.0, 1.0, 2.0]

@@ -14,6 +14,7 @@ carry no ``_FillValue``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -228,7 +229,25 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> None:
     reads every file h5netcdf wrote identically (both write netCDF-4/HDF5)."""
     cf = _to_cf(ds)
     encoding = {name: {"_FillValue": None} for name in cf.coords if cf[name].dtype.kind == "f"}
-    atomic_write(Path(path), lambda p: cf.to_netcdf(p, engine=ENGINE, encoding=encoding), ".nc")
+
+    def write(p):
+        with _local_write_lock():
+            cf.to_netcdf(p, engine=ENGINE, encoding=encoding)
+
+    atomic_write(Path(path), write, ".nc")
+
+
+def _local_write_lock():
+    """A context in which xarray locks netCDF writes in this process only. While a ``distributed``
+    Client is the default scheduler (a Dask run's driver), xarray takes a ``distributed.Lock`` on the
+    scheduler for every write: a round trip, and a dataset that cannot be written once the scheduler
+    is gone (CI saw "ConnectionPool closing" when the scheduler died after the last task). The arrays
+    written here are NumPy arrays in this process, so a local lock is the right one."""
+    try:
+        import dask
+    except ImportError:  # no dask, no distributed lock
+        return contextlib.nullcontext()
+    return dask.config.set(scheduler="synchronous")
 
 
 def read_dataset(path: str | os.PathLike) -> xr.Dataset:
