@@ -42,23 +42,11 @@ from scipy.special import logsumexp
 from simkit._infonce_jit32 import (ARG_HI, ARG_MIN, EXP32_COEF, TILE_A, TILE_N, exp32_inplace,
                                    prefix_sums32, tile_negatives32)
 from simkit.infonce import TAU_MIN, infonce_losses
+# brute force in float64 (l_k = -s0 + logsumexp(s0, s_1..s_k), every score formed explicitly) and unit
+# vectors: the helpers of the float64 path's tests
+from test_infonce import _reference_losses, _unit
 
 EPS = 2.0 ** -24
-
-
-def _unit(rng, n, d):
-    g = rng.standard_normal((n, d))
-    return g / np.linalg.norm(g, axis=1, keepdims=True)
-
-
-def _reference_losses(x, xp, y, tau, ks):
-    """Brute force in float64: l_k = -s0 + logsumexp(s0, s_1..s_k), every score formed explicitly."""
-    s0 = np.sum(x * xp, axis=1) / tau
-    s = (x @ y.T) / tau
-    out = np.empty((x.shape[0], len(ks)))
-    for g, k in enumerate(ks):
-        out[:, g] = logsumexp(np.column_stack([s0, s[:, :k]]), axis=1) - s0
-    return out
 
 
 def tol(d, tau):
