@@ -54,21 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-# PyTorch first, when it is installed and not disabled: its own OpenMP runtime (a libgomp bundled with
-# the wheel) reads GOMP_SPINCOUNT when it loads, and ``import simkit`` sets that to 0 for Numba's
-# runtime (an empty Numba parallel region costs 15 ms with libgomp's default). Imported after simkit,
-# PyTorch's threads sleep between parallel regions too, which made torch.exp on two threads 6-13x
-# slower than on one (0.37-0.38 against 2.46-4.8 G/s, run of 2026-12-04) and the single-pass
-# PyTorch contender 1.8-2.7x slower than in a process without simkit: a handicap no PyTorch user has.
-# Imported here first, PyTorch keeps its default policy and Numba's runtime still gets 0 (it loads
-# at the first parallel call). The order and the variable are recorded in the results.
-_TORCH_SPINCOUNT = os.environ.get("GOMP_SPINCOUNT")
-if "--no-torch" not in sys.argv:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pass
-_TORCH_FIRST = "torch" in sys.modules  # loaded before simkit set GOMP_SPINCOUNT
+from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (before simkit: see there)
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -517,8 +503,8 @@ def main(argv=None):
            "torch_threads": torch.get_num_threads() if have_torch else None,
            "blas": blas, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
            "loadavg_start": load_start, "loadavg_end": load_end,
-           "torch_imported_before_simkit": _TORCH_FIRST,
-           "gomp_spincount_at_torch_import": _TORCH_SPINCOUNT,
+           "torch_imported_before_simkit": TORCH_FIRST,
+           "gomp_spincount_at_torch_import": SPINCOUNT_AT_TORCH_IMPORT,
            "compile_s": compile_s, "tau": TAU, "repeats": args.repeats, "limits": limits,
            "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

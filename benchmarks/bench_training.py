@@ -29,16 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-# PyTorch before simkit: PyTorch's own OpenMP runtime reads GOMP_SPINCOUNT when it loads, and
-# ``import simkit`` sets it to 0 for Numba's runtime. Imported after simkit, PyTorch's threads sleep
-# between parallel regions, a handicap no PyTorch user has (bench_infonce.py measured torch.exp on two
-# threads 6-13x slower than on one that way). Before 2026-12-04 this benchmark imported simkit first.
-_TORCH_SPINCOUNT = os.environ.get("GOMP_SPINCOUNT")
-try:
-    import torch  # noqa: F401
-except ImportError:
-    pass
-_TORCH_FIRST = "torch" in sys.modules
+from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (before simkit: see there)
 
 import numpy as np
 
@@ -150,8 +141,8 @@ def main(argv=None):
     (out_dir / "training.json").write_text(json.dumps({
         "platform": platform.platform(), "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
         "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "repeats": repeats,
-        "compile_s": compile_s, "torch_imported_before_simkit": _TORCH_FIRST,
-        "gomp_spincount_at_torch_import": _TORCH_SPINCOUNT, "started_utc": started,
+        "compile_s": compile_s, "torch_imported_before_simkit": TORCH_FIRST,
+        "gomp_spincount_at_torch_import": SPINCOUNT_AT_TORCH_IMPORT, "started_utc": started,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "rows": rows}, indent=2))
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -454,7 +455,7 @@ def test_tune_malloc_is_a_no_op_without_glibc(monkeypatch):
     def no_libc(*args, **kwargs):
         raise OSError("no C library")
 
-    if sys.platform.startswith("linux") and os.path.exists("/lib/x86_64-linux-gnu/libc.so.6"):
+    if platform.libc_ver()[0] == "glibc":
         assert _malloc.tune_malloc() is True
     monkeypatch.setattr(_malloc.ctypes, "CDLL", no_libc)
     monkeypatch.setattr(_malloc, "TUNED", False)

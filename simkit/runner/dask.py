@@ -159,14 +159,15 @@ class DaskExecutor:
                 raise ValueError(f"'scheduler' {scheduler!r} is not reachable ({type(exc).__name__})") from None
             except (ValueError, TypeError) as exc:  # malformed: no port, unknown scheme, ...
                 raise ValueError(f"'scheduler' {scheduler!r} is not a Dask scheduler address ({exc})") from None
-        # the client's batched stream logs "Batched Comm Closed" with a traceback at INFO when the
-        # scheduler goes away, which can reach stderr before the loss is seen here and reported in one
-        # line (tests/test_faults.py saw it in 1 run of 6); nothing else is logged there at INFO
-        self._batched_level = logging.getLogger(_BATCHED_LOGGER).level
-        logging.getLogger(_BATCHED_LOGGER).setLevel(logging.WARNING)
         if tune_malloc:
             from simkit.runner._dask_plugin import MallocTuning
             self.client.register_plugin(MallocTuning())
+        # the client's batched stream logs "Batched Comm Closed" with a traceback at INFO when the
+        # scheduler goes away, which can reach stderr before the loss is seen here and reported in one
+        # line (tests/test_faults.py saw it in 1 run of 6); nothing else is logged there at INFO. Set
+        # after the last call that can raise, so that a failed constructor leaves the level as it was
+        self._batched_level = logging.getLogger(_BATCHED_LOGGER).level
+        logging.getLogger(_BATCHED_LOGGER).setLevel(logging.WARNING)
         self.n_workers = len(self.client.scheduler_info().get("workers", {}))
         self.address = str(getattr(self.client.scheduler, "address", scheduler))
         self._futures: list = []
