@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from simkit._log1p import log1p, log1p_into
 from simkit._rng import CHUNK, beta, chunk_state, normal, normals_into, uniform_pos
 
 __all__ = ["VMF_BLOCK", "vmf_params", "vmf_omw", "tangent_direction", "compose", "compose_at", "sample_vmf", "sample_uniform", "sample_walk", "tangent_step"]
@@ -49,7 +50,7 @@ def vmf_omw(s, d, par):
         v = 1.0 - uniform_pos(s)  # in [0, 1)
         if kappa < 1e-12:
             return 2.0 * v
-        return -np.log1p(v * par[1]) * par[2]
+        return -log1p(v * par[1]) * par[2]
     m1 = d - 1.0
     b = par[1]
     omx0 = par[2]
@@ -248,6 +249,8 @@ def sample_vmf(mus, kappas, key, out):
         par[0] = -1.0
         g = np.empty(VMF_BLOCK * d)
         bv = np.empty(VMF_BLOCK)  # d == 3: 1 - u of vmf_omw; otherwise omw itself
+        bx = np.empty(VMF_BLOCK)  # d == 3: the argument of vmf_omw's log1p
+        bl = np.empty(VMF_BLOCK)  # d == 3: its value
         bp1 = np.empty(VMF_BLOCK)
         bp2 = np.empty(VMF_BLOCK)
         bn = np.empty(VMF_BLOCK)
@@ -272,13 +275,16 @@ def sample_vmf(mus, kappas, key, out):
                 bax[k] = p
                 bn[k] = _compose_draw(state, p, g, k * d, d)
             if d == 3:
+                for k in range(b1 - b0):
+                    bx[k] = bv[k] * bp1[k]
+                log1p_into(bx, bl, b1 - b0)  # vectorised; the bits of vmf_omw's scalar log1p
                 for i in range(b0, b1):  # the arithmetic
                     k = i - b0
                     r = i if per_row else 0
                     if np.isnan(bp1[k]):
                         omw = 2.0 * bv[k]
                     else:
-                        omw = -np.log1p(bv[k] * bp1[k]) * bp2[k]
+                        omw = -bl[k] * bp2[k]
                     if per_row:
                         p, amax, sigma = _axis(mus, r)
                     _compose_finish(mus, r, p, amax, sigma, omw, bn[k], g, k * d, out, i)
