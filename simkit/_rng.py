@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["CHUNK", "draw_key", "chunk_state", "next_u64", "uniform", "uniform_pos", "normal",
-           "normals_into", "gamma", "beta"]
+           "normals_into", "gamma", "gamma_reg", "beta"]
 
 CHUNK = 512  # rows per independent stream; a constant so results never depend on thread count
 
@@ -220,6 +220,38 @@ def normals_into(s, work, off, d, skip):
             j += 1
     s[0], s[1], s[2], s[3] = s0, s1, s2, s3
     return nrm2
+
+
+@njit(inline="always")
+def _uniform_pos_reg(s0, s1, s2, s3):
+    """:func:`uniform_pos` on a state held in four scalars: (u, new state)."""
+    r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+    return (float(np.int64(r >> _U(11))) + 1.0) * _TWO53, s0, s1, s2, s3
+
+
+@njit(inline="always")
+def gamma_reg(alpha, s0, s1, s2, s3):
+    """:func:`gamma` on a state held in four scalars (registers): the same draws in the same order
+    and the same arithmetic, so the same value and the same new state. Returns (g, new state)."""
+    boost = 1.0
+    if alpha < 1.0:
+        u, s0, s1, s2, s3 = _uniform_pos_reg(s0, s1, s2, s3)
+        boost = u ** (1.0 / alpha)
+        alpha = alpha + 1.0
+    dd = alpha - 1.0 / 3.0
+    c = 1.0 / np.sqrt(9.0 * dd)
+    while True:
+        z, s0, s1, s2, s3 = _normal_reg(s0, s1, s2, s3)
+        v = 1.0 + c * z
+        if v <= 0.0:
+            continue
+        v = v * v * v
+        u, s0, s1, s2, s3 = _uniform_pos_reg(s0, s1, s2, s3)
+        z2 = z * z
+        if u < 1.0 - 0.0331 * z2 * z2:
+            return dd * v * boost, s0, s1, s2, s3
+        if np.log(u) < 0.5 * z2 + dd - dd * v + dd * np.log(v):
+            return dd * v * boost, s0, s1, s2, s3
 
 
 @njit

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from simkit._log1p import log1p, log1p_into
-from simkit._rng import CHUNK, beta, chunk_state, normal, normals_into, uniform_pos
+from simkit._rng import _TWO53, _U, CHUNK, _next_reg, chunk_state, gamma_reg, normal, normals_into, uniform_pos
 
 __all__ = ["VMF_BLOCK", "vmf_params", "vmf_omw", "tangent_direction", "compose", "compose_at", "sample_vmf", "sample_uniform", "sample_walk", "tangent_step"]
 
@@ -51,17 +51,25 @@ def vmf_omw(s, d, par):
         if kappa < 1e-12:
             return 2.0 * v
         return -log1p(v * par[1]) * par[2]
+    # Wood's loop on the state held in registers (gamma_reg): the draws and the arithmetic of
+    # beta(s, half, half) and uniform_pos(s), in the same order; the state is loaded and stored
+    # once per call instead of at every draw
     m1 = d - 1.0
     b = par[1]
     omx0 = par[2]
     x0 = 1.0 - omx0
     log_1mx0sq = par[3]
     half = 0.5 * m1
+    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
     while True:
-        z = beta(s, half, half)
+        ga, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
+        gb, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
+        z = ga / (ga + gb)  # beta(half, half)
         omw = 2.0 * b * z / (1.0 - (1.0 - b) * z)
         t = kappa * (omx0 - omw) + m1 * (np.log(omx0 + x0 * omw) - log_1mx0sq)
-        if t >= np.log(uniform_pos(s)):
+        r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+        if t >= np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53):  # uniform_pos
+            s[0], s[1], s[2], s[3] = s0, s1, s2, s3
             return omw
 
 

@@ -17,7 +17,7 @@ import pytest
 import reference as ref
 from simkit import GeodesicRandomWalk, Uniform, VonMisesFisher
 from simkit._infonce_jit import TILE_N, prefix_sums, tile_negatives
-from simkit._rng import (_ZF, _ZX, CHUNK, _splitmix, beta, chunk_state, draw_key, gamma,
+from simkit._rng import (_ZF, _ZX, CHUNK, _splitmix, beta, chunk_state, draw_key, gamma, gamma_reg,
                          next_u64, normal, uniform, uniform_pos)
 from simkit._sampling import (compose, sample_uniform, sample_vmf, sample_walk,
                               tangent_direction, vmf_omw, vmf_params)
@@ -80,6 +80,16 @@ def _jit_float(s, n, kind, a, b):
             out[i] = gamma(s, a)
         else:
             out[i] = beta(s, a, b)
+    return out
+
+
+@numba.njit
+def _jit_gamma_reg(s, n, a):
+    out = np.empty(n)
+    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
+    for i in range(n):
+        out[i], s0, s1, s2, s3 = gamma_reg(a, s0, s1, s2, s3)
+    s[0], s[1], s[2], s[3] = s0, s1, s2, s3
     return out
 
 
@@ -199,6 +209,17 @@ def test_gamma(alpha):
     s = _state(4, int(alpha * 10))
     sr = ints(s)
     got = _jit_float(s, 1000, 3, alpha, 0.0)
+    np.testing.assert_array_equal(got, [ref.gamma(sr, alpha) for _ in range(1000)])
+    assert ints(s) == sr
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 7.5, 63.5])
+@pytest.mark.deterministic(reason="bit equality of the same seed's draws")
+def test_gamma_reg(alpha):
+    """The register-state gamma (Wood's loop uses it) is the reference's, draws and state alike."""
+    s = _state(4, int(alpha * 10), 1)
+    sr = ints(s)
+    got = _jit_gamma_reg(s, 1000, alpha)
     np.testing.assert_array_equal(got, [ref.gamma(sr, alpha) for _ in range(1000)])
     assert ints(s) == sr
 
