@@ -1,12 +1,14 @@
 """Import PyTorch before simkit, for the benchmarks that compare against it (import this first).
 
-PyTorch's own OpenMP runtime (a libgomp bundled with the wheel) reads ``GOMP_SPINCOUNT`` when it
-loads, and ``import simkit`` sets that to 0 for Numba's runtime. Imported after simkit, PyTorch's
-threads sleep between parallel regions too: on 2026-12-04 ``torch.exp`` on two threads ran 6-13x
-slower than on one (0.37-0.38 against 2.46-4.8 G/s) and single-pass PyTorch 1.8-2.7x slower than in a
-process without simkit, a handicap no PyTorch user has. Imported here first, PyTorch keeps its
-default policy and Numba's runtime still gets 0 (it loads at its first parallel call). The
-benchmarks record both names below in their results. ``--no-torch`` on the command line skips it.
+PyTorch's OpenMP runtime reads ``GOMP_SPINCOUNT`` when it loads, and ``import simkit`` sets that
+variable unless it is set. Before 2026-12-04 (evening) simkit set 0, and with PyTorch imported after
+simkit ``torch.exp`` on two threads ran 6-13x slower than on one (0.37-0.38 against 2.46-4.8 G/s)
+and single-pass PyTorch 1.8-2.7x slower than in a process without simkit, a handicap no PyTorch user
+has. simkit now sets 10000, which measured no handicap (simkit/__init__.py), but the benchmarks keep
+PyTorch first so that it loads with libgomp's default policy whatever simkit sets. Numba and PyTorch
+then share that libgomp (one soname): Numba's OpenMP layer, loaded at its first parallel call, finds
+it already initialised. The benchmarks record both names below in their results. ``--no-torch`` on
+the command line skips it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ process, side by side, on the same inputs:
                       one matmul (x / tau) @ y.T into a reused buffer, subtract the positive's score
                       and ``exp_`` in place, the sums of the grid's segments (k_{g-1}, k_g] of the
                       negatives, a cumulative sum over the grid and log1p;
+* torch1p-f32/f64-alone -- the same code timed in a fresh process that imports only NumPy and
+                      PyTorch (``_torch_alone.py``), on the same inputs. In this process PyTorch
+                      shares the machine with Numba's and OpenBLAS's thread pools; on 2026-12-04
+                      (AMD EPYC host) that cost it up to 2x between runs. Compare simkit with the
+                      better of the two PyTorch figures;
 * torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits
                       on anchor chunks, then torch.nn.functional.cross_entropy on the first k+1
                       columns, once for every k of the grid (17 passes at K_max = 65536).
@@ -59,9 +64,11 @@ from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-import simkit  # noqa: F401  (sets GOMP_SPINCOUNT=0 for Numba's OpenMP runtime, after PyTorch's loaded)
+import simkit  # noqa: F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
 from simkit.infonce import infonce_losses
 from simkit.sphere import Uniform
+
+from _torch_alone import torch_single_pass  # noqa: E402  (imports neither simkit nor torch at the top)
 
 TAU = 0.1
 
@@ -98,37 +105,6 @@ def numpy_tuned(x, xp, y, tau, grid, chunk_a=256, chunk_n=4096):
     return out
 
 
-def torch_single_pass(x, xp, y, tau, grid, dtype, chunk_elems=1 << 20):
-    """Single-pass PyTorch: per anchor chunk one matmul into a reused buffer, exp in place, segment
-    sums over the grid, a cumulative sum. Chunks of about ``chunk_elems`` scores (4-8 MB)."""
-    import torch
-    tx = torch.from_numpy(x).to(dtype)
-    txp = torch.from_numpy(xp).to(dtype)
-    yt = torch.from_numpy(y).to(dtype).T  # (d, K) view: the matmul reads it transposed
-    n = tx.shape[0]
-    k_max = int(grid[-1])
-    yt = yt[:, :k_max]
-    edges = [0] + [int(k) for k in grid]
-    chunk_a = max(1, min(n, chunk_elems // k_max))
-    out = torch.empty((n, grid.size), dtype=dtype)
-    with torch.inference_mode():
-        s0 = (tx * txp).sum(1, keepdim=True) / tau
-        xs = tx / tau
-        buf = torch.empty((chunk_a, k_max), dtype=dtype)
-        seg = torch.empty((chunk_a, grid.size), dtype=dtype)
-        for a0 in range(0, n, chunk_a):
-            a1 = min(n, a0 + chunk_a)
-            m = a1 - a0
-            sc = buf[:m]
-            torch.matmul(xs[a0:a1], yt, out=sc)
-            sc.sub_(s0[a0:a1]).exp_()
-            sg = seg[:m]
-            for g in range(grid.size):
-                torch.sum(sc[:, edges[g]:edges[g + 1]], dim=1, out=sg[:, g])
-            torch.log1p(torch.cumsum(sg, dim=1), out=out[a0:a1])
-    return out.double().numpy()
-
-
 def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
     import torch
     import torch.nn.functional as F
@@ -146,6 +122,22 @@ def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
             for g, k in enumerate(grid):
                 out[a0:a0 + xa.shape[0], g] = F.cross_entropy(logits[:, :k + 1], target, reduction="none").double().numpy()
     return out
+
+
+def torch_alone(x, xp, y, tau, grid, repeats):
+    """Single-pass PyTorch (float32, float64) timed in a fresh process that imports only NumPy and
+    PyTorch (``_torch_alone.py``), on these inputs: {"f32": (seconds, output), "f64": ...}."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        np.savez(src, x=x, xp=xp, y=y, tau=tau, grid=grid)
+        subprocess.run([sys.executable, str(Path(__file__).parent / "_torch_alone.py"), str(src), str(dst),
+                        str(repeats)], check=True)
+        z = np.load(dst)
+        if bool(z["simkit_loaded"]):
+            raise RuntimeError("the lone PyTorch process loaded simkit or Numba")
+        return {k: (float(z[f"t_{k}"]), z[f"out_{k}"]) for k in ("f32", "f64")}
 
 
 def best_times(fns, repeats):
@@ -460,12 +452,18 @@ def main(argv=None):
                     (lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps),
                     (lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)]
         timed = best_times(fns, args.repeats)
+        if have_torch:
+            # the same PyTorch contender in a process of its own: the baseline is never handicapped
+            # by sharing a process with Numba's and OpenBLAS's thread pools (the better one counts)
+            alone = torch_alone(x, xp, y, TAU, grid, args.repeats)
+            names += ["torch1p-f32-alone", "torch1p-f64-alone"]
+            timed += [alone["f32"], alone["f64"]]
         t_s, ref = timed[0]
         t_s32 = timed[1][0]  # simkit-f32: the like-for-like time of the float32 contenders
         for name, (t, out) in zip(names, timed):
             err = float(np.max(np.abs(out - ref)))  # nats
             rate = pairs / t
-            dt = "float32" if name.endswith("f32") else "float64"
+            dt = "float32" if "-f32" in name else "float64"
             lim, which, exp_b, mm_b = binding_limit(limits, d, dt)
             rows.append({"d": d, "k_max": k_max, "n": nn, "contender": name, "dtype": dt, "pairs_per_s": rate,
                          "simkit_speedup": t / t_s, "simkit_f32_speedup": t / t_s32,
@@ -493,6 +491,16 @@ def main(argv=None):
         print(f"  {dt}: exp {b['exp_per_s_all_cores'] / 1e9:.2f} G/s all cores ({b['exp_per_s_one_core'] / 1e9:.2f} "
               f"one core); d32 gemm {b['gemm_gflops_d32_all_cores']:.1f} GFLOP/s all cores "
               f"({b['gemm_gflops_d32_one_core']:.1f} one core)")
+    # the issue's ratio: simkit float32 against the better of the two single-pass PyTorch float32 figures
+    vs_best = {}
+    for d, k_max in sizes:
+        rate = {r["contender"]: r["pairs_per_s"] for r in rows if (r["d"], r["k_max"]) == (d, k_max)}
+        torch_best = max((rate[c] for c in ("torch1p-f32", "torch1p-f32-alone") if c in rate), default=None)
+        if torch_best is not None:
+            vs_best[f"d={d} K={k_max}"] = rate["simkit-f32"] / torch_best
+    if vs_best:
+        print("\nsimkit-f32 / the better of torch1p-f32 (this process) and torch1p-f32-alone: "
+              + ", ".join(f"{k} {v:.2f}x" for k, v in vs_best.items()))
     load_end = os.getloadavg()
     print(f"\nlimit = min(exp bound, matmul bound) for the contender's precision on all cores: "
           f"exp bound = exp/s, matmul bound = d32 GFLOP/s / (2 d) (binding only at d = 32)")
@@ -506,7 +514,7 @@ def main(argv=None):
            "torch_imported_before_simkit": TORCH_FIRST,
            "gomp_spincount_at_torch_import": SPINCOUNT_AT_TORCH_IMPORT,
            "compile_s": compile_s, "tau": TAU, "repeats": args.repeats, "limits": limits,
-           "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
+           "simkit_f32_vs_best_torch1p_f32": vs_best, "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     if args.append and args.out.exists():

@@ -33,7 +33,7 @@ from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (
 
 import numpy as np
 
-import simkit  # noqa: F401  (sets GOMP_SPINCOUNT=0 for Numba's OpenMP runtime, after PyTorch's loaded)
+import simkit  # noqa: F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
 from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.kernels import VMFKernel
 from simkit.sphere import Uniform

@@ -15,10 +15,18 @@ from __future__ import annotations
 
 import os as _os
 
-# libgomp's default spin-then-sleep policy makes every Numba parallel region cost ~15 ms on the
-# 2-core machines simkit targets (measured: an empty region takes 15 ms; 9 us with a zero spin
-# count). libgomp reads this at load time, which happens at the first parallel call, after this.
-_os.environ.setdefault("GOMP_SPINCOUNT", "0")
+# libgomp's spin count: how long an idle OpenMP thread busy-waits before it sleeps. libgomp reads it
+# when it loads (Numba's OpenMP layer loads it at the first parallel call), and Numba and PyTorch share
+# one libgomp in a process (same soname), so the value simkit sets holds for PyTorch too if it is
+# imported after simkit. 10000 (a few microseconds of spinning; libgomp's default is 300000):
+# - 2026-11-30 host: libgomp's default made every Numba parallel region cost ~15 ms (9 us with 0);
+# - 2026-12-04, AMD EPYC 2-vCPU host: an empty region 1.4 us with 10000, 1.5 us with the default,
+#   43-49 us with 0 (the 0 of earlier versions); `simkit run rate_k --quick` 4.97-5.06 s with 10000
+#   against 5.27-5.43 s with 0 (three runs each); PyTorch's two-thread torch.exp (imported after
+#   simkit) 2.19 G/s with 10000, 1.99-2.22 G/s with the default, 0.83 G/s with 0;
+# - 2026-12-04, Intel AVX-512 host: an empty region 3.4 us with the default, 6.3 us with 0.
+# A value set before simkit is imported is kept.
+_os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 from simkit.heat import BrownianKernel
 from simkit.kernels import GeodesicRandomWalk, MarkovKernel, RotatedVMFKernel, VMFKernel
