@@ -6,7 +6,7 @@ IN.npz, times ``torch_single_pass`` in float32 and float64 (one warm-up call, th
 REPEATS consecutive calls each) in a process that imports only NumPy and PyTorch, and writes the
 times and the outputs to OUT.npz. ``bench_infonce.py`` reports this "alone" figure beside the one
 measured in its own process (where Numba's and OpenBLAS's thread pools live too), and compares
-simkit with the better of the two, so that PyTorch is never handicapped by sharing a process.
+simkit with the better of the two, so that sharing a process cannot handicap PyTorch unseen.
 """
 
 from __future__ import annotations

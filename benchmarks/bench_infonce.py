@@ -15,9 +15,10 @@ process, side by side, on the same inputs:
                       and ``exp_`` in place, the sums of the grid's segments (k_{g-1}, k_g] of the
                       negatives, a cumulative sum over the grid and log1p;
 * torch1p-f32/f64-alone -- the same code timed in a fresh process that imports only NumPy and
-                      PyTorch (``_torch_alone.py``), on the same inputs. In this process PyTorch
-                      shares the machine with Numba's and OpenBLAS's thread pools; on 2026-12-04
-                      (AMD EPYC host) that cost it up to 2x between runs. Compare simkit with the
+                      PyTorch (``_torch_alone.py``), on the same inputs, so that sharing a process
+                      with Numba's and OpenBLAS's thread pools cannot handicap PyTorch unseen. On
+                      2026-12-04 (AMD EPYC host) PyTorch's figure moved up to 2x between runs, in
+                      this process and alone alike (cause not found). Compare simkit with the
                       better of the two PyTorch figures;
 * torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits
                       on anchor chunks, then torch.nn.functional.cross_entropy on the first k+1
