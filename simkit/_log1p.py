@@ -81,8 +81,9 @@ def _with_high(u, hi):
 
 
 @njit(inline="always", error_model="numpy")
-def _finish(f, c, k, hfsq):
-    """The polynomial and the reconstruction, for a reduced argument with a nonzero high fraction."""
+def _poly(f, hfsq):
+    """s (hfsq + R(s^2)) with s = f / (2 + f): the fdlibm polynomial in glibc's evaluation order,
+    with its fused multiply-adds."""
     s = f / (2.0 + f)
     z = s * s
     r2 = _fma(z, _LP3, _LP2)
@@ -95,6 +96,13 @@ def _finish(f, c, k, hfsq):
     r = _fma(z4, r3, r)
     r = _fma(z6, r4, r)
     w = (r + hfsq) * s
+    return w
+
+
+@njit(inline="always", error_model="numpy")
+def _finish(f, c, k, hfsq):
+    """The polynomial and the reconstruction, for a reduced argument with a nonzero high fraction."""
+    w = _poly(f, hfsq)
     if k == 0:
         return f - (hfsq - w)
     dk = float(k)
@@ -185,18 +193,7 @@ def _lane(x):
     f = x if plain else un - 1.0
     k = 0 if plain else k
     hfsq = (f * 0.5) * f
-    s = f / (2.0 + f)
-    z = s * s
-    r2 = _fma(z, _LP3, _LP2)
-    r3 = _fma(z, _LP5, _LP4)
-    r4 = _fma(z, _LP7, _LP6)
-    z2 = z * z
-    z4 = z2 * z2
-    z6 = z2 * z4
-    r = _fma(z, _LP1, z2 * r2)
-    r = _fma(z4, r3, r)
-    r = _fma(z6, r4, r)
-    w = (r + hfsq) * s
+    w = _poly(f, hfsq)
     dk = float(k)
     a = (hfsq - (_fma(dk, _LN2_LO, c) + w)) - f
     res_k = _fma(dk, _LN2_HI, -a)
