@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from simkit._log import log
 from simkit._log1p import log1p, log1p_into
 from simkit._rng import _TWO53, _U, CHUNK, _next_reg, chunk_state, gamma_reg, normal, normals_into, uniform_pos
 
@@ -53,7 +54,8 @@ def vmf_omw(s, d, par):
         return -log1p(v * par[1]) * par[2]
     # Wood's loop on the state held in registers (gamma_reg): the draws and the arithmetic of
     # beta(s, half, half) and uniform_pos(s), in the same order; the state is loaded and stored
-    # once per call instead of at every draw
+    # once per call instead of at every draw; both logs are simkit._log.log, inline, the C library's
+    # bits without a call (which would spill the loop's live registers)
     m1 = d - 1.0
     b = par[1]
     omx0 = par[2]
@@ -66,9 +68,9 @@ def vmf_omw(s, d, par):
         gb, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
         z = ga / (ga + gb)  # beta(half, half)
         omw = 2.0 * b * z / (1.0 - (1.0 - b) * z)
-        t = kappa * (omx0 - omw) + m1 * (np.log(omx0 + x0 * omw) - log_1mx0sq)
+        t = kappa * (omx0 - omw) + m1 * (log(omx0 + x0 * omw) - log_1mx0sq)
         r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-        if t >= np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53):  # uniform_pos
+        if t >= log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53):  # uniform_pos
             s[0], s[1], s[2], s[3] = s0, s1, s2, s3
             return omw
 
