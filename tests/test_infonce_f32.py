@@ -55,8 +55,8 @@ def tol(d, tau):
 
 
 # K = 1500: two full tiles of TILE_N = 512 and a partial one (476 columns, not a multiple of 16);
-# B = 150: a full anchor tile of TILE_A = 128 and a partial one of 22 rows (22 = 4 * 5 + 2: register
-# blocks of 4 rows and single rows at d > SMALL_D); grid points on both sides of the 16-lane, tile
+# B = 150: a full anchor tile of TILE_A = 128 and a partial one of 22 rows (register blocks of
+# ROWS_BIG_D = 6 or 8 rows, then single rows, at d > SMALL_D); grid points on both sides of the 16-lane, tile
 # and segment boundaries, the last one mid-tile
 GRID = [1, 2, 3, 8, 9, 17, 100, 511, 512, 513, 1000, 1024, 1041, 1499]
 N_ANCHORS, N_NEG = 150, 1500
@@ -263,3 +263,20 @@ def test_bad_dtype_rejected(small, bad):
     with pytest.raises(ValueError, match=r"'dtype' must be np.float64 \(the default\) or np.float32"):
         infonce_losses(x, xp, y, 0.3, [1, 2], dtype=bad)
 
+
+
+@pytest.mark.deterministic(reason="a pure function of Numba's target settings")
+def test_register_block_follows_the_target_cpu(monkeypatch):
+    """8-row register blocks only where the target CPU has AVX-512's 32 vector registers: a named
+    CPU's features decide, not the host's (a cache built for a named CPU must not assume more)."""
+    from numba.core import config
+
+    from simkit._infonce_jit32 import _vector_registers
+    monkeypatch.setattr(config, "CPU_NAME", "skylake-avx512")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx512f")
+    assert _vector_registers() == 32
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
+    assert _vector_registers() == 16
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    assert _vector_registers() == 16
