@@ -21,14 +21,17 @@ process, side by side, on the same inputs:
                       this process and alone alike (cause not found), so since 2026-12-05 the lone
                       figure is the best over ``--alone-processes`` (default 4) fresh processes of
                       ``--repeats`` calls each, as in the separate script of 2026-12-04 whose best,
-                      990 M pairs/s at (32, 1024), the single-process figure had not reached. The
-                      baseline thus gets more tries than simkit (one process), a deliberate
-                      generosity. Compare simkit with the better of the two PyTorch figures;
+                      990 M pairs/s at (32, 1024), the single-process figure had not reached. simkit
+                      gets as many lone processes (next item). Compare the better of each
+                      contender's two figures;
 * simkit-alone, simkit-f32-alone -- simkit's two contenders timed the same way in as many fresh
                       processes that never import PyTorch (``_simkit_alone.py``), added on
                       2026-12-05 after simkit float32 at (32, 1024) read 842 and 1145 M pairs/s in
-                      this process, 1.4-1.6 G in a process of its own: the issue's ratio is the better
-                      of simkit's two float32 figures over the better of PyTorch's two;
+                      this process, 1.4-1.6 G in processes of its own in a separate script (the
+                      lone processes of the next two runs then read 0.8-1.1 G while the in-process
+                      figure read 1.4-1.6 G: this machine's two speed levels, see the README): the
+                      issue's ratio is the better of simkit's two float32 figures over the better
+                      of PyTorch's two;
 * torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits
                       on anchor chunks, then torch.nn.functional.cross_entropy on the first k+1
                       columns, once for every k of the grid (17 passes at K_max = 65536).

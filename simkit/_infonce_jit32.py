@@ -14,8 +14,8 @@ on an AVX-512 machine the same 8-lane code runs, with half the vector width PyTo
 * scores in float32, never stored for d <= ``SMALL_D``: formed inside the exponential's loop (x0 y0,
   then one fused multiply-add per coordinate). For d > SMALL_D a register block of ``ROWS_BIG_D``
   rows x 16 columns of scores (the register tiling of a gemm micro-kernel; 6 rows, 8 with AVX-512's
-  32 vector registers) is exponentiated as soon as it is formed, across the tile, into a 12-16 KB buffer of the block's rows from which their
-  segment sums are taken. BLAS ``sgemm`` (Numba's ``np.dot`` on float32 arrays does call it)
+  32 vector registers) is exponentiated as soon as it is formed, across the tile, into a 12-16 KB
+  buffer of the block's rows from which their segment sums are taken. BLAS ``sgemm`` (Numba's ``np.dot`` on float32 arrays does call it)
   into a score tile followed by the exponential pass measured ~10% slower at d = 32 (the gemm at
   k = d = 32 runs at ~30 GFLOP/s a core, about what a hand-written C micro-kernel reaches here, 37;
   and the scores make a round trip through memory). At d = 32 the products take ~70% of the time,
