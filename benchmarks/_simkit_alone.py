@@ -35,7 +35,7 @@ def _main(argv):
             best = min(best, time.perf_counter() - t0)
         out[f"t_{name}"] = best
         out[f"out_{name}"] = res
-    out["torch_loaded"] = "torch" in sys.modules
+    out["foreign_loaded"] = "torch" in sys.modules  # the other contender's library
     np.savez(dst, **out)
     return 0
 

@@ -64,7 +64,7 @@ def _main(argv):
         out[f"t_{name}"] = best
         out[f"out_{name}"] = res
     out["torch_threads"] = torch.get_num_threads()
-    out["simkit_loaded"] = "simkit" in sys.modules or "numba" in sys.modules
+    out["foreign_loaded"] = "simkit" in sys.modules or "numba" in sys.modules  # the other contender's
     np.savez(dst, **out)
     return 0
 

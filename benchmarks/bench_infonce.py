@@ -137,12 +137,12 @@ def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
     return out
 
 
-def torch_alone(x, xp, y, tau, grid, repeats, processes=1, script="_torch_alone.py"):
-    """Single-pass PyTorch (float32, float64) timed in ``processes`` fresh processes, one after the
-    other, each importing only NumPy and PyTorch (``_torch_alone.py``) and making ``repeats`` timed
-    calls on these inputs: {"f32": (best seconds, output), "f64": ..., "per_process": {"f32": [best
-    seconds of each process], "f64": [...]}}. With ``script="_simkit_alone.py"`` the same for
-    simkit's estimator in processes that import NumPy and simkit only (:func:`simkit_alone`)."""
+def run_alone(script, x, xp, y, tau, grid, repeats, processes=1):
+    """A contender's lone figure: ``script`` (``_torch_alone.py``: single-pass PyTorch, importing
+    only NumPy and PyTorch; ``_simkit_alone.py``: simkit's estimator, never importing PyTorch) run
+    in ``processes`` fresh processes, one after the other, each making ``repeats`` timed calls in
+    float32 and float64 on these inputs: {"f32": (best seconds, output), "f64": ...,
+    "per_process": {"f32": [best seconds of each process], "f64": [...]}}."""
     import subprocess
     import tempfile
     best, per = {}, {"f32": [], "f64": []}
@@ -153,7 +153,7 @@ def torch_alone(x, xp, y, tau, grid, repeats, processes=1, script="_torch_alone.
             subprocess.run([sys.executable, str(Path(__file__).parent / script), str(src), str(dst),
                             str(repeats)], check=True)
             z = np.load(dst)
-            if bool(z["simkit_loaded"] if "simkit_loaded" in z else z["torch_loaded"]):
+            if bool(z["foreign_loaded"]):
                 raise RuntimeError(f"the lone process of {script} loaded the other contender's library")
             for k in ("f32", "f64"):
                 t = float(z[f"t_{k}"])
@@ -161,12 +161,6 @@ def torch_alone(x, xp, y, tau, grid, repeats, processes=1, script="_torch_alone.
                 if k not in best or t < best[k][0]:
                     best[k] = (t, z[f"out_{k}"])
     return {**best, "per_process": per}
-
-
-def simkit_alone(x, xp, y, tau, grid, repeats, processes=1):
-    """simkit's ``infonce_losses`` (float32, float64) in ``processes`` fresh processes that never
-    import PyTorch (``_simkit_alone.py``): the same return value as :func:`torch_alone`."""
-    return torch_alone(x, xp, y, tau, grid, repeats, processes, script="_simkit_alone.py")
 
 
 def best_times(fns, repeats):
@@ -491,13 +485,13 @@ def main(argv=None):
         if have_torch:
             # the same PyTorch contender in a process of its own: the baseline is never handicapped
             # by sharing a process with Numba's and OpenBLAS's thread pools (the better one counts)
-            alone = torch_alone(x, xp, y, TAU, grid, args.repeats, args.alone_processes)
+            alone = run_alone("_torch_alone.py", x, xp, y, TAU, grid, args.repeats, args.alone_processes)
             alone_per_process[f"d={d} K={k_max}"] = alone["per_process"]
             names += ["torch1p-f32-alone", "torch1p-f64-alone"]
             timed += [alone["f32"], alone["f64"]]
             # and simkit in processes without PyTorch, as many: neither is judged in the other's
             # environment only (the better of each contender's two figures counts)
-            ours = simkit_alone(x, xp, y, TAU, grid, args.repeats, args.alone_processes)
+            ours = run_alone("_simkit_alone.py", x, xp, y, TAU, grid, args.repeats, args.alone_processes)
             simkit_alone_per_process[f"d={d} K={k_max}"] = ours["per_process"]
             names += ["simkit-alone", "simkit-f32-alone"]
             timed += [ours["f64"], ours["f32"]]
