@@ -1,0 +1,72 @@
+"""Every study's quick design, at its default seed, reproduces the reference datasets in
+``tests/data/quick/`` value for value (deterministic: fixed seeds, same arithmetic).
+
+The reference files were written by ``simkit validate`` (quick designs, each study's own seed) before
+the library was reorganised into subpackages; moving code must not move a number. Every data variable
+and coordinate is compared (values, dims and dtype); attributes that record the run (times, host,
+versions, commit) are not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from simkit.runner import get_study, read_dataset, resolve_config, run_study, study_names
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "quick"
+STUDIES = sorted(p.stem for p in REFERENCE.glob("*.nc"))
+
+
+def test_every_registered_study_has_a_reference():
+    assert set(STUDIES) == set(study_names())
+
+
+def _differences(new: xr.Dataset, ref: xr.Dataset) -> list[str]:
+    out = []
+    names = sorted(set(ref.variables) | set(new.variables))
+    for name in names:
+        if name not in new.variables or name not in ref.variables:
+            out.append(f"{name}: only in {'reference' if name in ref.variables else 'new run'}")
+            continue
+        a, b = new[name], ref[name]
+        if a.dims != b.dims or a.shape != b.shape:
+            out.append(f"{name}: dims {a.dims}{a.shape} vs {b.dims}{b.shape}")
+            continue
+        va, vb = a.values, b.values
+        if va.dtype.kind in "fc":
+            same = np.array_equal(va, vb, equal_nan=True)
+        else:
+            same = np.array_equal(va, vb)
+        if not same:
+            if va.dtype.kind in "fc":
+                diff = np.nanmax(np.abs(va - vb)) if va.size else 0.0
+                out.append(f"{name}: max |difference| {diff:.3g}")
+            else:
+                out.append(f"{name}: values differ")
+    return out
+
+
+def test_difference_check_positive_control():
+    """The comparison can fail: one changed value, a renamed variable and a changed dim are all reported."""
+    ref = xr.Dataset({"a": ("k", np.array([1.0, np.nan, 3.0])), "b": ("k", np.array(["x", "y", "z"]))})
+    new = ref.copy(deep=True)
+    assert _differences(new, ref) == []
+    new["a"].values[0] = np.nextafter(1.0, 2.0)
+    assert _differences(new, ref) == ["a: max |difference| 2.22e-16"]
+    assert _differences(ref.rename({"b": "c"}), ref) == ["b: only in reference", "c: only in new run"]
+
+
+@pytest.mark.deterministic(reason="fixed seeds and identical arithmetic: any difference is a code change")
+@pytest.mark.parametrize("name", STUDIES)
+def test_quick_design_reproduces_its_reference(name, tmp_path):
+    study = get_study(name)
+    cfg = resolve_config(study, quick=True, seed=None)
+    res = run_study(study, cfg, tmp_path / f"{name}.nc", progress=False)
+    assert res.completed
+    ref = read_dataset(REFERENCE / f"{name}.nc")
+    new = read_dataset(tmp_path / f"{name}.nc")
+    assert _differences(new, ref) == []
