@@ -1,7 +1,7 @@
 """simkit's InfoNCE estimator timed in a process of its own: the counterpart of ``_torch_alone.py``.
 
 ``python benchmarks/_simkit_alone.py IN.npz OUT.npz REPEATS`` loads ``x, xp, y, tau, grid`` from
-IN.npz, times ``simkit.infonce.infonce_losses`` in float32 and float64 (one warm-up call, which
+IN.npz, times ``simkit.estimators.infonce.infonce_losses`` in float32 and float64 (one warm-up call, which
 also loads the compiled code from Numba's cache, then the best of REPEATS consecutive calls each)
 in a process that imports NumPy and simkit and never PyTorch, and writes the times and the outputs
 to OUT.npz. ``bench_infonce.py`` runs it in as many fresh processes as PyTorch's lone figure gets
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the working tree
 
 
 def _main(argv):
-    from simkit.infonce import infonce_losses
+    from simkit.estimators.infonce import infonce_losses
     src, dst, repeats = argv[0], argv[1], int(argv[2])
     z = np.load(src)
     x, xp, y, tau, grid = z["x"], z["xp"], z["y"], float(z["tau"]), z["grid"]

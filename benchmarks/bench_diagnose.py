@@ -10,7 +10,7 @@ noise of norm ~2 (sd 2/sqrt(d) per coordinate: same-class cosines ~0.2, other cl
 so retrieval is imperfect), labels are the classes (the label kernel). tau = 0.2, k = 256, eps =
 0.01; anchors subsampled with the default ``n_anchors`` (2048) and default Monte Carlo (2^15
 tuples, k grid 1..1024); the exact curve is off by default at this N (``n_exact_anchors``:
-simkit.exact_curve needs 4-10 s per anchor at N = 10^5 and raised the traced peak from 0.45 to 1.27
+simkit.exact.curve needs 4-10 s per anchor at N = 10^5 and raised the traced peak from 0.45 to 1.27
 GB with 3 anchors; ``--n-exact-anchors 3`` times it: 58.7 s at load 6-7, against 27 s without).
 Measured: the wall time of the ``diagnose`` call (data generation excluded), the peak resident set
 size of the process (``resource.getrusage``, which includes the interpreter and the data: O(N d))

@@ -3,7 +3,7 @@
 (a) MCSE^2 x seconds of gap_k at k = 1024 (uniform pi on S^2, vMF kernel kappa = 10, tau = 0.1,
     where the exact gap is known), for
     * simkit: blocks of anchors sharing K negatives, exact l_inf subtracted, control variates with
-      pilot coefficients (simkit.infonce.GapEstimator);
+      pilot coefficients (simkit.estimators.infonce.GapEstimator);
     * plain Monte Carlo: every anchor draws its own k fresh negatives, estimate
       mean(l_k) - log k - CE with the exact CE, no control variate.
     The figure of merit is MCSE^2 x seconds (smaller is better; it is the variance per second of
@@ -26,7 +26,7 @@ import numpy as np
 
 import simkit
 from simkit import exact
-from simkit.infonce import GapEstimator
+from simkit.estimators.infonce import GapEstimator
 
 
 def plain_mc(pi, kernel, tau, k, n_anchors, rng, ce, chunk=64):
@@ -84,7 +84,7 @@ def part_a(quick: bool) -> dict:
 
 
 def part_b(quick: bool) -> dict:
-    from simkit.designs import RATE_SETTINGS as SETTINGS, build_pi
+    from simkit.distributions.designs import RATE_SETTINGS as SETTINGS, build_pi
     k_max = 4096 if quick else 65536
     total = 4096 if quick else 16384
     sizes = [32, 64, 128, 256, 512, 1024]

@@ -5,9 +5,9 @@ All contenders compute, for n anchors with positives and K_max shared negatives,
 l_k = -s0 + log(e^{s0} + sum_{j<=k} e^{s_j}) for every k of the grid 1, 2, 4, ..., K_max, in one
 process, side by side, on the same inputs:
 
-* simkit           -- simkit.infonce.infonce_losses (Numba, fused score/exp/prefix sums, float64);
+* simkit           -- simkit.estimators.infonce.infonce_losses (Numba, fused score/exp/prefix sums, float64);
 * simkit-f32       -- the same with ``dtype=np.float32`` (float32 scores and exponentials, float64
-                      sums; simkit._infonce_jit32): the like-for-like contender of the float32 baselines;
+                      sums; simkit._jit.infonce32): the like-for-like contender of the float32 baselines;
 * numpy-tuned      -- matmul on cache-sized chunks into a reused buffer, in-place exp, segment sums
                       over the grid and a cumulative sum (float64);
 * torch1p-f32/f64  -- single-pass PyTorch on the CPU, what a careful user writes: per anchor chunk
@@ -78,8 +78,8 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import simkit  # noqa: F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
-from simkit.infonce import infonce_losses
-from simkit.sphere import Uniform
+from simkit.estimators.infonce import infonce_losses
+from simkit.distributions.sphere import Uniform
 
 from _torch_alone import torch_single_pass  # noqa: E402  (imports neither simkit nor torch at the top)
 
@@ -255,8 +255,8 @@ def _numba_exp_kernel(dtype=np.float64):
     if name not in _KERN:
         from numba import get_thread_id, njit, prange
 
-        from simkit._infonce_jit import vexp_inplace
-        from simkit._infonce_jit32 import exp32_inplace
+        from simkit._jit.infonce import vexp_inplace
+        from simkit._jit.infonce32 import exp32_inplace
 
         if name == "float64":
             @njit

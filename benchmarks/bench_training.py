@@ -2,9 +2,9 @@
 
 Both contenders compute the same thing in float64, in one process, side by side, on the same inputs:
 ``R_hat_{n,k}(theta) = (1/n) sum_i l_k(theta; x_i, x+_i, y_i1..y_ik)`` and its gradient in theta, for
-the embedding families of :mod:`simkit.embedding`:
+the embedding families of :mod:`simkit.embeddings.embedding`:
 
-* simkit -- :meth:`simkit.training.EmpiricalRisk.value_and_grad` (analytic gradient, Numba,
+* simkit -- :meth:`simkit.embeddings.training.EmpiricalRisk.value_and_grad` (analytic gradient, Numba,
   parallel over tuples, bit-reproducible);
 * torch-f64 -- the loss written in PyTorch (embed, normalise, scores, ``logsumexp``) and
   ``backward()``; CPU, float64, default thread count.
@@ -34,10 +34,10 @@ from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (
 import numpy as np
 
 import simkit  # noqa: F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
-from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.kernels import VMFKernel
-from simkit.sphere import Uniform
-from simkit.training import EmpiricalRisk, TrainingSample
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.distributions.kernels import VMFKernel
+from simkit.distributions.sphere import Uniform
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample
 
 TAU = 0.125
 

@@ -1,36 +1,46 @@
-"""simkit: Monte Carlo evidence for the InfoNCE / similarity-search theory of contrastive learning.
+"""
+simkit: Monte Carlo evidence for the InfoNCE / similarity-search theory of contrastive learning
+===============================================================================================
 
-Public API (THEORY.md defines every object):
+The objects and claims C1–C7 are defined in ``docs/theory.md``. The public API, by concern:
 
-* distributions on S^{d-1}: :class:`Uniform`, :class:`VonMisesFisher`, :class:`VMFMixture`,
-  :class:`Discrete`;
-* positive-pair kernels M: :class:`VMFKernel`, :class:`RotatedVMFKernel`, :class:`BrownianKernel`,
-  :class:`GeodesicRandomWalk`;
-* exact formulas: :mod:`simkit.exact`;
-* the InfoNCE estimator: :mod:`simkit.infonce`;
-* studies, analysis and reports: :mod:`simkit.engine`, :mod:`simkit.analysis`, :mod:`simkit.report`.
+Distributions on S^{d-1} and Markov kernels (:mod:`simkit.distributions`)
+    Uniform, VonMisesFisher, VMFMixture, Discrete -- data distributions π
+    VMFKernel, RotatedVMFKernel, BrownianKernel, GeodesicRandomWalk -- positive-pair kernels M
+
+Exact quantities (:mod:`simkit.exact`)
+    cross_entropy, log_partition, bias_constant, gap_exact -- closed forms for φ = identity
+    simkit.exact.curve.gap_curve, expansion_constants -- the exact finite-k gap curve, c1 and c2
+
+Estimators with Monte Carlo standard errors (:mod:`simkit.estimators`)
+    GapEstimator -- the InfoNCE gap R_k − log k − CE, streamed over k (C1)
+    SearchEstimator -- similarity search on unseen data (C2)
+
+Embeddings and training (:mod:`simkit.embeddings`)
+    LinearEmbedding, TwoLayerEmbedding, FourierEmbedding, train
+
+Statistics (:mod:`simkit.stats`)
+    mean_mcse, jackknife, fit_rate, growth_non_inferiority, curve_test, max_t_test
+
+Studies, claims and reports (:mod:`simkit.runner`, :mod:`simkit.claims`, :mod:`simkit.report`)
+    simkit.runner.run_study, simkit.claims.validate.run_validation, calibrate
+
+Your own embeddings
+    diagnose -- how many negatives does a model need for a tolerated finite-k bias?
 """
 
 from __future__ import annotations
 
 import os as _os
 
-# libgomp's spin count: how long an idle OpenMP thread busy-waits before it sleeps. libgomp reads it
-# when it loads (Numba's OpenMP layer loads it at the first parallel call), and Numba and PyTorch share
-# one libgomp in a process (same soname), so the value simkit sets holds for PyTorch too if it is
-# imported after simkit. 10000 (a few microseconds of spinning; libgomp's default is 300000):
-# - 2026-11-30 host: libgomp's default made every Numba parallel region cost ~15 ms (9 us with 0);
-# - 2026-12-04, AMD EPYC 2-vCPU host: an empty region 1.4 us with 10000, 1.5 us with the default,
-#   43-49 us with 0 (the 0 of earlier versions); `simkit run rate_k --quick` 4.97-5.06 s with 10000
-#   against 5.27-5.43 s with 0 (three runs each); PyTorch's two-thread torch.exp (imported after
-#   simkit) 2.19 G/s with 10000, 1.99-2.22 G/s with the default, 0.83 G/s with 0;
-# - 2026-12-04, Intel AVX-512 host: an empty region 3.4 us with the default, 6.3 us with 0.
-# A value set before simkit is imported is kept.
+# libgomp (shared by Numba's OpenMP layer and PyTorch) reads its spin count once, when it loads: a
+# short busy-wait keeps Numba's many small parallel regions cheap without idle threads spinning for
+# long (measurements in docs/performance.md). A value set before simkit is imported is kept.
 _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-from simkit.heat import BrownianKernel
-from simkit.kernels import GeodesicRandomWalk, MarkovKernel, RotatedVMFKernel, VMFKernel
-from simkit.sphere import Discrete, SphereDistribution, Uniform, VMFMixture, VonMisesFisher
+from simkit.distributions import (BrownianKernel, Discrete, GeodesicRandomWalk, MarkovKernel,  # noqa: E402
+                                  RotatedVMFKernel, SphereDistribution, Uniform, VMFKernel, VMFMixture,
+                                  VonMisesFisher)
 
 __version__ = "0.1.0"
 
@@ -51,13 +61,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # lazy: simkit.diagnose (issue 12) imports xarray and statsmodels
+def __getattr__(name):
+    """``simkit.diagnose`` and ``simkit.calibrate`` (functions) load on first use: they bring in
+    xarray, statsmodels and the runner, which ``import simkit`` alone does not need."""
     if name == "diagnose":
         from simkit.diagnose import diagnose
         globals()["diagnose"] = diagnose  # the function, not the submodule of the same name
         return diagnose
-    if name == "calibrate":  # lazy too (issue 13): the runner, xarray, scipy
-        from simkit.calibrate import calibrate
-        globals()["calibrate"] = calibrate  # the function, not the submodule of the same name
+    if name == "calibrate":
+        from simkit.claims.calibrate import calibrate
+        globals()["calibrate"] = calibrate
         return calibrate
     raise AttributeError(f"module 'simkit' has no attribute {name!r}")

@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="simkit", description="Monte Carlo evidence for the InfoNCE theory (THEORY.md)")
+    p = _Parser(prog="simkit", description="Monte Carlo evidence for the InfoNCE theory (docs/theory.md)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run (or resume) a study; writes data/STUDY.nc and reports/STUDY.pdf")
     r.add_argument("study")
@@ -225,7 +225,7 @@ def _report(args) -> int:
 
 def _validate(args) -> int:
     from simkit.runner import ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable
-    from simkit.validate import run_validation
+    from simkit.claims.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
         out = _check_path("--out", args.out, ".nc") or Path("data") / "validation.nc"
@@ -234,7 +234,7 @@ def _validate(args) -> int:
         check_writable("--report", report)
         if args.from_data is not None:
             from simkit.runner import study_names
-            from simkit.validate import check_from_data
+            from simkit.claims.validate import check_from_data
             check_from_data(args.from_data, study_names())
         executor = _connect(args.scheduler)
     except ValueError as exc:
@@ -256,7 +256,7 @@ def _validate(args) -> int:
         if executor is not None:
             executor.close()
     print(f"simkit: wrote {out} and {report}")
-    from simkit.validate import empirical_text
+    from simkit.claims.validate import empirical_text
     print(f"{'claim':<16}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
     for i, c in enumerate(ds["claim"].values):
         e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
@@ -286,7 +286,7 @@ def _parse_count(option: str, text: str, low: int) -> int:
 
 
 def _combine(args) -> int:
-    from simkit.calibrate import combine
+    from simkit.claims.calibrate import combine
     from simkit.runner import WriteFailed, check_writable, get_study
     try:
         given = [opt for opt, used in (("--seeds", args.seeds != "200"), ("--first-seed", args.first_seed != "1"),
@@ -313,7 +313,7 @@ def _combine(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from simkit.calibrate import ALTERNATIVES, calibrate
+    from simkit.claims.calibrate import ALTERNATIVES, calibrate
     from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config)
     if args.combine is not None:
         return _combine(args)

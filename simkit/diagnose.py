@@ -1,7 +1,7 @@
 """``simkit.diagnose``: the finite-k InfoNCE bias of a user's own embeddings of a finite data set.
 
 The data distribution is the empirical one, π uniform over the N rows of ``embeddings`` (each row
-normalised onto the unit sphere), and the score is ``s(x, y) = φ(x)·φ(y)/τ`` (THEORY.md §1). The
+normalised onto the unit sphere), and the score is ``s(x, y) = φ(x)·φ(y)/τ`` (docs/theory.md §1). The
 positive kernel M is one of
 
 * ``labels`` (length N): M(x_i, ·) uniform over the rows with x_i's label, x_i itself included;
@@ -9,7 +9,7 @@ positive kernel M is one of
 * ``positive_embeddings`` (N, m, d): m sampled augmented views of each row; M is known only
   through these samples, so m1, CE, c1 and c2 are Monte Carlo over the views (with MCSE).
 
-Quantities (THEORY.md §2-3), per anchor x and then averaged over anchors:
+Quantities (docs/theory.md §2-3), per anchor x and then averaged over anchors:
 ``Z = mean_j e^{s(x, x_j)}``, ``Z2``, ``Z3`` (2s, 3s), ``m1 = E_{x+~M(x)} e^{s(x,x+)}``,
 ``CE = E[-s(x, x+) + log Z(x)]``, ``c1 = E[m1/Z - (Z2/Z^2 - 1)/2]`` and ``gap_k = R_k - log k - CE``.
 
@@ -39,9 +39,9 @@ from numpy.typing import NDArray
 from scipy.special import logsumexp
 
 from simkit.runner.provenance import versions
-from simkit._validation import check_int, check_rng, check_scalar
-from simkit.analysis import choose_k_min, fit_rate, mean_mcse
-from simkit.exact_curve import expected_log_sum_parts
+from simkit._checks import check_int, check_rng, check_scalar
+from simkit.stats.analysis import choose_k_min, fit_rate, mean_mcse
+from simkit.exact.curve import expected_log_sum_parts
 
 __all__ = ["diagnose", "DEFAULT_K_GRID"]
 
@@ -49,7 +49,7 @@ __all__ = ["diagnose", "DEFAULT_K_GRID"]
 DEFAULT_K_GRID = tuple(2**i for i in range(11))
 
 _REFERENCES = ("N. Whiteley (2026), Similarity search generalisation in contrastive learning with InfoNCE loss; "
-               "simkit THEORY.md (c1, c2 derived there and here)")
+               "simkit docs/theory.md (c1, c2 derived there and here)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,9 +207,9 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         the anchors (at least one per anchor).
     n_exact_anchors : int, optional
         Anchors (a random subset of the anchor sample) whose exact gap curve is computed; its cost
-        is ~40 microseconds per row per anchor (simkit.exact_curve; ~4 s per anchor at N = 10^5).
+        is ~40 microseconds per row per anchor (simkit.exact.curve; ~4 s per anchor at N = 10^5).
         Default ``min(n_anchors, max(3, 2**16 // N))`` (every anchor for N <= 256), and 0 (no exact
-        curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact_curve would exceed 32
+        curve; ``gap_exact`` NaN) when one (nodes x N) array of simkit.exact.curve would exceed 32
         MiB (~3.6 such arrays at its peak), nodes ~ 8 (2/tau + 25 + log k_max): at N = 10^5 an
         anchor costs 4-10 s there (measured, 2 shared vCPUs) and the call's traced peak grew from
         0.45 to 1.27 GB with 3 such anchors, beyond the O(N d + block N) memory bound (pass
@@ -254,7 +254,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
       tuples alone); with an anchor subsample, the blocks are a random partition of the anchors
       (the MCSE includes anchor sampling, without the finite-population correction: conservative).
     * The slope is the WLS slope of log gap (of log(-gap) if the gap is negative over the whole fit
-      range, as when c1 < 0) on log k with a 1/k term (simkit.analysis.fit_rate) over
+      range, as when c1 < 0) on log k with a 1/k term (simkit.stats.analysis.fit_rate) over
       k >= ``slope_k_min`` (16 times the expansion scale max(E Z2/Z^2, E m1/Z), or the 4 largest
       grid points if the grid does not reach it: then ``attrs['slope_pre_asymptotic'] = 1``).
     * ``positive_embeddings``: the exact curve treats M(x_i, ·) as uniform over the m given views
@@ -313,7 +313,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     n_a = min(n_anchors, n)
     anchors = np.arange(n) if n_a == n else np.sort(gen.choice(n, size=n_a, replace=False))
     if n_exact_anchors is None:
-        # simkit.exact_curve holds (nodes x N) arrays per anchor, nodes ~ 8 (score range + 25 + log k_max):
+        # simkit.exact.curve holds (nodes x N) arrays per anchor, nodes ~ 8 (score range + 25 + log k_max):
         # (~3.6 of them at its peak): by default only while one stays within 32 MiB (N <~ 12,500 at tau = 0.2)
         nodes = 8.0 * (2.0 / tau + 25.0 + math.log(float(ks[-1])))
         n_ex = min(n_a, max(3, (1 << 16) // n)) if n * nodes <= (1 << 22) else 0
@@ -547,7 +547,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
                                       "Monte Carlo estimate (control variate -s(x,x+) + log Z(x)); " + nats)),
         "gap_mcse": (("k",), gap_se, _attrs("MCSE of gap in nats", "1", "between-block " + mc_note)),
         "gap_exact": (("k",), gex, _attrs("exact finite-k gap in nats", "1",
-                                          "exact per-anchor gap (simkit.exact_curve, Laplace-integral identity) "
+                                          "exact per-anchor gap (simkit.exact.curve, Laplace-integral identity) "
                                           "averaged over the exact-curve anchors (two-phase estimator with the "
                                           "prediction as control variate); exact when every row has its curve; "
                                           + nats)),
@@ -624,7 +624,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         "n_exact_anchors": int(n_ex),
         "n_blocks": int(n_blocks),
         "tuples_per_anchor": int(per_anchor),
-        "exact_curve": "simkit.exact_curve.expected_log_sum_parts",
+        "exact_curve": "simkit.exact.curve.expected_log_sum_parts",
         "slope_pre_asymptotic": pre_asymptotic,
         "slope_note": slope_note,
         "n_anchors_no_other_positive": n_no_other,

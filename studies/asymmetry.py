@@ -2,14 +2,14 @@
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C7 (THEORY.md section 3): C1-C3 need no symmetry of M. Here C1 (gap_k = R_k - log k - CE
+Aim        C7 (docs/theory.md section 3): C1-C3 need no symmetry of M. Here C1 (gap_k = R_k - log k - CE
            = c1/k + O(1/k^2)) and C2 (D_k = R_k - E CE(M_k, Q_k) = O(1/k)) are re-tested for positive
            kernels that are not pi-reversible.
 Data       phi = identity on S^{d-1}. Settings (kernel, pi):
            * rotated vMF kernel M(x, .) = vMF(R x, kappa_M), R a rotation by ``angle`` in the (e_1, e_2)
              plane, over uniform pi in d = 3 (pi-invariant, since R preserves the uniform law, but not
              reversible: R != R^T) and over a vMF pi in d = 8 (neither invariant nor reversible);
-           * spherical Brownian motion run for time t (simkit.heat) over a vMF pi in d = 3 and d = 8:
+           * spherical Brownian motion run for time t (simkit.distributions.heat) over a vMF pi in d = 3 and d = 8:
              its transition density is symmetric, but pi is not its invariant law (pi M != pi), so
              pi(dx) M(x, dy) != pi(dy) M(y, dx);
            * optionally the reversible control: vMF kernel over uniform pi in d = 3 with tau = 1/kappa_M.
@@ -19,11 +19,11 @@ Data       phi = identity on S^{d-1}. Settings (kernel, pi):
 Estimand   gap_k and D_k on k = 1, 2, 4, ..., k_max; their log-log slopes; c1 (exact, or Monte Carlo
            over x for the rotated kernel) and d1 (predicted, diagnostic); non-reversibility
            statistics E[x_1 x+_2 - x_2 x+_1] and E[x+_1 - x_1] (both 0 for a reversible M).
-Methods    The estimators of rate_k (simkit.infonce.GapEstimator) and search_ce
-           (simkit.search.SearchEstimator; the Brownian density ratio m(x, y) = h_t(x.y) /
+Methods    The estimators of rate_k (simkit.estimators.infonce.GapEstimator) and search_ce
+           (simkit.estimators.search.SearchEstimator; the Brownian density ratio m(x, y) = h_t(x.y) /
            (|S^{d-1}| pi(y)) is the heat-kernel series summed per pair to 1e-12 relative), with
            their control variates and pilot coefficients; the rate rule those studies share
-           (simkit.analysis.rate_verdict): WLS of log|curve| on log k and 1/k over k >= k_min =
+           (simkit.stats.analysis.rate_verdict): WLS of log|curve| on log k and 1/k over k >= k_min =
            smallest grid k >= 16 x the expansion scale, fitted only when the block means keep one
            sign there (applied to gap_k too: c1 < 0 is possible once M is asymmetric, and happens
            here); WLS of the curve on 1/k, 1/k^2 for the constant, c1 tested with Student t on
@@ -38,31 +38,30 @@ Run it: ``simkit run asymmetry`` or ``python studies/asymmetry.py`` (same option
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 from scipy import stats
 
 from simkit import RotatedVMFKernel, VMFKernel, exact
-from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues,
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues,
                              truth_rng, truth_verdict, worst_slope)
-from simkit.exact_curve import gap_curve, second_order_constant
-from simkit.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
-from simkit.heat import BrownianKernel
-from simkit.infonce import BLOCK_STATS, GapEstimator, k_grid
+from simkit.exact.curve import gap_curve, second_order_constant
+from simkit.distributions.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
+from simkit.distributions.heat import BrownianKernel
+from simkit.estimators.infonce import BLOCK_STATS, GapEstimator, k_grid
 from simkit.runner import Check, Param, Study, Var
-from simkit.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
+from simkit.estimators.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
 
 __all__ = ["STUDY", "ALPHA", "SETTINGS", "SCHEMA", "asymmetry_exact", "mean_map", "build_kernel", "build_pi"]
 
 #: false-failure rate of each per-setting check (the level of rate_k and search_ce)
 ALPHA = 1e-3
 
-#: the design catalogue (simkit.designs.ASYMMETRY_SETTINGS): name -> kernel family, its parameters,
+#: the design catalogue (simkit.distributions.designs.ASYMMETRY_SETTINGS): name -> kernel family, its parameters,
 #: pi, dimension, tau and the queries per C2 block
 SETTINGS = ASYMMETRY_SETTINGS
 
-#: smallest number of C2 queries per block in the quick design (see Asymmetry._anchors)
+#: smallest number of C2 queries per block in the quick design (see Asymmetry.unit_anchors)
 QUICK_MIN_SEARCH_ANCHORS = 128
 
 #: names of the per-block statistics: C1 (GapEstimator), C2 (SearchEstimator, its loss renamed)
@@ -113,12 +112,12 @@ ANALYSES = (("gap", "raw_gap_cv", "c1", "c2", "c1", True), ("d", "raw_d_cv", "d1
 #: the curves over k with their MCSE: name -> (raw statistic, long name, description)
 CURVES = {
     "gap": ("gap_cv", "finite-k gap R_k - log k - CE", "block mean of the control-variate estimator G_k "
-            "(simkit.infonce)"),
+            "(simkit.estimators.infonce)"),
     "gap_plain": ("gap_plain", "gap without control variates", "block mean of l_k - log k - l_inf"),
     "loss": ("loss", "InfoNCE risk R_k (C1 blocks)", "block mean of l_k"),
     "dgap": ("dgap_cv", "gap_k - gap_2k", "D_k - D_2k with its exactly centred control variate (k <= K/4)"),
     "d": ("d_cv", "D_k = R_k - E CE(M_k, Q_k)", "block mean of the control-variate estimator "
-          "(simkit.search.SearchEstimator)"),
+          "(simkit.estimators.search.SearchEstimator)"),
     "d_rb": ("d_rb", "D_k without control variates", "positive's score replaced by its exact conditional mean"),
     "d_plain": ("d_plain", "D_k, plain difference", "block mean of l_k - CE(M_k, Q_k)"),
     "pos_term": ("pos_term", "positive-weight term E log(1 + e^{s0}/S_k)", "first part of D_k"),
@@ -132,9 +131,9 @@ EXACT = {
     "c1": ("exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant): quadrature where exact, "
            "Monte Carlo over x (the task's rng) with exact inner terms for the rotated kernel"),
     "ce": ("exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
-    "c2": ("exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) (simkit.exact_curve."
+    "c2": ("exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) (simkit.exact.curve."
            "second_order_constant; docs/second-order.md)"),
-    "d1": ("predicted d1, in nats", "E_x[m1/Z] - E_x Cov_M(m, s) (simkit.search.search_constants)"),
+    "d1": ("predicted d1, in nats", "E_x[m1/Z] - E_x Cov_M(m, s) (simkit.estimators.search.search_constants)"),
     "pos": ("predicted positive-weight constant E_x[m1/Z], in nats", "k * pos_term -> pos"),
     "snis": ("predicted self-normalisation constant E_x Cov_M(m, s), in nats", "k * snis_term -> -snis"),
     "w2": ("importance-weight second moment w2 = E_x E_pi[m^2]", "expansion scale of V_k/W_k"),
@@ -158,7 +157,7 @@ def _analysis_schema(var: str, const: str, const2: str, claim: str, test_const: 
     rule = (f"pass when the block means keep one sign for k >= k_min, the level-{1 - ALPHA:g} slope interval "
             f"contains -1 and slope = -1/2 is rejected at {ALPHA:g}"
             + (f", and |c1_z| is within the two-sided level-{ALPHA:g} Student t critical value on n_blocks - 1 df"
-               if test_const else "") + " (simkit.analysis.rate_verdict)")
+               if test_const else "") + " (simkit.stats.analysis.rate_verdict)")
     fields = {
         "slope": (f"log-log slope of |{var}_k|", "WLS of log(sign x curve) on log k and 1/k over k >= k_min"),
         "slope_se": (f"jackknife standard error of {p}slope", "delete-one-block jackknife"),
@@ -214,12 +213,12 @@ SCHEMA = {
     "gap_exact_mcse": Var(K, "MCSE of gap_exact, in nats", "1", "0 where exact"),
     "c2_t": Var(S, "standardised difference of c2_estimate from c2_exact", "1", "Student t on n_blocks - 1 df"),
     "curve_max_t": Var(S, "largest studentised deviation of the Monte Carlo gap curve from the exact curve", "1",
-                       "simkit.truth_tests.max_t_test over every k (with the exact curve's own variance where it is "
+                       "simkit.stats.truth_tests.max_t_test over every k (with the exact curve's own variance where it is "
                        "Monte Carlo)"),
     "curve_p": Var(S, "p-value of curve_max_t", "1", "Efron bootstrap of the blocks (9999 resamples; the exact "
-                   "curve's error drawn from its covariance where it is Monte Carlo; simkit.analysis.truth_rng)"),
+                   "curve's error drawn from its covariance where it is Monte Carlo; simkit.stats.analysis.truth_rng)"),
     "dgap_max_t": Var(S, "largest studentised deviation of the Z-free dgap_k = gap_k - gap_2k from its exact value",
-                      "1", "per-block dgap_cv for every k <= K/4 (simkit.truth_tests.dgap_test, max-t)"),
+                      "1", "per-block dgap_cv for every k <= K/4 (simkit.stats.truth_tests.dgap_test, max-t)"),
     "dgap_p": Var(S, "p-value of dgap_max_t", "1", "as curve_p"),
     **{k: v for a in ANALYSES for k, v in _analysis_schema(a[0], *a[2:]).items()},
     "verdict": Var(S, "verdict for C7 in this setting", "1",
@@ -230,11 +229,11 @@ SCHEMA = {
     "k_gap_mcse": Var(K, "MCSE of k_gap, in nats", "1", "k * gap_mcse"),
     "k_d": Var(K, "k times D_k, in nats", "1", "approaches d1 as k grows"),
     "k_d_mcse": Var(K, "MCSE of k_d, in nats", "1", "k * d_mcse"),
-    **{n: Var(K, ln, "1", "first min(rank_anchors, queries) queries of each block (simkit.search); NaN where "
+    **{n: Var(K, ln, "1", "first min(rank_anchors, queries) queries of each block (simkit.estimators.search); NaN where "
               f"k < {N_TOP} for recall") for n, ln in (("top1", "top-1 agreement of Q_k and M_k"),
                                                        ("recall", f"recall@{N_TOP} of Q_k against M_k"))},
     **{f"{n}_mcse": Var(K, f"MCSE of {n}", "1", MCSE) for n in ("top1", "recall")},
-    "gap_exact": Var(K, "exact gap, in nats", "1", "simkit.exact_curve.gap_curve (Laplace-transform integral; exact "
+    "gap_exact": Var(K, "exact gap, in nats", "1", "simkit.exact.curve.gap_curve (Laplace-transform integral; exact "
                      "quadrature, or Monte Carlo over x with exact inner integrals for the rotated kernel over a vMF "
                      "pi: gap_exact_mcse)"),
     "ce_estimate": Var(S, "Monte Carlo CE, in nats", "1", "block mean of l_inf = -s(x,x+) + log Z(x)"),
@@ -251,13 +250,13 @@ SCHEMA = {
     **{f"{n}_z": Var(S, f"z-score of {n} against its exact value", "1", "(estimate - exact) / MCSE; diagnostic of "
                      "the sampler") for n in _ASYM},
     "k": Var(("k",), "number of negatives / database size k", "1", "geometric grid 1, 2, 4, ..., k_max"),
-    "setting": Var(S, "design setting", "1", "name of the setting in simkit.designs.ASYMMETRY_SETTINGS"),
+    "setting": Var(S, "design setting", "1", "name of the setting in simkit.distributions.designs.ASYMMETRY_SETTINGS"),
     "kernel": Var(S, "positive kernel family", "1", "rotated (vMF(Rx, kappa_M)), brownian (heat kernel, time t) "
                   "or vmf (vMF(x, kappa_M), the reversible control)"),
     "angle": Var(S, "rotation angle of R", "rad", "R rotates the (e_1, e_2) plane; NaN for other kernels"),
     "kappa_m": Var(S, "kernel concentration kappa_M", "1", "rotated and vMF kernels; NaN for the Brownian kernel"),
     "t": Var(S, "Brownian diffusion time t", "1", "generator Laplacian/2; NaN for the vMF kernels"),
-    "pi": Var(S, "data distribution family", "1", "uniform or vmf (mean e_1); simkit.designs.build_pi"),
+    "pi": Var(S, "data distribution family", "1", "uniform or vmf (mean e_1); simkit.distributions.designs.build_pi"),
     "dim": Var(S, "ambient dimension d", "1", "points on S^{d-1} in R^d"),
     "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of pi (0 for uniform)"),
     "tau": Var(S, "temperature tau", "1", "score s(x, y) = x.y / tau"),
@@ -374,7 +373,7 @@ class Asymmetry(Study):
     }
 
     @staticmethod
-    def _anchors(name: str, cfg: dict) -> int:
+    def unit_anchors(name: str, cfg: dict) -> int:
         """Queries per C2 block. The quick design uses at least QUICK_MIN_SEARCH_ANCHORS: with the Brownian
         settings' 64 queries and 24 blocks its C2 slope SE was 0.04-0.15 over six seeds (brown-vmf-d8), while
         rejecting slope = -1/2 at 1e-3 needs SE <~ 0.08 for 99% power ((1 - 1/2)/SE >= t_(0.9995, 23) + z_0.99 =
@@ -386,7 +385,7 @@ class Asymmetry(Study):
 
     def check_config(self, cfg):
         names = cfg["settings"].split(",")
-        anchors = [self._anchors(n, cfg) for n in names]
+        anchors = [self.unit_anchors(n, cfg) for n in names]
         if cfg["rank_anchors"] > min(anchors):
             raise ValueError(f"'rank_anchors' must be <= the queries per C2 block of every setting ({min(anchors)}), "
                              f"got {cfg['rank_anchors']}")
@@ -402,7 +401,7 @@ class Asymmetry(Study):
             cell["angle"] = float(cfg["angle"])
         if cell["kernel"] == "brownian" and cfg["t"] is not None:
             cell["t"] = float(cfg["t"])
-        cell["search_anchors"] = self._anchors(name, cfg)
+        cell["search_anchors"] = self.unit_anchors(name, cfg)
         return cell
 
     def cells(self, cfg):
@@ -494,7 +493,7 @@ class Asymmetry(Study):
 
     @staticmethod
     def _truth(raw, k, out, seed) -> None:
-        """C1 against the exact curve, the exact dgap and c2 (simkit.analysis.truth_verdict), into verdict_c1."""
+        """C1 against the exact curve, the exact dgap and c2 (simkit.stats.analysis.truth_verdict), into verdict_c1."""
         cov = raw["prep_gap_exact_cov"].values
         out["gap_exact_mcse"] = np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
         for name in TRUTH_FIELDS_MAX_T:
@@ -542,7 +541,3 @@ class Asymmetry(Study):
 
 
 STUDY = Asymmetry()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "asymmetry", *sys.argv[1:]]))

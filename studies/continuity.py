@@ -6,7 +6,7 @@ log k = 0" stays, unchanged in meaning, as an exploratory check and per-cell ``f
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C4 (THEORY.md section 3, Prop. 4): the Gateaux derivative of the log-sum-exp in l_k along
+Aim        C4 (docs/theory.md section 3, Prop. 4): the Gateaux derivative of the log-sum-exp in l_k along
            a perturbation h of the embedding is a softmax-weighted average of h over the negatives,
            so |l_k(psi) - l_k(phi)| is bounded by a softmax average of ||phi(x-_i) - psi(x-_i)||,
            which does not grow with k; the standard Lipschitz argument gives the max over the k
@@ -17,7 +17,7 @@ Data       Pairs (phi, psi) of embeddings S^{p-1} -> S^{d-1}: phi random from it
            (x, x+, x-_1..x-_K), x ~ pi, x+ ~ vMF(x, kappa_M), negatives i.i.d. from pi, independent
            across tuples; every k = 1, 2, 4, ..., K uses the first k negatives (common random numbers).
            Settings: a two-layer tanh embedding in d = 16 with uniform pi, and a linear embedding in
-           d = 16 with the vMF mixture pi of simkit.designs (parametric psi); and a localised one,
+           d = 16 with the vMF mixture pi of simkit.distributions.designs (parametric psi); and a localised one,
            "bump-d16": phi two-layer tanh S^2 -> S^15, uniform pi, psi = normalise(phi + a b(x) e) with
            a = BUMP_GAIN eps and b a bump on a cap of pi-mass 2^-6 (:class:`CapBump`), so only rare
            negatives are displaced (a lot): the max over negatives picks them up as k grows, the
@@ -27,7 +27,7 @@ Estimand   Per tuple and k: |l_k(psi) - l_k(phi)|, the averaging bound B_avg and
            E B_max / E B_avg, E B_avg / E|dl|, E B_max / E|dl|.
 Methods    Exact evaluation per tuple (running log-sum-exp over the negatives, so every k of the
            grid comes from one pass); validity counted on every tuple; slope of log E[B] on log k
-           over k >= k_fit_min (WLS, statsmodels, with delete-one-block jackknife SE: simkit.analysis
+           over k >= k_fit_min (WLS, statsmodels, with delete-one-block jackknife SE: simkit.stats.analysis
            .fit_rate); ratios of means with jackknife MCSE.
 Performance  Violations (must be 0 for every bound: a deterministic check of proved inequalities);
            primary (pre-registered): OLS slope b of log2 E B_avg on log2 k over k >= k_fit_min per
@@ -38,7 +38,7 @@ Performance  Violations (must be 0 for every bound: a deterministic check of pro
            averaging bound with a two-sided t test of slope = 0 at level ALPHA and its detectable slope,
            WLS slope of the max bound with a one-sided t test at ALPHA; every mean and ratio with its MCSE.
 
-The bounds (derived here; notation of THEORY.md section 1)
+The bounds (derived here; notation of docs/theory.md section 1)
 ----------------------------------------------------------
 Fix a tuple and write u = phi(x), v = phi(x+), w_j = phi(x-_j), and u', v', w'_j for psi; all are
 unit vectors. With r_j = s(x, x-_j) - s(x, x+) = u.(w_j - v)/tau,
@@ -90,7 +90,6 @@ Run it: ``simkit run continuity`` or ``python studies/continuity.py`` (same opti
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,11 +99,11 @@ from scipy import special, stats
 from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
-from simkit.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
-from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
-from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.infonce import k_grid
-from simkit.protocol import protocol_attrs
+from simkit.stats.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.estimators.infonce import k_grid
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 
 __all__ = ["loss_difference_bounds", "violations", "perturb", "cap_cosine", "CapBump", "SETTINGS", "SCHEMA", "STUDY",
@@ -270,7 +269,7 @@ class CapBump:
     Parameters
     ----------
     phi : callable
-        The embedding S^{p-1} -> S^{d-1} (points on the last axis; an :class:`simkit.embedding.Embedding`).
+        The embedding S^{p-1} -> S^{d-1} (points on the last axis; an :class:`simkit.embeddings.embedding.Embedding`).
     centre : array_like, shape (p,)
         Unit vector c, the centre of the cap C = {x : x.c >= t}.
     cos_radius : float
@@ -414,7 +413,7 @@ SCHEMA = {
     "p": Var(S, "input dimension p", "1", "points on S^{p-1}"),
     "d": Var(S, "embedding dimension d", "1", "S^{d-1}"),
     "hidden": Var(S, "hidden width m", "1", "0 for the linear family"),
-    "pi": Var(S, "data distribution family", "1", f"uniform or mixture (simkit.designs: weights {MIXTURE_WEIGHTS}, "
+    "pi": Var(S, "data distribution family", "1", f"uniform or mixture (simkit.distributions.designs: weights {MIXTURE_WEIGHTS}, "
               f"means from seed {MIXTURE_SEED})"),
     "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of each mixture component"),
     "kappa_m": Var(S, "kernel concentration kappa_M", "1", "x+ ~ vMF(x, kappa_M)"),
@@ -1070,7 +1069,3 @@ class Continuity(Study):
 
 
 STUDY = Continuity()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "continuity", *sys.argv[1:]]))

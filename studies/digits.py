@@ -3,7 +3,7 @@
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
 Aim        C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k)), C2 (D_k = R_k -
-           E CE(M_k, Q_k) = O(1/k)) and C3 (train/test gap of the InfoNCE ERM against n and k), THEORY.md
+           E CE(M_k, Q_k) = O(1/k)) and C3 (train/test gap of the InfoNCE ERM against n and k), docs/theory.md
            section 3, at real images and real encoders rather than phi = identity on synthetic laws.
 Data       ``sklearn.datasets.load_digits()``: 1,797 8x8 images (pixel values 0..16, shipped with
            scikit-learn, no download), split in half, stratified by label, by a permutation of each
@@ -17,15 +17,15 @@ Data       ``sklearn.datasets.load_digits()``: 1,797 8x8 images (pixel values 0.
            fill, then Gaussian pixel noise of sd ``aug_noise`` clipped at 0; sampling only).
            Encoders: ``pixels`` (the normalised pixels, d = 64), ``rff`` (random Fourier features
            cos(W u + b), D = 256, W ~ N(0, 1/RFF_BANDWIDTH^2), b ~ U[0, 2 pi) from ``RFF_SEED``, a
-           fixed part of the design; normalised) and ``mlp`` (simkit.embedding.TwoLayerEmbedding
+           fixed part of the design; normalised) and ``mlp`` (simkit.embeddings.embedding.TwoLayerEmbedding
            64 -> mlp_hidden -> mlp_dim, tanh, trained by InfoNCE with the cell's kernel on the train
-           split by simkit.training.train, L-BFGS-B from an initialisation and a training sample drawn
+           split by simkit.embeddings.training.train, L-BFGS-B from an initialisation and a training sample drawn
            from the prepare task's rng). Temperature per encoder (tau_pixels, tau_rff, tau_mlp).
 Estimand   gap_k on k = 1, 2, ..., k_max; its log-log slope; c1. D_k (label kernel). The train/test
            gap G(n, k) = R_k,test(phi_hat) - R_hat_{n,k}(phi_hat) of MLPs trained on n tuples with
            k negatives, and E(n, k) = CE_test(phi_hat) - (R_hat_{n,k} - log k).
 Methods    Exact quantities by simkit.diagnose on the test embeddings (CE, c1, c2, the exact gap
-           curve by simkit.exact_curve on a random subset of anchors with its MCSE, top-1 and
+           curve by simkit.exact.curve on a random subset of anchors with its MCSE, top-1 and
            recall@10 of softmax retrieval against same-digit retrieval); for the augmentation kernel
            CE, c1 and the exact curve are Monte Carlo over ``n_views`` sampled views per image (with
            MCSE). Monte Carlo gap: per block, every test image is an anchor with
@@ -39,7 +39,7 @@ Methods    Exact quantities by simkit.diagnose on the test embeddings (CE, c1, c
            exactly 0 (given the number of same-digit items in the database, they are uniform over
            the class), so it is used as a control variate; a database without a same-digit item
            has V_k/W_k := E_M s (probability (1 - N_c/N)^k; the convention does not change the
-           mean). Rate rule simkit.analysis.rate_verdict (shared with rate_k and search_ce).
+           mean). Rate rule simkit.stats.analysis.rate_verdict (shared with rate_k and search_ce).
            C3: per block and per (n, k) of the grid an MLP is trained from a fresh initialisation on
            n fresh train-split tuples (independent negatives), then R_k,test by the C1 estimator on
            the test split (CE exact for label, Monte Carlo for augment).
@@ -56,18 +56,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import sys
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, setting_pvalues,
+from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, setting_pvalues,
                              worst_slope)
 from simkit.diagnose import diagnose
-from simkit.embedding import TwoLayerEmbedding
-from simkit.exact_curve import expected_log_sum_parts
+from simkit.embeddings.embedding import TwoLayerEmbedding
+from simkit.exact.curve import expected_log_sum_parts
 from simkit.runner import Check, Param, Study, Var
-from simkit.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
 #: false-failure rate of each per-setting rate check (slope interval; c1 z-test for C1)
 ALPHA = 1e-3
@@ -226,7 +225,7 @@ def gap_terms(w_pos: NDArray, t_k: NDArray, grid: NDArray) -> tuple[NDArray, NDA
 
 def exact_d_curve(s: NDArray, idx: NDArray, mask: NDArray, anchors: NDArray, grid: NDArray) -> NDArray:
     """Exact D_k(x) = E log(e^{S0} + S_k) - E log S_k of the label kernel for the given anchors,
-    shape (len(anchors), G), by simkit.exact_curve.expected_log_sum_parts.
+    shape (len(anchors), G), by simkit.exact.curve.expected_log_sum_parts.
 
     S0 ~ M(x) (uniform over x's class), S_k = sum of k i.i.d. e^{s(x, y)}, y ~ pi. With the study's
     convention V_k/W_k := E_M s the self-normalised term of R_k - E CE(M_k, Q_k) has mean exactly 0,
@@ -268,7 +267,7 @@ def _rate_vars(prefix: str, what: str) -> dict:
     p = prefix
     return {
         f"{p}slope": _v(S, f"log-log slope of {what}", "WLS of log curve on log k and 1/k over k >= k_min "
-                        "(simkit.analysis.rate_verdict); -1 under the claim, -1/2 under the 1/sqrt(k) alternative"),
+                        "(simkit.stats.analysis.rate_verdict); -1 under the claim, -1/2 under the 1/sqrt(k) alternative"),
         f"{p}slope_se": _v(S, f"jackknife standard error of the {what} slope", "delete-one-block jackknife"),
         f"{p}slope_ci_low": _v(S, f"95% interval for the {what} slope, lower", "Student t, n_blocks - 1 df"),
         f"{p}slope_ci_high": _v(S, f"95% interval for the {what} slope, upper", "Student t, n_blocks - 1 df"),
@@ -332,7 +331,7 @@ SCHEMA = {
     "prep_d_exact": _v(("setting", "d_exact_dim0"), "exact D_k on the k grid, in nats", "prepare stage"),
     "prep_d_exact_mcse": _v(("setting", "d_exact_mcse_dim0"), "MCSE of the exact D_k, in nats", "prepare stage"),
     "prep_theta": _v(("setting", "theta_dim0"), "trained MLP parameters", "[W1.ravel(), b1, W2.ravel()] "
-                     "(simkit.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
+                     "(simkit.embeddings.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
     # C1 summaries
     "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator"),
     "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", MCSE),
@@ -340,7 +339,7 @@ SCHEMA = {
     "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", MCSE),
     "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
     "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(K, "exact gap, in nats", "simkit.diagnose gap_exact: simkit.exact_curve per anchor on a random "
+    "gap_exact": _v(K, "exact gap, in nats", "simkit.diagnose gap_exact: simkit.exact.curve per anchor on a random "
                     "subset of test anchors (two-phase estimator); for augment exact given the sampled views"),
     "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "anchor subsampling (and views for augment)"),
     "gap_z": _v(K, "standardised difference of gap from gap_exact", "(gap - gap_exact) / sqrt(gap_mcse^2 + "
@@ -372,7 +371,7 @@ SCHEMA = {
     "d_mcse": _v(K, "MCSE of d, in nats", MCSE),
     "d_plain": _v(K, "D_k without the control variate, in nats", "block mean of raw_d_plain"),
     "d_plain_mcse": _v(K, "MCSE of d_plain, in nats", MCSE),
-    "d_exact": _v(K, "exact D_k, in nats", "simkit.exact_curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
+    "d_exact": _v(K, "exact D_k, in nats", "simkit.exact.curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
                   "S_k) - E log S_k) on n_exact_d random test anchors, difference estimator with the prediction "
                   "(m1/Z)/k known at every anchor; NaN for augment"),
     "d_exact_mcse": _v(K, "MCSE of d_exact, in nats", "anchor subsampling (finite-population correction)"),
@@ -408,7 +407,7 @@ SCHEMA = {
     "c3_risk_test_mcse": _v(C3D, "MCSE of c3_risk_test, in nats", MCSE),
     "c3_converged": _v(C3D, "share of converged trainings", "block mean of raw_c3_converged"),
     "c3_slope_n": _v(("setting", "k_train"), "slope of log c3_gap on log n", "WLS with jackknife SE "
-                     "(simkit.analysis.fit_rate without the 1/k term); C3 predicts -1/2 or steeper; NaN with fewer "
+                     "(simkit.stats.analysis.fit_rate without the 1/k term); C3 predicts -1/2 or steeper; NaN with fewer "
                      "than 3 sizes or a non-positive mean gap"),
     "c3_slope_n_se": _v(("setting", "k_train"), "jackknife SE of c3_slope_n", "delete-one-block jackknife"),
 }
@@ -486,7 +485,7 @@ class Digits(Study):
         "estimand": "gap_k and D_k on a geometric k grid, their log-log slopes, c1; train/test gap G(n, k)",
         "methods": "simkit.diagnose for the exact CE, c1, c2, exact gap curve and retrieval metrics; Monte Carlo "
                    "gap with an exactly zero-mean control variate, D_k with exact per-database CE; "
-                   "simkit.analysis.rate_verdict; simkit.training.train for the MLPs",
+                   "simkit.stats.analysis.rate_verdict; simkit.embeddings.training.train for the MLPs",
         "performance": "slope with 95% CI, p of slope = -1/2, c1 z-score, D_k slope, top-1 and recall@10, G with "
                        "MCSE; MCSE of every estimate",
     }
@@ -806,7 +805,3 @@ class Digits(Study):
 
 
 STUDY = Digits()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "digits", *sys.argv[1:]]))

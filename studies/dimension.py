@@ -6,12 +6,12 @@ and commit are global attributes of the dataset). Today's two-sided trend result
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C6 (THEORY.md section 3): the bounds carry no explicit dependence on d. Prediction tested: at fixed
+Aim        C6 (docs/theory.md section 3): the bounds carry no explicit dependence on d. Prediction tested: at fixed
            parameter count and parameter-Lipschitz constant, E[G] does not grow with d by as much as an
            explicit d factor would imply. Primary test one-sided non-inferiority, H0: growth >= DELTA per
            doubling of d, H1: growth < DELTA.
 Data       pi uniform on S^2, x+ ~ vMF(x, kappa_M), k i.i.d. negatives, tau. Two families, both through
-           simkit.lifted.FourierEmbedding, both with parameter-Lipschitz constant 1/sqrt(3) at every d:
+           simkit.embeddings.lifted.FourierEmbedding, both with parameter-Lipschitz constant 1/sqrt(3) at every d:
            "fourier" (primary): phi_W(x) = (cos(A W x), sin(A W x))/sqrt(m), d = 2m, trainable W (3 x 3, 9
            parameters), fixed tight frame A (m x 3) REDRAWN in every block (frame seed from the block's
            seeds; nested in d within a block), temperature tau; "linear" (positive control): phi_W(x) = W x / |W x|,
@@ -22,9 +22,9 @@ Data       pi uniform on S^2, x+ ~ vMF(x, kappa_M), k i.i.d. negatives, tau. Two
            for every d >= 3. Within a block all d and both families share the training sample, the
            evaluation tuples and the initial normals (common random numbers); blocks are independent.
 Estimand   b = OLS slope of log2 E[G](d) on log2 d over the grid; growth per doubling 2^b - 1.
-Methods    phi_hat by L-BFGS-B (simkit.training.train, one start). R_k(phi_hat) on fresh tuples paired with
+Methods    phi_hat by L-BFGS-B (simkit.embeddings.training.train, one start). R_k(phi_hat) on fresh tuples paired with
            phi = identity (R_k(id) exact, simkit.exact); G_cv = G + R_hat(id) - R_k(id) (exactly zero-mean
-           control). b from the block means, delete-one-block jackknife SE (simkit.analysis.jackknife),
+           control). b from the block means, delete-one-block jackknife SE (simkit.stats.analysis.jackknife),
            t = (b - log2(1 + DELTA)) / SE on n_blocks - 1 df.
 Performance  E[G] +- MCSE per (family, d); b, growth, t, p for both families; secondary two-sided trend of
            E[G] per doubling (mean of per-block OLS slopes) and relative to the mean level.
@@ -35,7 +35,6 @@ Run it: ``simkit run dimension`` (the pre-registered design) or ``simkit run dim
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +43,12 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import NonInferiority, growth_non_inferiority, jackknife, mean_mcse
-from simkit.embedding import LinearEmbedding
-from simkit.lifted import FourierEmbedding, LiftedRisk
-from simkit.protocol import protocol_attrs as _protocol_attrs
+from simkit.stats.analysis import NonInferiority, growth_non_inferiority, jackknife, mean_mcse
+from simkit.embeddings.embedding import LinearEmbedding
+from simkit.embeddings.lifted import FourierEmbedding, LiftedRisk
+from simkit.claims.protocol import protocol_attrs as _protocol_attrs
 from simkit.runner import Check, Param, Study, Var, task_seed
-from simkit.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
 __all__ = ["STUDY", "SCHEMA", "CHECKS", "ALPHA", "DELTA", "B0", "FAMILIES", "NonInferiority", "non_inferiority",
            "block_seeds", "PROTOCOL_PATH"]
@@ -133,7 +132,7 @@ def _block_of(rng: np.random.Generator) -> int:
 
 
 def protocol_attrs(root: Path = _ROOT, path: str = PROTOCOL_PATH) -> dict[str, str]:
-    """The protocol's provenance attributes (:func:`simkit.protocol.protocol_attrs`)."""
+    """The protocol's provenance attributes (:func:`simkit.claims.protocol.protocol_attrs`)."""
     return _protocol_attrs(path, root)
 
 
@@ -467,7 +466,3 @@ def verdicts(primary: NonInferiority, primary_err: str, control: NonInferiority,
 
 
 STUDY = Dimension()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "dimension", *sys.argv[1:]]))

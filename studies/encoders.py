@@ -5,9 +5,9 @@ ADEMP (Morris, White & Crowther 2019)
 Aim        C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2), rate 1/k against the stated alternative
            1/sqrt(k) of Li, Wei, Yang & Ying 2026), C2 (R_k - E CE(M_hat_k, Q_hat_k) = O(1/k), and
            "InfoNCE learns retrieval") and C7 (both for the non-reversible rotated kernel), all at an
-           embedding phi_hat *trained* by InfoNCE (THEORY.md section 3), not at phi = identity.
+           embedding phi_hat *trained* by InfoNCE (docs/theory.md section 3), not at phi = identity.
 Data       pi_N: N atoms drawn once per cell (prepare rng) from the vMF mixture on S^2 of
-           simkit.designs (MIXTURE_WEIGHTS, mixture_means(3), kappa_pi = KAPPA_PI), uniform weights.
+           simkit.distributions.designs (MIXTURE_WEIGHTS, mixture_means(3), kappa_pi = KAPPA_PI), uniform weights.
            Positive kernel M_N, the Discrete approximation of the vMF kernel vMF(x, KAPPA_M) or of the
            rotated kernel vMF(Rx, KAPPA_M) (R a plane rotation by ANGLE): M_N(x_i, x_j) = w_ij,
            w_ij proportional to f_M(x_i, x_j) / f_pi(x_j) (self-normalised importance weights over the
@@ -16,7 +16,7 @@ Data       pi_N: N atoms drawn once per cell (prepare rng) from the vMF mixture 
            retrieval M_hat_k are exact finite sums for ANY embedding (the route of simkit.diagnose;
            Z of pi_N is checked against quadrature of the continuous mixture in the tests).
            Encoders: LinearEmbedding and TwoLayerEmbedding (tanh, HIDDEN units), S^2 -> S^{d-1},
-           d in {8, 32}, from a random start (prepare rng), trained by simkit.training.train
+           d in {8, 32}, from a random start (prepare rng), trained by simkit.embeddings.training.train
            (L-BFGS-B) on n_train tuples with k_train independent negatives drawn from (pi_N, M_N).
            Cells: setting = "<lin|mlp>-d<8|32>-<vmf|rot>".
 Estimand   At phi_hat (the last checkpoint): gap_k on k = 1, 2, ..., k_max, its log-log slope, c1, c2,
@@ -28,10 +28,10 @@ Estimand   At phi_hat (the last checkpoint): gap_k on k = 1, 2, ..., k_max, its 
 Methods    Replicate blocks of block_anchors anchors sharing k_max negatives: the control-variate
            gap estimator G_k = D_k - A_k - B_k + C_k/2 with exactly centred A, B, C (exact Z, Z2, m1
            of pi_N at phi_hat; Taylor coefficients, no pilot), the CRN difference dgap with its
-           Z-free control variate, D_k from the same tuples; simkit.analysis.rate_verdict (WLS of
+           Z-free control variate, D_k from the same tuples; simkit.stats.analysis.rate_verdict (WLS of
            log curve on log k and 1/k for k >= k_min = 16 x expansion scale, jackknife over blocks)
-           and simkit.analysis.truth_verdict (max |t|, bootstrap reference, of the curve and of dgap against the
-           exact curve; c2 against exact). Exact curve: simkit.exact_curve.expected_log_sum_parts
+           and simkit.stats.analysis.truth_verdict (max |t|, bootstrap reference, of the curve and of dgap against the
+           exact curve; c2 against exact). Exact curve: simkit.exact.curve.expected_log_sum_parts
            per atom (all atoms: no Monte Carlo).
 Performance  Slope +- jackknife SE, p(slope = -1/2), c1 fitted +- MCSE against exact, curve/dgap
            p-values; retrieval metrics +- MCSE per checkpoint.
@@ -52,22 +52,21 @@ Run it: ``simkit run encoders`` or ``python studies/encoders.py`` (same options)
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
 
-from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, truth_rng, truth_verdict,
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, truth_rng, truth_verdict,
                              worst_slope)
-from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
-from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.exact_curve import expected_log_sum_parts
-from simkit.infonce import k_grid
-from simkit.kernels import RotatedVMFKernel, VMFKernel
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.exact.curve import expected_log_sum_parts
+from simkit.estimators.infonce import k_grid
+from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.runner import Check, Param, Study, Var
-from simkit.sphere import VMFMixture
-from simkit.training import EmpiricalRisk, TrainingSample, train
+from simkit.distributions.sphere import VMFMixture
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
 #: false-failure rate of each per-setting test
 ALPHA = 1e-3
@@ -146,7 +145,7 @@ def exact_constants(f: np.ndarray, log_w: np.ndarray, tau: float, ks: np.ndarray
     Z = mean_j e^{s_ij}, Z2, Z3 with 2s, 3s; m1 = sum_j w_ij e^{s_ij}; CE = mean_i(-sum_j w_ij s_ij
     + log Z_i); c1 = E[m1/Z - (Z2/Z^2 - 1)/2]; per anchor c2 = -E[W0^2]/2 + k3/3 + v E[W0] - 3 v^2/4
     with W0 = e^{s0}/Z, v = Z2/Z^2 - 1, k3 = Z3/Z^3 - 3 Z2/Z^2 + 2 (simkit.diagnose); the exact
-    gap per anchor is log1p(m1/(kZ)) + E log(Y_k / E Y_k) (simkit.exact_curve.expected_log_sum_parts).
+    gap per anchor is log1p(m1/(kZ)) + E log(Y_k / E Y_k) (simkit.exact.curve.expected_log_sum_parts).
     """
     n = f.shape[0]
     s = f @ f.T / tau
@@ -212,7 +211,7 @@ def block_terms(f: np.ndarray, log_w_rows: np.ndarray, anchors: np.ndarray, pos:
     v = np.expm1(lz2 - 2.0 * lz)
     c = a * a - v[:, None] / kf
     b = (e0 - np.exp(lm1 - lz))[:, None] / kf
-    g = d_k - a - b + 0.5 * c  # Taylor coefficients (1, 1, -1/2) of simkit.infonce
+    g = d_k - a - b + 0.5 * c  # Taylor coefficients (1, 1, -1/2) of simkit.estimators.infonce
     loss = np.log(e0[:, None] + sk) + (lz - s0)[:, None]
     n_g = grid.size
     dd = np.full((anchors.size, n_g), np.nan)
@@ -274,7 +273,7 @@ SCHEMA = {
                           + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1", "recall10")},
     "prep_atoms": _v(("setting", "atoms_dim0", "atoms_dim1"), "atoms of pi_N on S^2", "N draws from the vMF mixture (prepare rng)"),
     "prep_theta": _v(("setting", "theta_dim0", "theta_dim1"), "encoder parameters at each checkpoint",
-                     "flat parameter vector (simkit.embedding), zero-padded to the longest"),
+                     "flat parameter vector (simkit.embeddings.embedding), zero-padded to the longest"),
     **{f"prep_{n}": _v(("setting", f"{n}_dim0"), f"exact per-atom {n} at phi_hat", "natural log; used to centre the "
                        "control variates") for n in ("log_z", "log_z2", "log_m1")},
     **{f"prep_{n}": _v(S, f"per-setting constant {n} at phi_hat", "exact finite sums over pi_N (nats for c1, c2, CE)")
@@ -324,9 +323,9 @@ SCHEMA = {
     "k_min": _v(S, "smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
     "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "Student t on n_blocks - 1 df"),
     "curve_max_t": _v(S, "largest studentised deviation of the Monte Carlo gap curve from the exact curve",
-                      "simkit.truth_tests.max_t_test"),
-    "curve_p": _v(S, "p-value of curve_max_t", "Efron bootstrap of the blocks, 9999 resamples (simkit.analysis.truth_rng)"),
-    "dgap_max_t": _v(S, "largest studentised deviation of dgap from the exact dgap", "simkit.truth_tests.dgap_test"),
+                      "simkit.stats.truth_tests.max_t_test"),
+    "curve_p": _v(S, "p-value of curve_max_t", "Efron bootstrap of the blocks, 9999 resamples (simkit.stats.analysis.truth_rng)"),
+    "dgap_max_t": _v(S, "largest studentised deviation of dgap from the exact dgap", "simkit.stats.truth_tests.dgap_test"),
     "dgap_p": _v(S, "p-value of dgap_max_t", "as curve_p"),
     "verdict": _v(S, "verdict for C1 at phi_hat", f"pass when the level-{1 - ALPHA:g} slope interval contains -1, "
                   f"slope = -1/2 is rejected at {ALPHA:g}, c1 and c2 agree with exact, and the curve and dgap "
@@ -459,7 +458,7 @@ class Encoders(Study):
         "estimand": "at phi_hat: gap_k, its slope, c1, c2, dgap_k, D_k; along training: risk, CE, retrieval "
                     "CE(M_hat, Q_hat), top-1 agreement, recall@10",
         "methods": "exact finite sums over pi_N for Z, m1, CE, c1, c2 and the gap curve at any phi; block Monte Carlo "
-                   "with exactly centred control variates; rate_verdict and truth_verdict (simkit.analysis); "
+                   "with exactly centred control variates; rate_verdict and truth_verdict (simkit.stats.analysis); "
                    "paired one-sided t tests along training (pre-stated)",
         "performance": "slope +- jackknife SE, p(-1/2), c1 z, curve/dgap p-values, retrieval +- MCSE",
     }
@@ -659,7 +658,3 @@ class Encoders(Study):
 
 
 STUDY = Encoders()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "encoders", *sys.argv[1:]]))

@@ -2,7 +2,7 @@
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C3 (THEORY.md section 3, Theorem 1): for an ERM embedding phi_hat the gap
+Aim        C3 (docs/theory.md section 3, Theorem 1): for an ERM embedding phi_hat the gap
            G = R_k(phi_hat) - R_hat_{n,k}(phi_hat) is O(n^{-1/2}) and does not grow with k (the
            complexity term stabilises). C5 (gap side): G grows as tau -> 0. C6: G carries no explicit
            dependence on the embedding dimension d.
@@ -10,9 +10,9 @@ Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M = 10), k i.i.d. nega
            temperature tau = 1/kappa_M (then phi = identity has Q = M and CE = -I exactly). Four
            sweeps, each with replicate training sets (blocks): n (k = k_n, linear family d = 3), k
            (n = n_k, linear d = 3), tau (n = n_tau, k = k_tau, linear d = 3) and d (n = n_d,
-           k = k_d, the random-Fourier lift of simkit.lifted: 9 trainable parameters and the
+           k = k_d, the random-Fourier lift of simkit.embeddings.lifted: 9 trainable parameters and the
            Lipschitz constant 1/sqrt(3) in them for every d = 6 ... 256, while the score kernel
-           changes with d; its frequency frame is fixed by simkit.lifted.LIFT_SEED, a documented part
+           changes with d; its frequency frame is fixed by simkit.embeddings.lifted.LIFT_SEED, a documented part
            of the design that is the same for every study seed). Within a sweep and block the levels share random numbers: the n
            sweep uses the first n tuples of one sample, the k sweep the first k negatives of each
            tuple, the tau and d sweeps the same sample, and all levels the same initialisation and
@@ -21,17 +21,17 @@ Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M = 10), k i.i.d. nega
 Estimand   E[G] and E[E] (E = CE(phi_hat) - (R_hat - log k)) at every level; the slope of log E[G]
            on log n; the slope of E[G] in log2 k for k >= k_trend_min; the slope of log E[G] on
            log tau; the slope of E[G] in log2 d.
-Methods    phi_hat by L-BFGS-B (simkit.training.train, `restarts` starts, best kept). R_k(phi_hat) on
+Methods    phi_hat by L-BFGS-B (simkit.embeddings.training.train, `restarts` starts, best kept). R_k(phi_hat) on
            fresh tuples paired with phi = identity: R_k(phi_hat) = R_k(id) + mean(l(phi_hat) - l(id)),
            R_k(id) = log k + CE(id) + gap_k(id) exact (simkit.exact). Control variate with exactly zero
            mean: G_cv = G + R_hat(id) - R_k(id) (same for E), which removes the O(n^{-1/2}) sampling
            noise of the loss level and keeps the estimator exactly unbiased for E[G]. CE(phi_hat) by
-           simkit.population.generalisation (quadrature, identity control variate; linear family
-           only: simkit.population estimates R_k with the jitted routines, which do not cover the
+           simkit.estimators.population.generalisation (quadrature, identity control variate; linear family
+           only: simkit.estimators.population estimates R_k with the jitted routines, which do not cover the
            Fourier family, and its quadrature at d = 256 would take minutes per training set; E is not
            computed in the d sweep).
            MCSE: sd over blocks / sqrt(blocks). Slopes: WLS of log means with delete-one-block
-           jackknife SE (simkit.analysis.fit_rate) for n and tau; per-block OLS slopes (mean, sd /
+           jackknife SE (simkit.stats.analysis.fit_rate) for n and tau; per-block OLS slopes (mean, sd /
            sqrt(blocks)) for k and d. One-sided or two-sided t tests at ALPHA with the effect each
            detects with probability POWER.
 Performance  Per level: E[G], E[E] with MCSE, plain and control-variate versions, sd of G (sample
@@ -51,7 +51,7 @@ at tau_k = tau sqrt(k_trend_min / k), whose Theorem-1 complexity term grows like
 (:func:`control_tau`), which the rule must flag; krot and kbrown, C3 under the rotated vMF kernel
 vMF(Rx, 10) (uniform pi, R a rotation by pi/3) and the Brownian kernel (t = 0.2, vMF pi with kappa 2,
 tau 0.2), reported as C7 checks (C7's third part: C3 without symmetry). Beside every linear point
-the value of a Theorem-1-type bound (simkit.bounds: the complexity term 2 Rad_n with explicit
+the value of a Theorem-1-type bound (simkit.exact.bounds: the complexity term 2 Rad_n with explicit
 constants, the McDiarmid sample-variability term and the plug-in 1/k term) and a deterministic
 check E[G] + z MCSE <= 2 Rad_n bound. The n, k, tau and d checks above stay as they were: exploratory.
 
@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,15 +70,15 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import NonInferiority, fit_rate, growth_non_inferiority, jackknife, mean_mcse
-from simkit.bounds import linear_class_constants, theorem1_bound
-from simkit.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
-from simkit.embedding import LinearEmbedding
-from simkit.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk
-from simkit.population import generalisation
-from simkit.protocol import protocol_attrs
+from simkit.stats.analysis import NonInferiority, fit_rate, growth_non_inferiority, jackknife, mean_mcse
+from simkit.exact.bounds import linear_class_constants, theorem1_bound
+from simkit.distributions.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
+from simkit.embeddings.embedding import LinearEmbedding
+from simkit.embeddings.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk
+from simkit.estimators.population import generalisation
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var, task_seed
-from simkit.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
 __all__ = ["STUDY", "SCHEMA", "CHECKS", "NI_CHECKS", "ALPHA", "POWER", "EQUIV_MARGIN", "SWEEPS", "NI_SWEEPS", "DELTA_K",
            "ISO_MIN", "ETA", "PROTOCOL_PATH", "TrendTest", "trend_test", "one_sided_rate", "level_grid", "sweep_seeds",
@@ -128,7 +127,7 @@ NI_SETTINGS = {
              math.nan, _ROT["tau"]),
     "kbrown": (_BROWN["pi"], _BROWN["kappa_pi"], "brownian", math.nan, math.nan, _BROWN["t"], _BROWN["tau"]),
 }
-P_DIM = 3  # data on S^2: quadrature gives Z to ~1e-9 (simkit.quadrature)
+P_DIM = 3  # data on S^2: quadrature gives Z to ~1e-9 (simkit.exact.quadrature)
 #: caps on embedded points (and on points x d values, Fourier family) per evaluation chunk: bounds memory
 _CHUNK_POINTS = 1 << 18
 _CHUNK_VALUES = 1 << 22
@@ -230,7 +229,7 @@ class RateCheck:
 
 def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative: str, alpha: float = ALPHA,
                    power: float = POWER) -> RateCheck:
-    """WLS slope of log(mean over blocks) on log x, jackknife SE (:func:`simkit.analysis.fit_rate`), and a
+    """WLS slope of log(mean over blocks) on log x, jackknife SE (:func:`simkit.stats.analysis.fit_rate`), and a
     one-sided t test of H0 ``slope <= bound`` (``alternative="greater"``) or ``slope >= bound`` ("less").
 
     ``detect`` is the distance from ``bound`` (towards H1) detected with probability ``power``.
@@ -290,7 +289,7 @@ def control_tau(tau: float, k: int, k_ref: int) -> float:
     The control is the linear class phi_W(x) = W x / |W x| with its score ``phi(x).phi(y) / tau_k``:
     equivalently the embedding ``r_k phi_W`` with radius ``r_k = (k / k_ref)^{1/4}`` at tau. Its loss
     class has Lipschitz constant in the parameters ``4 L_phi / tau_k`` and range ``4 / tau_k``, both
-    proportional to sqrt(k), so the complexity term of the Theorem-1 bound (:mod:`simkit.bounds`:
+    proportional to sqrt(k), so the complexity term of the Theorem-1 bound (:mod:`simkit.exact.bounds`:
     ``2 Rad_n <= 2 inf_eps [L eps + D sqrt(2 P log(1 + 4 rho/eps) / n)]``, linear in L and D up to the
     logarithm) grows like sqrt(k) -- the growth earlier bounds allow and Theorem 1 excludes.
     """
@@ -298,7 +297,7 @@ def control_tau(tau: float, k: int, k_ref: int) -> float:
 
 
 def point_bound(n: int, k: int, tau: float, c1: float = float("nan")):
-    """The Theorem-1-type bound of :mod:`simkit.bounds` for the linear class Theta_{ISO_MIN} (p = 3) at (n, k, tau)."""
+    """The Theorem-1-type bound of :mod:`simkit.exact.bounds` for the linear class Theta_{ISO_MIN} (p = 3) at (n, k, tau)."""
     return theorem1_bound(n, k, tau, eta=ETA, c1=c1, **linear_class_constants(P_DIM, ISO_MIN))
 
 
@@ -381,8 +380,8 @@ QUANTITIES = {
     "excess_eval_mcse": ("evaluation MCSE of E per block", True, "MCSE of the CE estimate"),
     "ce_excess": ("CE(phi_hat) - CE(identity)", True, "quadrature CE with the identity control variate"),
     "gap_unpaired": ("E[G], unpaired population estimate", True,
-                     "simkit.population.generalisation's G (R_k on its own anchors, identity-CE control)"),
-    "gap_unpaired_mcse": ("MCSE of the unpaired G", True, "from simkit.population"),
+                     "simkit.estimators.population.generalisation's G (R_k on its own anchors, identity-CE control)"),
+    "gap_unpaired_mcse": ("MCSE of the unpaired G", True, "from simkit.estimators.population"),
     "converged": ("fraction of trainings converged", False, "L-BFGS-B success flag of the best start"),
     "n_converged": ("starts converged", False, "of the restarts"),
     "iterations": ("L-BFGS-B iterations", False, "of the best start"),
@@ -493,12 +492,12 @@ def _ni_schema(s: str) -> dict:
 
 _BOUND_SCHEMA = {
     "bound_complexity": _v(P, "Theorem-1 complexity term 2 Rad_n (bound on E[G])",
-                           "simkit.bounds.theorem1_bound for the linear class Theta_s (s = ISO_MIN, 9 parameters in "
+                           "simkit.exact.bounds.theorem1_bound for the linear class Theta_s (s = ISO_MIN, 9 parameters in "
                            "the Frobenius ball of radius sqrt 3, L_phi = 2/s), loss Lipschitz 4 L_phi/tau and range "
                            "4/tau; NaN for the Fourier family", nats=True),
     "bound_variability": _v(P, "Theorem-1 sample-variability term", "McDiarmid: (4/tau) sqrt(log(1/eta) / (2n)), "
                             "eta = ETA; mean zero, so it bounds G of one training set, not E[G]", nats=True),
-    "bound_bias": _v(P, "Theorem-1 1/k term (plug-in, not a bound)", "|c1(identity)| / k: THEORY.md gives the "
+    "bound_bias": _v(P, "Theorem-1 1/k term (plug-in, not a bound)", "|c1(identity)| / k: docs/theory.md gives the "
                      "constant of gap_k = c1/k + O(1/k^2) but no bound on |gap_k(phi_hat)| or the remainder", nats=True),
     "bound_total": _v(P, "sum of the three Theorem-1 terms", "complexity + variability + plug-in 1/k term", nats=True),
     "gap_upper": _v(P, "upper MCSE limit of E[G]", "gap_cv + z_(1-alpha) gap_cv_mcse", nats=True),
@@ -536,9 +535,9 @@ SCHEMA = {
     "t_brown": _v(P, "Brownian diffusion time t", "heat kernel (generator Laplacian/2) only; NaN otherwise"),
     "point": _v(P, "design point", "sweep=level"),
     "sweep": _v(P, "sweep", "n, k, tau or d: the factor varied at this point"),
-    "family": _v(P, "embedding family", "linear (phi = Wx/|Wx|, d = 3) or fourier (simkit.lifted.FourierEmbedding, 9 "
+    "family": _v(P, "embedding family", "linear (phi = Wx/|Wx|, d = 3) or fourier (simkit.embeddings.lifted.FourierEmbedding, 9 "
                  f"parameters). The Fourier frequency frame is a fixed part of the design, built from "
-                 f"simkit.lifted.LIFT_SEED = {LIFT_SEED} (attribute lift_seed) in every run, not from the study seed"),
+                 f"simkit.embeddings.lifted.LIFT_SEED = {LIFT_SEED} (attribute lift_seed) in every run, not from the study seed"),
     "n": _v(P, "training tuples n", "size of the training sample"),
     "k": _v(P, "negatives per tuple k", "InfoNCE negatives"),
     "tau": _v(P, "temperature tau", "score phi(x).phi(y)/tau"),
@@ -767,7 +766,7 @@ def _bound_vars(raw: xr.Dataset, out: dict, points: NDArray) -> dict:
                     + ", ".join(str(points[i]) for i in np.flatnonzero(outside)))
     if np.any(fams == "fourier"):
         note.append("not specified for the Fourier family (W unbounded: no parameter radius)")
-    note.append("the 1/k term has no bound constant in THEORY.md (plug-in |c1(id)|/k reported); the bound on E is "
+    note.append("the 1/k term has no bound constant in docs/theory.md (plug-in |c1(id)|/k reported); the bound on E is "
                 "therefore not fully specified, the bound on E[G] is")
     res["bound_verdict"] = np.array("fail" if reasons else "pass")
     res["bound_reason"] = np.array("; ".join(reasons + note))
@@ -843,7 +842,7 @@ def _bound_eval(ds):
 #: the deterministic check of the realised gap against the value of the bound (no false-failure rate)
 BOUND_CHECK = Check("C3", lambda ds: (f"pre-registered bound check (protocols/generalisation.md, sha256 {_sha(ds)}…): "
                                       f"E[G] + z_(1-{ALPHA:g}) MCSE <= the Theorem-1 complexity term 2 Rad_n bound "
-                                      f"(simkit.bounds, linear class Theta_{ISO_MIN:g}) at every fully specified point"),
+                                      f"(simkit.exact.bounds, linear class Theta_{ISO_MIN:g}) at every fully specified point"),
                     _bound_eval, None, protocol=PROTOCOL_PATH)
 
 
@@ -864,7 +863,7 @@ class Generalisation(Study):
                 "levels of a sweep",
         "estimand": "E[G] and E[E], E = CE(phi_hat) - (R_hat - log k), per level; slopes in log n, log k, log tau, log d",
         "methods": "L-BFGS-B ERM with restarts; R_k(phi_hat) paired with phi = identity (exact R_k); exact zero-mean "
-                   "control variate R_hat(id) - R_k(id); CE by quadrature (simkit.population); WLS log-log fits with "
+                   "control variate R_hat(id) - R_k(id); CE by quadrature (simkit.estimators.population); WLS log-log fits with "
                    "jackknife SE; per-block OLS trend slopes; t tests at level ALPHA with stated power",
         "performance": "E[G], E[E] with MCSE per level; n-slope <= -1/2 (one-sided); k-trend <= 0 at large k "
                        "(one-sided, power); tau-slope < 0 (one-sided); d-trend = 0 (two-sided, power); runtimes",
@@ -962,7 +961,7 @@ class Generalisation(Study):
 
     @staticmethod
     def pi_kernel(cell: dict):
-        """The cell's data distribution and positive kernel (simkit.designs; a cell without ``kernel`` is vMF/uniform)."""
+        """The cell's data distribution and positive kernel (simkit.distributions.designs; a cell without ``kernel`` is vMF/uniform)."""
         kind = cell.get("kernel", "vmf")
         if kind == "vmf" and cell.get("pi_family", "uniform") == "uniform":
             return Uniform(P_DIM), VMFKernel(cell["kappa_m"])
@@ -1157,7 +1156,3 @@ class Generalisation(Study):
 
 
 STUDY = Generalisation()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "generalisation", *sys.argv[1:]]))

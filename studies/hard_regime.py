@@ -9,14 +9,14 @@ at k_min = smallest grid k >= 16 * 50 = 1024.
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C1 (THEORY.md section 3): gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k), in a
+Aim        C1 (docs/theory.md section 3): gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k), in a
            regime where the expansion scale is 50 (issue 14 item 6).
 Data       pi uniform on S^2, M(x, .) = vMF(x, kappa_M = 50), tau = 0.02 = 1/kappa_M (so Q = M), phi =
            identity; 2^20 negatives per replicate block, shared by its 256 anchors.
 Estimand   gap_k on k = 1, 2, 4, ..., 2^20; its log-log slope; c1 (exact: (kappa coth kappa + 1)/2 = 25.5).
-Methods    simkit.infonce.GapEstimator (the estimator of rate_k: common random numbers across k,
+Methods    simkit.estimators.infonce.GapEstimator (the estimator of rate_k: common random numbers across k,
            control variates with exact conditional means and pilot coefficients); the rate rule
-           simkit.analysis.rate_verdict and the exact-curve tests of simkit.analysis.truth_verdict at
+           simkit.stats.analysis.rate_verdict and the exact-curve tests of simkit.stats.analysis.truth_verdict at
            alpha = 1e-3, as rate_k applies them (through truth_verdict_standardised: the same Hotelling
            tests on columns divided by their block sd, which the k range 1..2^20 needs numerically).
 Performance  Slope +- jackknife SE and its intervals, p of slope = -1/2, c1 and c2 against exact, Hotelling
@@ -43,18 +43,17 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 
 import numpy as np
 import statsmodels.api as sm
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
-from simkit.designs import RATE_SETTINGS, build_pi
-from simkit.exact_curve import gap_curve, second_order_constant
-from simkit.infonce import GapEstimator, k_grid
-from simkit.protocol import protocol_attrs
+from simkit.stats.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
+from simkit.distributions.designs import RATE_SETTINGS, build_pi
+from simkit.exact.curve import gap_curve, second_order_constant
+from simkit.estimators.infonce import GapEstimator, k_grid
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 
 __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict",
@@ -108,7 +107,7 @@ _PIL = ("cell", "pilot")
 SCHEMA = {
     # raw replicate blocks
     "raw_gap_cv": _v(("cell", "block", "sub", "k"), "per-(sub-)block control-variate gap G_k, in nats",
-                     "mean over the block's anchors of D_k - b_A A_k - b_B B_k - b_C C_k (simkit.infonce); block = "
+                     "mean over the block's anchors of D_k - b_A A_k - b_B B_k - b_C C_k (simkit.estimators.infonce); block = "
                      "engine task, sub = sub-block within the task (block-size cells with blocks smaller than a task); "
                      "NaN where a task runs no such sub-block; " + NATS),
     "raw_gap_plain": _v(("cell", "block", "k"), "per-block mean of D_k = l_k - log k - l_inf, in nats",
@@ -127,7 +126,7 @@ SCHEMA = {
     **{f"prep_{n}": _v(C, f"per-cell constant {n}", "prepare stage (exact values; nats for c1, c2 and CE)")
        for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "c2_exact", "c2_exact_mcse", "rho", "mbar")},
     "prep_gap_exact": _v(("cell", "gap_exact_dim0"), "exact gap on the k grid, in nats",
-                         "simkit.exact_curve.gap_curve; 256-anchor cells with exact quadrature (uniform, vMF pi); NaN "
+                         "simkit.exact.curve.gap_curve; 256-anchor cells with exact quadrature (uniform, vMF pi); NaN "
                          "elsewhere"),
     "prep_gap_exact_cov": _v(("cell", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the exact gap's "
                              "Monte Carlo error across k (nats squared)", "zero: the curve is exact where computed"),
@@ -136,7 +135,7 @@ SCHEMA = {
     "gap_mcse": _v(CK, "Monte Carlo standard error of gap, in nats", "sd over (sub-)blocks / sqrt(their number)"),
     "k_gap": _v(CK, "k times gap, in nats", "approaches c1 as k grows"),
     "k_gap_mcse": _v(CK, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(CK, "exact gap, in nats", "simkit.exact_curve.gap_curve (Frullani integral, no expansion); NaN "
+    "gap_exact": _v(CK, "exact gap, in nats", "simkit.exact.curve.gap_curve (Frullani integral, no expansion); NaN "
                     "where not computed"),
     "gap_exact_mcse": _v(CK, "MCSE of gap_exact, in nats", "0 where exact"),
     "fit_gap": _v(CK, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k (k >= k_min)"),
@@ -146,7 +145,7 @@ SCHEMA = {
     "expansion_scale": _v(C, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) (simkit.exact.expansion_scales); k_min = "
                           "smallest grid k >= k_min_factor * scale"),
     "c2_over_c1": _v(C, "c2 / c1", "the k at which c2/k^2 equals c1/k (descriptive; not the k_min rule)"),
-    **{name: _v(C, f"rate rule: {name}", f"simkit.analysis.rate_verdict field {name!r} at the protocol's k_min "
+    **{name: _v(C, f"rate rule: {name}", f"simkit.stats.analysis.rate_verdict field {name!r} at the protocol's k_min "
                 "factor; see rate_k's dataset for the definitions") for name in
        ("slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low",
         "slope_verdict_high", "curvature", "slope_se_wls", "k_min")},
@@ -158,15 +157,15 @@ SCHEMA = {
     "c1_exact": _v(C, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
                    "+ 1)/2 for the hard cell"),
     "c1_exact_mcse": _v(C, "MCSE of c1_exact, in nats", "0 where exact (Monte Carlo over x for the mixture)"),
-    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact_curve.second_order_constant (docs/second-order.md)"),
+    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact.curve.second_order_constant (docs/second-order.md)"),
     "c2_exact_mcse": _v(C, "MCSE of c2_exact, in nats", "0 where exact"),
     "ce_exact": _v(C, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
     "ce_estimate": _v(C, "Monte Carlo CE, in nats", "block mean of l_inf (256-anchor cells)"),
     "ce_estimate_mcse": _v(C, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
-    **{name: _v(C, f"exact-curve test: {name}", "simkit.analysis.truth_verdict_standardised (the tests of "
+    **{name: _v(C, f"exact-curve test: {name}", "simkit.stats.analysis.truth_verdict_standardised (the tests of "
                 "truth_verdict on columns divided by their between-block sd; the confirmatory cell only, NaN elsewhere): "
                 "c2_t Student t, curve and dgap Hotelling T^2 with p-values") for name in TRUTH_FIELDS},
-    "rate_verdict": _v(C, "rate-rule verdict", "simkit.analysis.rate_verdict at the protocol's k_min factor: pass, "
+    "rate_verdict": _v(C, "rate-rule verdict", "simkit.stats.analysis.rate_verdict at the protocol's k_min factor: pass, "
                        "fail or error"),
     "verdict": _v(C, "verdict for C1", f"confirmatory cell: pass when the rate rule passes AND the exact-curve tests find no "
                   f"problem (every component test at {ALPHA:g}); other cells: the rate rule alone (exploratory)"),
@@ -198,13 +197,13 @@ SCHEMA = {
                               "sd over blocks / sqrt(n_blocks) of the gap at the largest k"),
     # coordinates
     "cell": _v(C, "design cell", "hard (confirmatory), hard:b=<size> and the rate_k settings (exploratory)"),
-    "base": _v(C, "setting of the cell", "hard or a name of simkit.designs.RATE_SETTINGS"),
+    "base": _v(C, "setting of the cell", "hard or a name of simkit.distributions.designs.RATE_SETTINGS"),
     "role": _v(C, "role of the cell", "confirmatory, rate_k (256-anchor blocks, exploratory) or block_size "
                "(exploratory)"),
     "block_size": _v(C, "anchors per block", "sharing the block's k_max negatives"),
     "total_anchors": _v(C, "anchors per cell by design", "n_blocks * 256 (256-anchor cells) or sens_total"),
     "k_max": _v(C, "negatives per block", "largest k of the cell; the k grid beyond it is NaN"),
-    "pi": _v(C, "data distribution family", "uniform, vmf (mean e_1) or mixture (simkit.designs.build_pi)"),
+    "pi": _v(C, "data distribution family", "uniform, vmf (mean e_1) or mixture (simkit.distributions.designs.build_pi)"),
     "dim": _v(C, "ambient dimension d", "points on S^{d-1} in R^d"),
     "kappa_pi": _v(C, "concentration of pi", "vMF concentration of pi or of each mixture component"),
     "kappa_m": _v(C, "kernel concentration kappa_M", "M(x, .) = vMF(x, kappa_M)"),
@@ -222,7 +221,7 @@ SCHEMA = {
 
 def rate_rule(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: float, c1: float, c1_mcse: float, *,
               failed_blocks: bool = False) -> dict:
-    """The rate part of the rule: :func:`simkit.analysis.rate_verdict` at :data:`ALPHA` with the c1 test, exactly as
+    """The rate part of the rule: :func:`simkit.stats.analysis.rate_verdict` at :data:`ALPHA` with the c1 test, exactly as
     rate_k calls it (k_min = smallest grid k >= k_min_factor * scale; level-(1 - ALPHA) slope interval contains
     -1; slope = -1/2 rejected at ALPHA; |t of c1| within the Student t critical value on blocks - 1 df)."""
     return rate_verdict(k, blocks, scale, k_min_factor, c1, c1_mcse, alpha=ALPHA, test_constant=True,
@@ -233,10 +232,10 @@ def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap
                          gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
                          c2_exact: tuple[float, float]) -> tuple[str, str, dict]:
     """The whole rule: the rate part (``rate`` from :func:`rate_rule`) and the exact-curve tests of
-    :func:`simkit.analysis.truth_verdict` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact curve
+    :func:`simkit.stats.analysis.truth_verdict` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact curve
     at every k, each at :data:`ALPHA`), combined as rate_k combines them. Returns ``(verdict, reason, truth fields)``.
 
-    The exact-curve tests go through :func:`simkit.analysis.truth_verdict_standardised`: the same Hotelling tests
+    The exact-curve tests go through :func:`simkit.stats.analysis.truth_verdict_standardised`: the same Hotelling tests
     on columns divided by their between-block sd (the statistics are invariant under that rescaling). On the
     grid k = 1..2^20 at tau = 0.02 the block sd of gap_k spans ~8 orders of magnitude, and truth_verdict's
     covariance solve refuses the raw covariance (condition number > 1e12) although its correlation matrix is
@@ -266,7 +265,7 @@ def pilot_gap(gap_plain: np.ndarray, means: tuple[np.ndarray, np.ndarray, np.nda
 
 def exact_fit_bias(k: np.ndarray, gap_exact: np.ndarray, gap_mcse: np.ndarray, k_min: float) -> tuple[float, float]:
     """The rate fit (log gap on 1, log k, 1/k) and the constant fit (gap on 1/k, 1/k^2), with the Monte Carlo
-    weights of :func:`simkit.analysis.fit_rate` / ``fit_inverse_powers``, applied to the exact curve over
+    weights of :func:`simkit.stats.analysis.fit_rate` / ``fit_inverse_powers``, applied to the exact curve over
     k >= k_min: ``(slope, c1)`` that the method would report without Monte Carlo error."""
     sel = (k >= k_min) & np.isfinite(gap_exact) & np.isfinite(gap_mcse) & (gap_mcse > 0)
     if sel.sum() < 4 or np.any(gap_exact[sel] <= 0):
@@ -321,7 +320,7 @@ C1_CHECK = Check(
                           f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
                           f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student t), "
                           f"MC curve and Z-free dgap against the exact curve at every k (Hotelling T^2), each at "
-                          f"{ALPHA:g} (simkit.analysis.rate_verdict, truth_verdict)"),
+                          f"{ALPHA:g} (simkit.stats.analysis.rate_verdict, truth_verdict)"),
     evaluate=_c1_check,
     false_fail_rate=1.0 - (1.0 - ALPHA) ** N_ALPHA_TESTS,
     pvalues=_c1_pvalues,
@@ -411,7 +410,7 @@ class HardRegime(Study):
         _floats("sens_k_min_factors", cfg["sens_k_min_factors"])
         for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
             if s not in RATE_SETTINGS:
-                raise ValueError(f"'rate_settings' must name settings of simkit.designs.RATE_SETTINGS "
+                raise ValueError(f"'rate_settings' must name settings of simkit.distributions.designs.RATE_SETTINGS "
                                  f"({', '.join(RATE_SETTINGS)}), got {s!r}")
         if cfg["rate_k_max"] > cfg["k_max"]:
             raise ValueError(f"'rate_k_max' must be <= k_max = {cfg['k_max']}, got {cfg['rate_k_max']}")
@@ -639,7 +638,3 @@ class HardRegime(Study):
 
 
 STUDY = HardRegime()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "hard_regime", *sys.argv[1:]]))

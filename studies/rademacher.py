@@ -3,7 +3,7 @@ stabilises as k grows; a loss summed over the negatives does not.
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C3 (THEORY.md section 3): the complexity term of the generalisation bound is O(n^{-1/2})
+Aim        C3 (docs/theory.md section 3): the complexity term of the generalisation bound is O(n^{-1/2})
            and *stabilises* as k -> infinity (it does not grow with k, unlike earlier bounds).
 Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M), K i.i.d. negatives per tuple,
            independent across tuples; every (n, k) uses the first n tuples and their first k
@@ -20,7 +20,7 @@ Methods    The supremum by L-BFGS-B over the box (EmpiricalRisk(weights=-sigma):
            estimator: sup_theta (1/n) sum_i sigma_i [l(theta; z_i) - l(theta_0; z_i)], whose
            expectation is the same (E_sigma sum_i sigma_i l(theta_0; z_i) = 0 for the fixed theta_0)
            and which removes the O(log k / sqrt n) noise of the loss level. Log-log slopes by WLS with
-           delete-one-block jackknife SE (simkit.analysis.fit_rate).
+           delete-one-block jackknife SE (simkit.stats.analysis.fit_rate).
 Performance  hat R_n(k) and best-of-r for r = 1..restarts with MCSE (over blocks: independent samples,
            each with `draws` sigma draws); slope b of log hat R_n on log k over k >= k_fit_min with a
            one-sided t test of H0: b <= 0 at level ALPHA and the slopes it detects (power); the same
@@ -40,7 +40,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 import warnings
 
 import numpy as np
@@ -51,11 +50,11 @@ from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
 from simkit import Uniform, VMFKernel
-from simkit.analysis import fit_rate, mean_mcse
-from simkit.embedding import LinearEmbedding
-from simkit.infonce import k_grid
+from simkit.stats.analysis import fit_rate, mean_mcse
+from simkit.embeddings.embedding import LinearEmbedding
+from simkit.estimators.infonce import k_grid
 from simkit.runner import Check, Param, Study, Var
-from simkit.training import EmpiricalRisk, TrainingSample
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample
 
 __all__ = ["LOSSES", "ALPHA", "SCHEMA", "C3_CHECK", "PairwiseSumRisk", "box_bounds", "rademacher_sup", "STUDY"]
 
@@ -76,7 +75,7 @@ OPTIMISER = {"gtol": 1e-7, "ftol": 1e-10, "maxiter": 300}
 class PairwiseSumRisk:
     """``(1/n) sum_i w_i L_i`` with ``L_i = sum_{j<=k} log(1 + e^{s_ij - s_i0})`` (negative control).
 
-    The same interface as :class:`simkit.training.EmpiricalRisk` where this study needs it
+    The same interface as :class:`simkit.embeddings.training.EmpiricalRisk` where this study needs it
     (``losses``, ``value``, ``objective``); NumPy, gradient through :meth:`Embedding.vjp`.
     ``dL/ds_j = sigmoid(s_j - s_0)``, ``dL/ds_0 = -sum_j sigmoid(s_j - s_0)``.
     """
@@ -570,7 +569,3 @@ class Rademacher(Study):
 
 
 STUDY = Rademacher()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "rademacher", *sys.argv[1:]]))

@@ -2,13 +2,13 @@
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C1 (THEORY.md section 3): gap_k = R_k - log k - CE(M, Q) = c1/k + O(1/k^2), not O(1/sqrt k).
+Aim        C1 (docs/theory.md section 3): gap_k = R_k - log k - CE(M, Q) = c1/k + O(1/k^2), not O(1/sqrt k).
 Data       Synthetic settings on S^{d-1} with phi = identity: uniform pi with a vMF kernel and
            tau = 1/kappa (then Q = M), a single vMF pi, and a vMF mixture pi in d = 16; positives
            from a vMF kernel; K_max negatives per replicate block, shared by its anchors.
 Estimand   gap_k on k = 1, 2, 4, ..., K_max; its log-log slope; c1.
 Methods    Streaming InfoNCE estimator with common random numbers across k and control variates
-           with exactly known conditional means (simkit.infonce); WLS of log gap_k on log k and
+           with exactly known conditional means (simkit.estimators.infonce); WLS of log gap_k on log k and
            1/k over k >= k_min (statsmodels); WLS of gap_k on 1/k, 1/k^2 for c1; jackknife over
            independent blocks for every standard error.
 Performance  Slope with 95% interval and tests of slope = -1/2 and -1; c1 estimate against the exact
@@ -19,17 +19,16 @@ Run it: ``simkit run rate_k`` or ``python studies/rate_k.py`` (same options).
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
 from simkit import VMFKernel, exact
-from simkit.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
                              setting_pvalues, truth_rng, truth_verdict, worst_slope)
-from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
-from simkit.exact_curve import (anchor_moments, constants_from_moments, gap_curve, needs_monte_carlo, pool_moments,
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
+from simkit.exact.curve import (anchor_moments, constants_from_moments, gap_curve, needs_monte_carlo, pool_moments,
                                 second_order_constant)
-from simkit.infonce import GapEstimator, k_grid
+from simkit.estimators.infonce import GapEstimator, k_grid
 from simkit.runner import Check, Param, Study, Var
 
 #: false-failure rate of each per-setting test: slope interval, c1 and c2 t-tests, exact curve, exact dgap
@@ -48,7 +47,7 @@ def _v(dims, long_name, description, units="1"):
 #: every variable and coordinate of the dataset
 SCHEMA = {
     **{f"raw_{n}": _v(("setting", "block", "k"), f"per-block {n}, in nats", "raw replicate-block results "
-                      "(simkit.infonce.BLOCK_STATS); " + NATS) for n in ("gap_cv", "gap_plain", "gap_cv_var", "loss",
+                      "(simkit.estimators.infonce.BLOCK_STATS); " + NATS) for n in ("gap_cv", "gap_plain", "gap_cv_var", "loss",
                                                                         "dgap", "dgap_cv")},
     "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
     "prep_coef": _v(("setting", "coef_dim0", "coef_dim1"), "control-variate coefficients", "from the pilot blocks"),
@@ -61,22 +60,22 @@ SCHEMA = {
     "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", "sd over blocks / sqrt(n_blocks)"),
     "gap_plain": _v(K, "gap without control variates, in nats", "block mean of l_k - log k - l_inf"),
     "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", "sd over blocks / sqrt(n_blocks)"),
-    "gap_exact": _v(K, "exact gap, in nats", "simkit.exact_curve.gap_curve: log a = int (e^-t - e^-at) dt/t turns "
+    "gap_exact": _v(K, "exact gap, in nats", "simkit.exact.curve.gap_curve: log a = int (e^-t - e^-at) dt/t turns "
                     "E log(e^s0 + S_k) into a 1-D integral of Laplace transforms; exact quadrature for uniform and "
                     "single-vMF pi, Monte Carlo over x with exact inner integrals for mixtures (gap_exact_mcse)"),
     "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "0 where exact"),
     "dgap_exact": _v(K, "exact gap_k - gap_2k, in nats", "from gap_exact; NaN where 2k is off the grid"),
     "c2_exact": _v(S, "exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) "
-                   "(simkit.exact_curve.second_order_constant; docs/second-order.md)"),
+                   "(simkit.exact.curve.second_order_constant; docs/second-order.md)"),
     "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
     "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "compared with Student t on n_blocks - 1 df"),
     "curve_max_t": _v(S, "largest studentised deviation of the Monte Carlo gap curve from the exact curve",
-                      "simkit.truth_tests.max_t_test over every k of the grid: max_k |gap_k - exact_k| / sqrt(block "
+                      "simkit.stats.truth_tests.max_t_test over every k of the grid: max_k |gap_k - exact_k| / sqrt(block "
                       "variance / n_blocks + the exact curve's own variance)"),
     "curve_p": _v(S, "p-value of curve_max_t", "Efron bootstrap of the blocks (9999 resamples; the exact curve's "
-                  "error drawn from its covariance where it is itself Monte Carlo; simkit.analysis.truth_rng)"),
+                  "error drawn from its covariance where it is itself Monte Carlo; simkit.stats.analysis.truth_rng)"),
     "dgap_max_t": _v(S, "largest studentised deviation of the Z-free dgap_k = gap_k - gap_2k from its exact value",
-                     "per-block dgap_cv (Z cancels) for every k <= K/4, simkit.truth_tests.dgap_test (max-t)"),
+                     "per-block dgap_cv (Z cancels) for every k <= K/4, simkit.stats.truth_tests.dgap_test (max-t)"),
     "dgap_p": _v(S, "p-value of dgap_max_t", "as curve_p (the exact dgap's covariance D V D')"),
     "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
     "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
@@ -126,10 +125,10 @@ SCHEMA = {
                   f"curve and dgap agree with the exact ones (curve_p, dgap_p >= {ALPHA:g})"),
     "verdict_reason": _v(S, "why a setting failed", "empty when it passed"),
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
-    "setting": _v(S, "design setting", "name of the setting in simkit.designs.RATE_SETTINGS"),
+    "setting": _v(S, "design setting", "name of the setting in simkit.distributions.designs.RATE_SETTINGS"),
     "dim": _v(S, "ambient dimension d", "points on S^{d-1} in R^d"),
     "pi": _v(S, "data distribution family", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
-             f"means from seed {MIXTURE_SEED}; simkit.designs.build_pi)"),
+             f"means from seed {MIXTURE_SEED}; simkit.distributions.designs.build_pi)"),
     "kappa_pi": _v(S, "concentration of pi", "vMF concentration of pi or of each mixture component"),
     "kappa_m": _v(S, "kernel concentration kappa_M", "M(x, .) = vMF(x, kappa_M)"),
     "tau": _v(S, "temperature tau", "score s(x, y) = x.y / tau"),
@@ -360,7 +359,3 @@ class RateK(Study):
 
 
 STUDY = RateK()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "rate_k", *sys.argv[1:]]))

@@ -2,22 +2,22 @@
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C2 (THEORY.md section 3): for a query x ~ pi and a database of k unseen points
+Aim        C2 (docs/theory.md section 3): for a query x ~ pi and a database of k unseen points
            y_1..y_k ~ pi, D_k = R_k - E CE(M_k, Q_k) = O(1/k), where Q_k is the empirical softmax
            kernel e^{s_j}/sum_i e^{s_i} and M_k the ideal empirical kernel m_j / sum_i m_i.
 Data       phi = identity on S^{d-1}; uniform pi in d = 3 with a vMF kernel and tau = 1/kappa_M
            (then Q = M: a control whose retrieval agreement is exactly 1), a single vMF pi in
-           d = 8 and the vMF mixture pi in d = 16 (simkit.designs.build_pi); positives from a
+           d = 8 and the vMF mixture pi in d = 16 (simkit.distributions.designs.build_pi); positives from a
            vMF kernel; one database of K_max points per replicate block, shared by its queries.
 Estimand   D_k on k = 1, 2, 4, ..., K_max; its log-log slope; top-1 agreement and recall@10 of
            Q_k against M_k for k >= 10.
-Methods    One streaming pass per block gives every k (common random numbers; simkit.search);
+Methods    One streaming pass per block gives every k (common random numbers; simkit.estimators.search);
            D_k = E log(1 + e^{s0}/S_k) + E[V_k/W_k - mu_s(x)] with the positive's score replaced
            by its exact conditional mean and six control variates with exactly zero conditional
            mean, coefficients from an independent pilot; WLS of log |D_k| on log k and 1/k over
            k >= k_min (k_min = smallest grid k >= 16 x the expansion scale, fixed in advance);
            WLS of D_k on 1/k, 1/k^2 for d1; jackknife over independent blocks (the shared rate
-           rule simkit.analysis.rate_verdict, as for C1 and C7).
+           rule simkit.stats.analysis.rate_verdict, as for C1 and C7).
 Performance  Slope with 95% and 99.9% intervals, tests of slope = -1/2 and -1; d1 against its
            derived value (z-score, diagnostic); retrieval metrics with MCSE; every D_k with its
            MCSE; variance-reduction factors; residuals.
@@ -27,21 +27,20 @@ Run it: ``simkit run search_ce`` or ``python studies/search_ce.py`` (same option
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
 from simkit import VMFKernel, exact
-from simkit.analysis import RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues, worst_slope
-from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi
-from simkit.infonce import k_grid
+from simkit.stats.analysis import RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues, worst_slope
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi
+from simkit.estimators.infonce import k_grid
 from simkit.runner import Check, Param, Study, Var
-from simkit.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
+from simkit.estimators.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
 
 #: false-failure rate of each per-setting slope check
 ALPHA = 1e-3
 
-#: the design catalogue (simkit.designs.SEARCH_SETTINGS): name -> (pi family, dim, kappa_pi, kappa_m, tau)
+#: the design catalogue (simkit.distributions.designs.SEARCH_SETTINGS): name -> (pi family, dim, kappa_pi, kappa_m, tau)
 SETTINGS = SEARCH_SETTINGS
 
 #: grid points at which the summary text and the report tabulate the retrieval metrics
@@ -65,9 +64,9 @@ _CURVES = {
            "empirical retrieval"),
 }
 
-#: the predicted constants (simkit.search.search_constants): (long name, description)
+#: the predicted constants (simkit.estimators.search.search_constants): (long name, description)
 _CONSTANTS = {
-    "d1": ("predicted d1, in nats", "E_x[m1/Z] - E_x Cov_M(m, s) (derived here; simkit.search.search_constants)"),
+    "d1": ("predicted d1, in nats", "E_x[m1/Z] - E_x Cov_M(m, s) (derived here; simkit.estimators.search.search_constants)"),
     "pos": ("predicted positive-weight constant E_x[m1/Z], in nats", "k * pos_term -> pos"),
     "snis": ("predicted self-normalisation constant E_x Cov_M(m, s), in nats", "k * snis_term -> -snis"),
     "w2": ("importance-weight second moment w2 = E_x E_pi[m^2]", "expansion scale of V_k/W_k"),
@@ -77,18 +76,18 @@ _CONSTANTS = {
 SCHEMA = {
     **{f"raw_{n}": Var(("setting", "block", "k"), f"per-block {n}" + ("" if n in ("top1", "recall") else
                        ", squared nats" if n == "d_cv_var" else ", in nats"), "1",
-                       f"raw replicate-block results (simkit.search.SEARCH_STATS): {desc}")
+                       f"raw replicate-block results (simkit.estimators.search.SEARCH_STATS): {desc}")
        for n, desc in SEARCH_STATS.items()},
     "prep_coef": Var(("setting", "coef_dim0", "coef_dim1"), "control-variate coefficients", "1",
-                     "per k (rows) and control variate (columns, simkit.search.CONTROL_VARIATES), from the pilot "
+                     "per k (rows) and control variate (columns, simkit.estimators.search.CONTROL_VARIATES), from the pilot "
                      "blocks"),
     "prep_rho": Var(S, "per-setting constant E[Z2/Z^2]", "1", "prepare stage (simkit.exact.expansion_scales)"),
     "prep_mbar": Var(S, "per-setting constant E[m1/Z]", "1", "prepare stage (simkit.exact.expansion_scales)"),
     **{f"prep_{n}_exact{s}": Var(S, f"per-setting constant {n}_exact{s}", "1", "prepare stage "
-                                 "(simkit.search.search_constants); nats except w2")
+                                 "(simkit.estimators.search.search_constants); nats except w2")
        for n in _CONSTANTS for s in ("", "_mcse")},
     "d": Var(K, "D_k = R_k - E CE(M_k, Q_k), in nats", "1",
-             "block mean of the control-variate estimator (simkit.search.SearchEstimator)"),
+             "block mean of the control-variate estimator (simkit.estimators.search.SearchEstimator)"),
     "d_mcse": Var(K, "Monte Carlo standard error of d, in nats", "1", MCSE),
     "d_abs": Var(K, "|D_k|, in nats", "1", "absolute value of d (the log-log fit uses d_sign * d)"),
     "k_d": Var(K, "k times D_k, in nats", "1", "approaches d1 as k grows"),
@@ -136,13 +135,13 @@ SCHEMA = {
                   "diagnostic: D_1 > 0 always, so a negative d1 implies one sign change"),
     "verdict": Var(S, "verdict for C2", "1", f"pass, fail or error (a task failed); pass when D_k keeps one sign "
                    f"for k >= k_min, the level-{1 - ALPHA:g} interval of the slope of log|D_k| contains -1 and "
-                   f"slope = -1/2 is rejected at {ALPHA:g} (simkit.analysis.rate_verdict)"),
+                   f"slope = -1/2 is rejected at {ALPHA:g} (simkit.stats.analysis.rate_verdict)"),
     "verdict_reason": Var(S, "why a setting failed", "1", "empty when it passed"),
     "k": Var(("k",), "database size k", "1", "geometric grid 1, 2, 4, ..., k_max"),
-    "setting": Var(S, "design setting", "1", "name of the setting in simkit.designs.SEARCH_SETTINGS"),
+    "setting": Var(S, "design setting", "1", "name of the setting in simkit.distributions.designs.SEARCH_SETTINGS"),
     "dim": Var(S, "ambient dimension d", "1", "points on S^{d-1} in R^d"),
     "pi": Var(S, "data distribution family", "1", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
-              f"means from seed {MIXTURE_SEED}; simkit.designs.build_pi)"),
+              f"means from seed {MIXTURE_SEED}; simkit.distributions.designs.build_pi)"),
     "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of pi or of each mixture component"),
     "kappa_m": Var(S, "kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)"),
     "tau": Var(S, "temperature tau", "1", "score s(x, y) = x.y / tau"),
@@ -320,7 +319,3 @@ class SearchCE(Study):
 
 
 STUDY = SearchCE()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "search_ce", *sys.argv[1:]]))

@@ -3,10 +3,10 @@ the gap becomes sensitive to the norms of the negatives' embeddings (pre-registe
 
 ADEMP (Morris, White & Crowther 2019)
 -------------------------------------
-Aim        C5 (THEORY.md sections 2-3): higher tau keeps the softmax retrieval kernel Q(x, .) close to
+Aim        C5 (docs/theory.md sections 2-3): higher tau keeps the softmax retrieval kernel Q(x, .) close to
            pi, KL(Q(x, .) || pi) <= 2/tau for every anchor x; as tau -> 0 the finite-k bias of InfoNCE
            (its constant c1 and the k needed to reach the 1/k regime) grows.
-Data       The C1 catalogue's settings (simkit.designs.RATE_SETTINGS) on S^{d-1}, phi = identity,
+Data       The C1 catalogue's settings (simkit.distributions.designs.RATE_SETTINGS) on S^{d-1}, phi = identity,
            positives from a vMF kernel: uniform pi in d = 3 (kappa_M = 10), a vMF pi in d = 8
            (kappa_pi = 2, kappa_M = 10) and the vMF mixture in d = 16 (kappa_pi = 6, kappa_M = 20); tau
            on a log grid from 0.02 to 10. Per cell, replicate blocks of InfoNCE anchors sharing k_max
@@ -15,10 +15,10 @@ Estimand   CE(tau) = CE(M, Q); c1(tau) and the expansion scales E[Z2/Z^2], E[m1/
            KL(Q(x, .) || pi), its mean over x ~ pi and its maximum; gap_k = R_k - log k - CE at every
            k = 1, 2, ..., k_max (k_fixed and k_max shown).
 Methods    Exact: simkit.exact (CE, c1, scales, gap for uniform pi) and the closed form
-           KL = E_Q[x.y]/tau - log Z(x) with E_Q[x.y] = d/da log Z(a x) (simkit.softmax_kernel); for
+           KL = E_Q[x.y]/tau - log Z(x) with E_Q[x.y] = d/da log Z(a x) (simkit.distributions.softmax_kernel); for
            the mixture the averages over x are Monte Carlo from the cell's prepare task (its rng).
            Monte Carlo: CE as the block mean of l_inf = -s(x, x+) + log Z(x) and gap_k with control
-           variates (simkit.infonce.GapEstimator); KL per anchor by importance sampling from pi
+           variates (simkit.estimators.infonce.GapEstimator); KL per anchor by importance sampling from pi
            (E_pi[q log q]) and by direct sampling from Q(x, .) (E_Q log q), each with its MCSE.
 Performance  Every exact per-anchor KL against 2/tau (a deterministic check of the proved bound); max
            over anchors of KL_hat - z MCSE against 2/tau; CE Monte Carlo against exact (t test,
@@ -26,7 +26,7 @@ Performance  Every exact per-anchor KL against 2/tau (a deterministic check of t
            |c1| for tau >= 1/kappa_M; looseness KL/(2/tau); every estimate with its MCSE. These checks
            are exploratory.
 
-Norms clause (confirmatory, protocols/temperature.md; simkit.norms)
+Norms clause (confirmatory, protocols/temperature.md; simkit.estimators.norms)
            Embeddings before normalisation psi(x) = r(x) u_W(x), r(x) = exp(beta e_1.x) fixed, u_W = Wx/|Wx|
            trained by ERM (pi uniform on S^2, vMF positives, k negatives, n tuples, tau on a grid from 1
            to 0.02; every tau of a block shares its sample, W0 and fresh tuples). Estimands: the gap G with
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import warnings
 
 import numpy as np
@@ -52,18 +51,18 @@ import xarray as xr
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.special import log_vmf_norm, mean_resultant_length
-from simkit.analysis import combine_verdicts, mean_mcse
-from simkit.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
-from simkit.infonce import TAU_MIN, GapEstimator, k_grid
-from simkit.embedding import LinearEmbedding
-from simkit.norms import (FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, growth_rule, train_scaled)
-from simkit.protocol import protocol_attrs
+from simkit.exact.special import log_vmf_norm, mean_resultant_length
+from simkit.stats.analysis import combine_verdicts, mean_mcse
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
+from simkit.estimators.infonce import TAU_MIN, GapEstimator, k_grid
+from simkit.embeddings.embedding import LinearEmbedding
+from simkit.estimators.norms import (FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, growth_rule, train_scaled)
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var, task_seed
 from simkit.runner.run import ENGINE_SCHEMA
-from simkit.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
-from simkit.sphere import Uniform, VonMisesFisher
-from simkit.training import TrainingSample
+from simkit.distributions.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
+from simkit.distributions.sphere import Uniform, VonMisesFisher
+from simkit.embeddings.training import TrainingSample
 
 __all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "entropy_h", "kl_sup", "tau_grid",
            "NORM_ALPHA", "NORM_B0", "NORM_CHECKS", "PROTOCOL_PATH", "norm_block_seeds", "norm_verdicts"]
@@ -78,7 +77,7 @@ K_ONSET_FACTOR = 16.0
 N_SUP_GRID = 2001
 #: probe points for the largest exact KL when pi is a mixture (half from pi, half uniform)
 N_SUP_PROBES = 8192
-#: names of the control-variate coefficients stored per k (simkit.infonce.GapEstimator.calibrate)
+#: names of the control-variate coefficients stored per k (simkit.estimators.infonce.GapEstimator.calibrate)
 CV_TERMS = ("b_A", "b_B", "b_C", "b_E")
 #: the catalogue the settings are drawn from (their tau is replaced by the grid)
 SETTINGS = RATE_SETTINGS
@@ -97,7 +96,7 @@ def _mc_rng(rng, what: str) -> np.random.Generator:
 
 
 def entropy_h(pi, kappa_m: float, *, n_mc: int = exact.DEFAULT_MC_SIZE, rng=None):
-    """``H = -E_x KL(M(x, .) || pi)`` for M = vMF(x, kappa_M): the lower bound of CE (THEORY.md section 2).
+    """``H = -E_x KL(M(x, .) || pi)`` for M = vMF(x, kappa_M): the lower bound of CE (docs/theory.md section 2).
 
     Single vMF pi (or uniform): ``-[log C_d(kappa_M) + kappa_M A_d(kappa_M) - log C_d(kappa_pi)
     - kappa_pi A_d(kappa_M) A_d(kappa_pi)]`` (*derived here*: E_{y~M(x)} mu.y = A_d(kappa_M) mu.x and
@@ -162,20 +161,20 @@ def critical_values(cfg: dict) -> dict[str, float]:
 S, T, ST = ("setting",), ("tau",), ("setting", "tau")
 STK, STB = ("setting", "tau", "k"), ("setting", "tau", "block")
 NATS = "in nats (dimensionless, udunits '1')"
-_RAW_KL = "per-anchor KL estimate (simkit.softmax_kernel)"
+_RAW_KL = "per-anchor KL estimate (simkit.distributions.softmax_kernel)"
 
 #: every variable and coordinate of the dataset
 SCHEMA = {
     # design coordinates
-    "setting": Var(S, "design setting", "1", "name of the setting in simkit.designs.RATE_SETTINGS (its tau unused)"),
+    "setting": Var(S, "design setting", "1", "name of the setting in simkit.distributions.designs.RATE_SETTINGS (its tau unused)"),
     "tau": Var(T, "temperature tau", "1", "score s(x, y) = x.y / tau; log grid"),
     "k": Var(("k",), "number of negatives k", "1", "geometric grid 1, 2, 4, ..., k_max"),
     "anchor": Var(("anchor",), "KL anchor within a block", "1",
                   "x ~ pi, with kl_samples draws from pi and from Q(x,.)"),
     "cv_term": Var(("cv_term",), "control-variate coefficient", "1", "b_A, b_B, b_C for gap_k and b_E for gap_k - "
-                   "gap_2k (simkit.infonce.GapEstimator.calibrate)"),
+                   "gap_2k (simkit.estimators.infonce.GapEstimator.calibrate)"),
     "pi": Var(S, "data distribution family", "1", f"uniform, vmf (mean e_1) or mixture (weights {MIXTURE_WEIGHTS}, "
-              f"means from seed {MIXTURE_SEED}; simkit.designs.build_pi)"),
+              f"means from seed {MIXTURE_SEED}; simkit.distributions.designs.build_pi)"),
     "dim": Var(S, "ambient dimension d", "1", "points on S^{d-1} in R^d"),
     "kappa_pi": Var(S, "concentration of pi", "1", "vMF concentration of pi or of each mixture component"),
     "kappa_m": Var(S, "kernel concentration kappa_M", "1", "M(x, .) = vMF(x, kappa_M)"),
@@ -183,10 +182,10 @@ SCHEMA = {
     "cell_key": ENGINE_SCHEMA["cell_key"].like((*ST, "key_word")),
     # raw blocks and prepared constants
     **{f"raw_{n}": Var((*STB, "k"), f"per-block {n}, in nats", "1", "raw replicate-block InfoNCE results "
-                       f"(simkit.infonce.BLOCK_STATS); {NATS}") for n in ("gap_cv", "gap_plain", "loss")},
+                       f"(simkit.estimators.infonce.BLOCK_STATS); {NATS}") for n in ("gap_cv", "gap_plain", "loss")},
     "raw_ell_inf": Var(STB, "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", "1", NATS),
     "raw_kl_exact": Var((*STB, "anchor"), "exact KL(Q(x,.) || pi) at a KL anchor, in nats", "1",
-                        "closed form (simkit.softmax_kernel.kl_q_pi)"),
+                        "closed form (simkit.distributions.softmax_kernel.kl_q_pi)"),
     "raw_kl_q": Var((*STB, "anchor"), "direct KL estimate at a KL anchor, in nats", "1",
                     f"mean of log q over y ~ Q(x,.); {_RAW_KL}"),
     "raw_kl_q_mcse": Var((*STB, "anchor"), "MCSE of raw_kl_q, in nats", "1", "sd over draws / sqrt(kl_samples)"),
@@ -221,9 +220,9 @@ SCHEMA = {
     "scale_bound": Var(T, "bound e^{2/tau} on Z2/Z^2", "1", "Z2/Z^2 = E_pi q^2 <= sup q <= e^{2/tau} for every pi "
                        "and phi"),
     # KL(Q || pi)
-    "kl_bound": Var(T, "bound 2/tau, in nats", "1", "KL(Q(x,.) || pi) <= 2/tau (THEORY.md section 2)"),
+    "kl_bound": Var(T, "bound 2/tau, in nats", "1", "KL(Q(x,.) || pi) <= 2/tau (docs/theory.md section 2)"),
     "kl_mean_exact": Var(ST, "exact E_x KL(Q(x,.) || pi), in nats", "1", "closed form per anchor "
-                         "(simkit.softmax_kernel.kl_q_pi) averaged over x ~ pi by quadrature (Monte Carlo for "
+                         "(simkit.distributions.softmax_kernel.kl_q_pi) averaged over x ~ pi by quadrature (Monte Carlo for "
                          "mixtures)"),
     "kl_mean_exact_mcse": Var(ST, "MCSE of kl_mean_exact, in nats", "1", "0 where exact"),
     "kl_sup_exact": Var(ST, "largest exact KL(Q(x,.) || pi) over x, in nats", "1", f"uniform: constant; vMF: max "
@@ -238,7 +237,7 @@ SCHEMA = {
                          "its MCSE are unreliable"),
     # finite-k gap
     "gap": Var(STK, "finite-k gap R_k - log k - CE, in nats", "1", "block mean of the control-variate estimator "
-               "(simkit.infonce.GapEstimator)"),
+               "(simkit.estimators.infonce.GapEstimator)"),
     "gap_mcse": Var(STK, "MCSE of gap, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
     "gap_plain": Var(STK, "gap without control variates, in nats", "1", "block mean of l_k - log k - l_inf"),
     "gap_plain_mcse": Var(STK, "MCSE of gap_plain, in nats", "1", "sd over blocks / sqrt(n_blocks)"),
@@ -560,14 +559,14 @@ CHECKS = (
 # ----------------------------------------------------------------------------------------------
 # the norms clause of C5 (pre-registered: protocols/temperature.md)
 #
-# Embeddings before normalisation, psi(x) = r(x) u_W(x) (simkit.norms): the score carries the norms.
+# Embeddings before normalisation, psi(x) = r(x) u_W(x) (simkit.estimators.norms): the score carries the norms.
 # One cell per temperature of the norms grid (setting NORMS_SETTING); every tau of a block shares its
 # training sample, initial W and fresh tuples (common random numbers, seeds from norm_block_seeds).
 
 PROTOCOL_PATH = "protocols/temperature.md"
 #: setting name of the norms cells; not in RATE_SETTINGS, so the KL / CE / c1 cells and their seeds are unchanged
 NORMS_SETTING = "norms"
-#: one-sided level of each of the two tests of the norms rule (simkit.norms.growth_rule)
+#: one-sided level of each of the two tests of the norms rule (simkit.estimators.norms.growth_rule)
 NORM_ALPHA = 0.01
 #: margin: H1 says the sensitivity at least doubles over the 50-fold grid tau = 1 .. 0.02, b < -ln 2 / ln 50
 NORM_B0 = -math.log(2.0) / math.log(50.0)
@@ -611,14 +610,14 @@ NORM_QUANTITIES = {
     "gap_ref": ("G of the fixed reference", True, "the same for psi = r(x) x (u = identity, not trained): zero mean"),
     "gap_cv": ("G, control variate", True, "gap - gap_ref (exactly zero-mean control): the estimate of G"),
     "sens": ("S of phi_hat, plain", True, "dG^eps/deps at 0 under psi(y_j) -> e^eps psi(y_j) for the negatives, "
-             "pathwise: mean sum_j p_j s_j (fresh) - mean (train) (simkit.norms.gap_sensitivity)"),
+             "pathwise: mean sum_j p_j s_j (fresh) - mean (train) (simkit.estimators.norms.gap_sensitivity)"),
     "sens_fd": ("S of phi_hat by finite difference", True, f"(G^h - G^-h) / 2h, h = {FD_STEP:g}, common random "
                 "numbers (same phi_hat, same tuples)"),
     "sens_ref": ("null control: S of the fixed reference", True, "zero mean exactly (the reference does not depend "
                  "on the training sample)"),
     "sens_cv": ("S, control variate", True, "sens - sens_ref: the primary estimate of the sensitivity"),
     "sens_ignored": ("control: S with the norms changed in a score-ignored component", True,
-                     "mode 'ignored' of simkit.norms: the negatives' norms change by e^eps as in 'sens', the score "
+                     "mode 'ignored' of simkit.estimators.norms: the negatives' norms change by e^eps as in 'sens', the score "
                      "does not see it; 0 up to rounding"),
     "sens_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of dl/deps", True, "sd / sqrt(norm_eval)"),
     "gap_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of l_k", True, "sd / sqrt(norm_eval)"),
@@ -816,11 +815,11 @@ class Temperature(Study):
     cell_dim = "cell"
     ademp = {
         "aim": "C5: KL(Q(x,.) || pi) <= 2/tau for every x; small tau inflates the finite-k bias (c1, expansion scale)",
-        "data": "uniform pi (d = 3), vMF pi (d = 8) and the vMF mixture of simkit.designs (d = 16); vMF positive "
+        "data": "uniform pi (d = 3), vMF pi (d = 8) and the vMF mixture of simkit.distributions.designs (d = 16); vMF positive "
                 "kernel; phi = identity; tau on a log grid",
         "estimand": "CE(tau), c1(tau), E[Z2/Z^2], per-anchor KL(Q(x,.) || pi) with its mean and maximum over x, "
                     "gap_k at every k of the grid",
-        "methods": "exact formulas (simkit.exact, closed-form KL of simkit.softmax_kernel); Monte Carlo CE and gap_k "
+        "methods": "exact formulas (simkit.exact, closed-form KL of simkit.distributions.softmax_kernel); Monte Carlo CE and gap_k "
                    "(GapEstimator, control variates); KL by importance sampling from pi and by exact sampling from "
                    "Q(x,.); MCSE over independent blocks (or over draws, per anchor)",
         "performance": "exact KL against 2/tau (deterministic); max_x (KL_hat - z MCSE) against 2/tau; CE t test "
@@ -834,7 +833,7 @@ class Temperature(Study):
     checks = CHECKS + NORM_CHECKS
     params = {
         "settings": Param("settings", str, "uniform-d3,vmf-d8,mixture-d16", "comma-separated settings "
-                          "(simkit.designs.RATE_SETTINGS)", choices=tuple(SETTINGS), multi=True,
+                          "(simkit.distributions.designs.RATE_SETTINGS)", choices=tuple(SETTINGS), multi=True,
                           quick="uniform-d3,vmf-d8"),
         "tau_min": Param("tau_min", float, 0.02, "smallest temperature of the log grid", low=TAU_MIN),
         "tau_max": Param("tau_max", float, 10.0, "largest temperature of the log grid", low=TAU_MIN, high=1e4),
@@ -1050,7 +1049,3 @@ def _k_fixed(ds: xr.Dataset) -> int:
 
 
 STUDY = Temperature()
-
-if __name__ == "__main__":
-    from simkit.cli import main
-    sys.exit(main(["run", "temperature", *sys.argv[1:]]))

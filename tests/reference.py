@@ -3,17 +3,17 @@ reference for every jitted routine; test that both agree"). No numba here.
 
 Covered, with the agreement :mod:`tests.test_reference` checks:
 
-* :mod:`simkit._rng` -- SplitMix64 chunk seeding, xoshiro256** (``next_u64``, ``uniform``,
+* :mod:`simkit._jit.rng` -- SplitMix64 chunk seeding, xoshiro256** (``next_u64``, ``uniform``,
   ``uniform_pos``), the 256-layer ziggurat ``normal``, Marsaglia--Tsang ``gamma`` and ``beta``:
   **bit for bit**.
-* :mod:`simkit._sampling` -- ``vmf_params`` / ``vmf_omw``, ``tangent_direction`` / ``compose``,
+* :mod:`simkit._jit.sampling` -- ``vmf_params`` / ``vmf_omw``, ``tangent_direction`` / ``compose``,
   ``tangent_step`` and the chunked samplers ``sample_vmf``, ``sample_uniform``, ``sample_walk``:
   **bit for bit**. The jitted code is compiled without fastmath, so every floating-point operation
   below is the same IEEE operation in the same order; reductions are written as sequential Python
   loops (never ``np.dot`` / ``np.sum``, whose pairwise or BLAS order differs), and transcendental
   functions come from :mod:`math`, which calls the same C library (``exp``, ``log``, ``log1p``,
   ``expm1``, ``pow``, ``sin``, ``cos``) that Numba's LLVM intrinsics resolve to.
-* :mod:`simkit._infonce_jit` -- ``prefix_sums``: **to rtol 1e-13, not bitwise**. The jitted
+* :mod:`simkit._jit.infonce` -- ``prefix_sums``: **to rtol 1e-13, not bitwise**. The jitted
   version uses BLAS (d > 8) or FMA-contracted loops for the scores, a hand-vectorised ``exp``
   (2 ulp) and 8-lane partial sums. The reference here is evaluated in ``np.longdouble`` (80-bit on
   x86-64), so its own error (~K * 1e-19) is negligible and the comparison measures the jitted
@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from simkit._rng import _ZF, _ZX, CHUNK
+from simkit._jit.rng import _ZF, _ZX, CHUNK
 
 __all__ = ["splitmix64", "chunk_state", "next_u64", "uniform", "uniform_pos", "normal", "gamma",
            "beta", "vmf_params", "vmf_omw", "tangent_direction", "compose", "tangent_step",
@@ -48,7 +48,7 @@ ZR = ZX[1]
 
 
 # --------------------------------------------------------------------------------------------
-# RNG layer (simkit._rng)
+# RNG layer (simkit._jit.rng)
 # --------------------------------------------------------------------------------------------
 
 def splitmix64(z: int) -> int:
@@ -147,7 +147,7 @@ def beta(s: list[int], a: float, b: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Samplers (simkit._sampling)
+# Samplers (simkit._jit.sampling)
 # --------------------------------------------------------------------------------------------
 
 def vmf_params(d: int, kappa: float) -> list[float]:
@@ -308,7 +308,7 @@ def sample_walk(x, step: float, n_steps: int, key) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# InfoNCE prefix sums (simkit._infonce_jit)
+# InfoNCE prefix sums (simkit._jit.infonce)
 # --------------------------------------------------------------------------------------------
 
 def prefix_sums(x, y, inv_tau: float, shift, k_grid) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Claim C7: the Brownian path of the search estimator and the asymmetry study.
 
 * The heat-kernel log-density of the jitted search pass (float64 series and its double-double
-  tail) against simkit.heat's exact fixed-point sum, and ``search_statistics`` / the estimator's
+  tail) against simkit.distributions.heat's exact fixed-point sum, and ``search_statistics`` / the estimator's
   per-query terms for a BrownianKernel against a direct NumPy reference (every log m from
   ``BrownianKernel.logpdf``); thread-count invariance.
 * Non-reversibility of the study's kernels, numerically: the density ratio pi(x)M(x,y) /
@@ -35,12 +35,12 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from simkit import VonMisesFisher, exact
-from simkit._search_jit import log_heat_values
-from simkit.designs import ASYMMETRY_SETTINGS as SETTINGS
-from simkit.designs import build_kernel, build_pi
-from simkit.heat import BrownianKernel, _log_h_exact
+from simkit._jit.search import log_heat_values
+from simkit.distributions.designs import ASYMMETRY_SETTINGS as SETTINGS
+from simkit.distributions.designs import build_kernel, build_pi
+from simkit.distributions.heat import BrownianKernel, _log_h_exact
 from simkit.runner import read_dataset, resolve_config, run_study
-from simkit.search import SearchEstimator, _heat_profile, search_statistics
+from simkit.estimators.search import SearchEstimator, _heat_profile, search_statistics
 from studies.asymmetry import ALPHA, SCHEMA, STUDY, asymmetry_exact
 from studies.rate_k import ALPHA as RATE_K_ALPHA
 from studies.rate_k import STUDY as RATE_K
@@ -271,7 +271,7 @@ def test_c7_rates_quick(quick, setting):
     study-named seeds -1/2 lies 25-216 slope SEs from the C1 estimates and 11-34 from the C2 ones,
     with the quick design's former 64 Brownian queries brown-vmf-d8's C2 was 3.5 SEs (slope -1.012 +-
     0.147, p_half = 0.002 > 1e-3: it failed); the quick design then had >= 256 queries in each of 24
-    C2 blocks (power calculation in Asymmetry._anchors), SE 0.043, and now 48 blocks of >= 128 (the
+    C2 blocks (power calculation in Asymmetry.unit_anchors), SE 0.043, and now 48 blocks of >= 128 (the
     same queries in all).
     Power: with the quick design's slope SEs (C1 0.002-0.020, C2 0.014-0.15) a true slope 3.8 SE
     from -1 is rejected with probability 0.5; c1 off by 3.3 MCSE (1.6%-9.4% of c1) likewise."""
@@ -301,10 +301,10 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
     """The study's analysis is rate_k's (C1) and search_ce's (C2) on the same blocks: their own
     summarise, run on this dataset's raw blocks, gives the same slopes, intervals, p-values,
     constants, z-scores, fits, residuals and verdicts, at the same level. All three use one rule
-    (simkit.analysis.rate_verdict), which fits log(sign x curve): rate_k's summarise therefore also
+    (simkit.stats.analysis.rate_verdict), which fits log(sign x curve): rate_k's summarise therefore also
     fits the negative gap of the rotation by 2.6 rad (c1 < 0), which its former positive-only rule
-    could not. Both also test the curve against the exact curve (simkit.exact_curve.gap_curve, for these
-    kernels too), the Z-free dgap and c2 (simkit.analysis.truth_verdict): the same values here."""
+    could not. Both also test the curve against the exact curve (simkit.exact.curve.gap_curve, for these
+    kernels too), the Z-free dgap and c2 (simkit.stats.analysis.truth_verdict): the same values here."""
     cfg, ds = quick
     assert ALPHA == RATE_K_ALPHA == SEARCH_CE_ALPHA
     raw1 = _raw(ds, QUICK_SETTINGS)

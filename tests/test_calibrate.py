@@ -1,4 +1,4 @@
-"""simkit.calibrate and ``simkit calibrate`` (issue 13) on a tiny in-test study with exact p-values.
+"""simkit.claims.calibrate and ``simkit calibrate`` (issue 13) on a tiny in-test study with exact p-values.
 
 The study draws ``n_blocks = 2`` standard normal values (one per block) and tests mean = 0:
 
@@ -30,11 +30,11 @@ import pytest
 import xarray as xr
 from scipy import stats
 
-from simkit.calibrate import (ALTERNATIVES, OVERLAP_RTOL, Alternative, Calibration, calibrate, calibration_rates, check_labels,
+from simkit.claims.calibrate import (ALTERNATIVES, OVERLAP_RTOL, Alternative, Calibration, calibrate, calibration_rates, check_labels,
                               clopper_pearson, combine)
 from simkit.cli import main
 from simkit.runner import Check, Param, Study, Var, read_dataset, results_identical, run_study
-from simkit.validate import combine_checks, empirical_text
+from simkit.claims.validate import combine_checks, empirical_text
 
 SEEDS = 60
 T_ALPHA, Z_ALPHA = 0.05, 0.01
@@ -206,7 +206,7 @@ def test_resume_after_stop_after_is_bit_identical(tmp_path):
 def test_first_seed_counts_in_the_wall_time_and_is_not_resumed(tmp_path, monkeypatch):
     """The first seed runs alone before the others (it fixes the check dimension): in a fresh run it is
     this invocation's work, so it is not counted as resumed, and its time is in wall_time_s."""
-    import simkit.calibrate as cal
+    import simkit.claims.calibrate as cal
     real = cal._first_names
 
     def slow(*args):
@@ -365,7 +365,7 @@ def test_dask_gives_the_in_process_dataset(tmp_path):
 
 def test_validate_puts_the_empirical_rate_beside_the_stated_one(calibrated, tmp_path, monkeypatch):
     """run_validation reads <calibration>/<study>.nc (here the in-test study, through a patched registry)."""
-    from simkit import validate
+    from simkit.claims import validate
     ds, out = calibrated
     monkeypatch.setattr(validate, "get_study", lambda name: STUDY)
     table = validate.run_validation(studies=["tiny-t"], out=tmp_path / "validation.nc", report=None,
@@ -384,7 +384,7 @@ def test_validate_puts_the_empirical_rate_beside_the_stated_one(calibrated, tmp_
 def test_cli_ctrl_c_exits_130_keeping_finished_seeds(tmp_path, capsys, monkeypatch):
     """Ctrl-C (here: KeyboardInterrupt after the first new tasks) ends with 130; the seeds finished so far
     stay in the checkpoint and the same call resumes from them."""
-    import simkit.calibrate as cal
+    import simkit.claims.calibrate as cal
     real = cal.calibrate
     out = tmp_path / "c.nc"
     monkeypatch.setattr(cal, "calibrate", lambda study, **kw: real(STUDY, **{**kw, "stop_after": 3}))
@@ -463,7 +463,7 @@ def test_committed_combinations_are_those_of_their_parts(path):
 
 @pytest.mark.deterministic(reason="p-values of committed datasets recomputed; no sampling")
 def test_setting_pvalues_reproduce_the_verdict_rules():
-    """search_ce's and asymmetry's component p-values (simkit.analysis.setting_pvalues) reject exactly where
+    """search_ce's and asymmetry's component p-values (simkit.stats.analysis.setting_pvalues) reject exactly where
     their verdict rules do: the slope interval at level 1 - alpha excludes -1, |c1 z| or |c2 t| beyond the
     Student t critical value, curve/dgap p below alpha. Checked on the committed default runs, and on a
     perturbed copy in which each rule is made to fire (the positive control)."""
@@ -504,7 +504,7 @@ def test_setting_pvalues_reproduce_the_verdict_rules():
 def test_calibration_path_prefers_the_design_that_ran(tmp_path):
     """A full-design row uses <study>_full.nc, and the quick calibration only when there is no full one; a
     quick row never uses the full calibration."""
-    from simkit.calibrate import calibration_path
+    from simkit.claims.calibrate import calibration_path
     assert calibration_path("s", tmp_path) is None and calibration_path("s", tmp_path, full=True) is None
     (tmp_path / "s.nc").write_bytes(b"")
     assert calibration_path("s", tmp_path, full=True) == tmp_path / "s.nc"
@@ -577,7 +577,7 @@ def test_combine_refuses_what_it_cannot_vouch_for(tmp_path):
 
 @pytest.mark.deterministic(reason="command-line bookkeeping")
 def test_cli_combine_and_its_bad_input(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("simkit.calibrate.get_study", lambda name: STUDY)
+    monkeypatch.setattr("simkit.claims.calibrate.get_study", lambda name: STUDY)
     monkeypatch.setattr("simkit.runner.get_study", lambda name: STUDY)
     calibrate(STUDY, seeds=2, first_seed=1, out=tmp_path / "a.nc", progress=False)
     calibrate(STUDY, seeds=2, first_seed=3, out=tmp_path / "b.nc", progress=False)

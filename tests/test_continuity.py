@@ -37,8 +37,8 @@ from scipy.special import logsumexp
 
 from scipy import integrate
 
-from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.protocol import protocol_sha256
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.claims.protocol import protocol_sha256
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies.continuity import (ALPHA, ALPHA_NI, B0, DELTA, PROTOCOL_PATH, STUDY, CapBump, cap_cosine,
                                 confirmatory_verdicts, growth_test, loss_difference_bounds, non_inferiority, perturb,

@@ -144,9 +144,9 @@ def test_same_label_ce_and_c1_larger_case_by_hand():
 @pytest.mark.parametrize("kernel", ["labels", "positives"])
 def test_c2_is_the_limit_of_the_exact_curve(kernel):
     """c2 (derived in simkit.diagnose) against the exact curve's limit k (k gap_k - c1): Richardson
-    extrapolation 2 f(2k) - f(k) of f(k) = k^2 (gap_k - c1/k) from simkit.exact_curve at k = 2^14, 2^15,
+    extrapolation 2 f(2k) - f(k) of f(k) = k^2 (gap_k - c1/k) from simkit.exact.curve at k = 2^14, 2^15,
     with the atoms built here (not by diagnose)."""
-    from simkit.exact_curve import expected_log_sum_parts
+    from simkit.exact.curve import expected_log_sum_parts
     phi = _unit(SMALL_X)
     plists = _positive_lists(6, SMALL_LABELS if kernel == "labels" else None, SMALL_POS if kernel != "labels" else None)
     ce, c1, c2, s = _hand_ce_c1_c2(phi, TAU, plists)
@@ -278,9 +278,9 @@ def test_anchor_subsample_against_full_hand_computation():
 def test_subsampled_gap_curves_against_full_exact_curve():
     """N = 400 rows, 128 anchors, exact curve on 16 of them: the two-phase gap_exact and the Monte
     Carlo gap (anchor blocks) against the exact curve averaged over all 400 rows (built here with
-    simkit.exact_curve). |z| <= 5 at 11 grid points, SEs from 15-16 df: false-failure rate
+    simkit.exact.curve). |z| <= 5 at 11 grid points, SEs from 15-16 df: false-failure rate
     <= 2 * 11 * 2 * P(t_15 > 5) ~ 7e-3."""
-    from simkit.exact_curve import expected_log_sum_parts
+    from simkit.exact.curve import expected_log_sum_parts
     rng = np.random.default_rng(21)
     n, d, tau = 400, 8, 0.4
     lab = rng.integers(0, 8, size=n)

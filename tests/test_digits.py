@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simkit.analysis import rate_verdict
+from simkit.stats.analysis import rate_verdict
 from simkit.diagnose import diagnose
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies import digits
@@ -204,7 +204,7 @@ def test_label_ce_c1_and_exact_gap_brute_force(encoder):
 
 
 def test_exact_d_curve_brute_force():
-    """The study's exact D_k(x) (simkit.exact_curve) against the enumeration of every database of
+    """The study's exact D_k(x) (simkit.exact.curve) against the enumeration of every database of
     k = 1, 2 test images, averaged over the 12 anchors, to 1e-9 relative."""
     split = _tiny()
     tau = 0.3

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 from scipy import stats
 
-from simkit.embedding import LinearEmbedding
+from simkit.embeddings.embedding import LinearEmbedding
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies.dimension import (ALPHA, B0, DELTA, FAMILIES, PROTOCOL_PATH, SCHEMA, SIGMA_B_PLANNED, STUDY, NonInferiority,
                                _dims, _planned_false_fail, non_inferiority, protocol_attrs, verdicts)

@@ -22,9 +22,9 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from simkit.analysis import rate_verdict, truth_rng, truth_verdict
+from simkit.stats.analysis import rate_verdict, truth_rng, truth_verdict
 from simkit.diagnose import diagnose
-from simkit.quadrature import log_partition
+from simkit.exact.quadrature import log_partition
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies import encoders
 from studies.encoders import ALPHA, N_C1_TESTS, STUDY, TAU
@@ -187,7 +187,7 @@ def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
 @pytest.mark.false_fail(8 * 2 * float(stats.norm.sf(Z_CRIT)), reason="8 anchors, each a two-sided normal bound at Z_CRIT = 4.42 (1e-5)")
 def test_log_z_of_the_atoms_against_quadrature_of_the_mixture(quick):
     """Z of pi_N (mean over the N atoms) against Z of the continuous vMF mixture by quadrature on S^2
-    (simkit.quadrature.log_partition with the trained encoder): the atoms are i.i.d. from the mixture,
+    (simkit.exact.quadrature.log_partition with the trained encoder): the atoms are i.i.d. from the mixture,
     so Z_N(x) is unbiased with standard error sd(e^s)/sqrt(N) at each fixed anchor."""
     _, ds, _ = quick
     i = list(ds["setting"].values).index("mlp-d32-rot")

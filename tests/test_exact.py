@@ -1,4 +1,4 @@
-"""Tests of :mod:`simkit.exact`: the exact objects of THEORY.md sections 2, 4 and 5.
+"""Tests of :mod:`simkit.exact`: the exact objects of docs/theory.md sections 2, 4 and 5.
 
 References used (independent of the code under test)
 ----------------------------------------------------
@@ -9,7 +9,7 @@ References used (independent of the code under test)
   ``K_j = |kappa_j mu_j + x/tau|``, and ``m1 = J(kappa + 1/tau)/J(kappa)`` for the vMF kernel.
 * mpmath's Bessel functions at 40 digits (:func:`mp_log_j_bessel`, :func:`mp_mean_resultant`)
   where quadrature would be slow (kappa up to 1e6, d up to 4096).
-* :mod:`simkit.quadrature` for p = 3 (an independent adaptive product rule on S^2; it shares no
+* :mod:`simkit.exact.quadrature` for p = 3 (an independent adaptive product rule on S^2; it shares no
   code with :mod:`simkit.exact` except the distribution objects).
 * A composite Gauss--Legendre rule in the polar angle written here (:func:`polar_rule`).
 * ``scipy.integrate.nquad`` over the cosines of the positive and the negatives for the finite-k
@@ -57,7 +57,7 @@ from scipy.special import gammaln, logsumexp
 import simkit
 from simkit import (Discrete, GeodesicRandomWalk, RotatedVMFKernel, Uniform, VMFKernel, VMFMixture,
                     VonMisesFisher, exact)
-from simkit import quadrature as quad
+from simkit.exact import quadrature as quad
 
 SEED = 20260315
 ALPHA = 1e-3       # false-failure rate of each chi-square test (see the module docstring)
@@ -68,7 +68,7 @@ Z_TAIL = 2.0 * float(stats.norm.sf(4.5))  # two-sided normal tail of one "4.5 SE
 try:
     simkit.BrownianKernel(0.1)
     HAVE_BROWNIAN = True
-except NotImplementedError:  # simkit/heat.py not written yet
+except NotImplementedError:  # simkit/distributions/heat.py not written yet
     HAVE_BROWNIAN = False
 needs_brownian = pytest.mark.skipif(not HAVE_BROWNIAN, reason="BrownianKernel not implemented yet")
 
@@ -155,7 +155,7 @@ def mp_mean_resultant(d: int, kappa, dps: int = 40) -> mp.mpf:
 
 
 def mp_mutual_information(d: int, kappa) -> float:
-    """I = log C_d(kappa) - log C_d(0) + kappa A_d(kappa) (THEORY.md section 4), in mpmath."""
+    """I = log C_d(kappa) - log C_d(0) + kappa A_d(kappa) (docs/theory.md section 4), in mpmath."""
     with mp.workdps(40):
         return float(mp_log_vmf_norm(d, kappa) + mp_log_sphere_area(d) + mp.mpf(kappa) * mp_mean_resultant(d, kappa))
 
@@ -235,13 +235,13 @@ ROT3 = RotatedVMFKernel.plane_rotation(3, 0.8, 6.0)
 
 
 # ---------------------------------------------------------------------------------------------
-# THEORY.md section 5: reference values, and the section-4 closed forms at tau = 1/kappa
+# docs/theory.md section 5: reference values, and the section-4 closed forms at tau = 1/kappa
 
 
 @pytest.mark.parametrize("kappa, tau, ce_ref, c1_ref", [(10.0, 0.1, -1.995732, 5.500000),
                                                       (5.0, 0.5, -1.004961, 2.373265)])
 def test_reference_values_section5(kappa, tau, ce_ref, c1_ref):
-    """The table of THEORY.md section 5 (d = 3, uniform pi), to the 6 printed decimals."""
+    """The table of docs/theory.md section 5 (d = 3, uniform pi), to the 6 printed decimals."""
     ce = exact.cross_entropy(Uniform(3), VMFKernel(kappa), tau)
     c1 = exact.bias_constant(Uniform(3), VMFKernel(kappa), tau)
     assert isinstance(ce, float) and isinstance(c1, float)
@@ -265,7 +265,7 @@ def test_c1_closed_form_d3(kappa):
 @pytest.mark.parametrize("d", [3, 8, 64])
 @pytest.mark.parametrize("kappa", [0.01, 1.0, 10.0, 100.0, 1e4])
 def test_ce_equals_minus_mutual_information(d, kappa):
-    """Uniform pi, tau = 1/kappa: Q = M, so CE = -I (THEORY.md section 4).
+    """Uniform pi, tau = 1/kappa: Q = M, so CE = -I (docs/theory.md section 4).
 
     Three evaluations must agree: cross_entropy, mutual_information and an mpmath evaluation of
     ``log C_d(kappa) - log C_d(0) + kappa A_d(kappa)`` at 40 digits (plus, for d = 3, the elementary
@@ -287,7 +287,7 @@ def test_ce_equals_minus_mutual_information(d, kappa):
 
 @pytest.mark.parametrize("d, kappa", [(3, 5.0), (16, 30.0), (200, 100.0)])
 def test_ce_gibbs_inequality(d, kappa):
-    """CE = H + E KL(M || Q) >= H = -I, with equality exactly at tau = 1/kappa (THEORY.md section 2)."""
+    """CE = H + E KL(M || Q) >= H = -I, with equality exactly at tau = 1/kappa (docs/theory.md section 2)."""
     minus_i = -exact.mutual_information(VMFKernel(kappa), d)
     taus = np.array([0.25, 0.5, 0.9, 1.0, 1.1, 2.0, 4.0]) / kappa
     ce = np.array([exact.cross_entropy(Uniform(d), VMFKernel(kappa), t) for t in taus])
@@ -337,7 +337,7 @@ def test_log_partition_vs_mpmath_bessel_grid(d):
 
 def test_log_partition_vs_product_rule_p3():
     """p = 3: log Z and log Z2 for a 3-component mixture and a peaked vMF against
-    simkit.quadrature.log_partition (tol 1e-12), 20 anchors, to 1e-10 absolute.
+    simkit.exact.quadrature.log_partition (tol 1e-12), 20 anchors, to 1e-10 absolute.
     log Z2 at tau is log Z at tau/2 (scale 2 doubles the score)."""
     x = unit(rng_for(3).normal(size=(20, 3)))
     for pi in [MIX3, VonMisesFisher(unit([1.0, 2.0, 2.0]), 400.0), Uniform(3)]:
@@ -378,7 +378,7 @@ def test_log_m1_vmf_vs_1d_integral(d):
 
 def test_log_m1_rotated_vs_quadrature_p3():
     """RotatedVMFKernel in p = 3: log m1(x) = log E_{y ~ vMF(Rx, kappa)} exp(x.y/tau) against
-    simkit.quadrature.log_expect_exp (tol 1e-12), to 1e-10 absolute."""
+    simkit.exact.quadrature.log_expect_exp (tol 1e-12), to 1e-10 absolute."""
     x = unit(rng_for(6).normal(size=(6, 3)))
     for kappa in [0.0, 6.0, 300.0]:
         kern = RotatedVMFKernel(ROT3.rotation, kappa)
@@ -483,7 +483,7 @@ def test_log_m_uniform_closed_form():
 
 def test_single_vmf_expectations_vs_quadrature_p3():
     """Single-vMF pi (p = 3): the 1-D quadrature path of cross_entropy and bias_constant vs
-    simkit.quadrature.expect of the per-anchor integrands over S^2 (tol 1e-12), to 1e-9.
+    simkit.exact.quadrature.expect of the per-anchor integrands over S^2 (tol 1e-12), to 1e-9.
     RotatedVMFKernel: cross_entropy is still exact (a float) and is checked the same way."""
     mu = unit([0.3, -0.5, 0.8])
     for kappa_pi in [0.3, 4.0, 150.0]:
@@ -1021,7 +1021,7 @@ def test_mutual_information_unsupported_kernel():
 
 
 # ---------------------------------------------------------------------------------------------
-# BrownianKernel (skipped while simkit/heat.py is unimplemented)
+# BrownianKernel (skipped while simkit/distributions/heat.py is unimplemented)
 
 
 @needs_brownian

@@ -1,4 +1,4 @@
-"""Tests of simkit.exact_curve against independent truths: brute-force enumeration, mpmath sums
+"""Tests of simkit.exact.curve against independent truths: brute-force enumeration, mpmath sums
 over binomial laws, closed forms (simkit.exact.gap_exact), and brute-force Monte Carlo."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-import simkit.exact_curve as ec
-from simkit.exact_curve import expected_log_sum, expected_log_sum_parts
+import simkit.exact.curve as ec
+from simkit.exact.curve import expected_log_sum, expected_log_sum_parts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,10 +147,10 @@ def test_expected_log_sum_errors(bad, match):
 from scipy import integrate, stats  # noqa: E402
 
 from simkit import exact  # noqa: E402
-from simkit.exact_curve import gap_curve, second_order_constant  # noqa: E402
-from simkit.heat import BrownianKernel  # noqa: E402
-from simkit.kernels import RotatedVMFKernel, VMFKernel  # noqa: E402
-from simkit.sphere import Discrete, Uniform, VMFMixture, VonMisesFisher  # noqa: E402
+from simkit.exact.curve import gap_curve, second_order_constant  # noqa: E402
+from simkit.distributions.heat import BrownianKernel  # noqa: E402
+from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel  # noqa: E402
+from simkit.distributions.sphere import Discrete, Uniform, VMFMixture, VonMisesFisher  # noqa: E402
 
 KS = 1 << np.arange(21)
 
@@ -171,7 +171,7 @@ def test_gap_curve_uniform_matches_closed_form(kernel, d, tau):
 
 @pytest.mark.parametrize("kappa, tau, ce", [(10.0, 0.1, -1.995732), (5.0, 0.5, -1.004961)])
 def test_gap_curve_theory_reference_values(kappa, tau, ce):
-    """THEORY.md section 5: CE, and k gap_k -> c1 = (kappa coth kappa + 1)/2 for d = 3, tau = 1/kappa... (first row)."""
+    """docs/theory.md section 5: CE, and k gap_k -> c1 = (kappa coth kappa + 1)/2 for d = 3, tau = 1/kappa... (first row)."""
     g = gap_curve(Uniform(3), VMFKernel(kappa), tau, KS)
     assert abs(g.cross_entropy - ce) < 1e-6
     if tau == 1.0 / kappa:
@@ -204,7 +204,7 @@ def test_gap_curve_mpmath_k1():
 def test_cosine_law_moment_generating_function():
     """The Bessel density of x.y for y ~ vMF(mu, kappa) given x.mu: its rule integrates e^{a x.y}
     to the closed form C_d(kappa)/C_d(||kappa mu + a x||) (simkit.exact.log_partition)."""
-    from simkit.exact_curve import _log_cosine_density_vmf, _theta_rule
+    from simkit.exact.curve import _log_cosine_density_vmf, _theta_rule
     rng = np.random.default_rng(3)
     theta, bw = _theta_rule(40)
     for d in (2, 3, 8, 16):
@@ -390,7 +390,7 @@ def test_second_order_constant_is_the_limit_of_the_exact_curve(case):
 # ----------------------------------------------------------------------------------------------
 # Discrete pi with a general embedding (p = 3)
 
-from simkit.embedding import LinearEmbedding  # noqa: E402
+from simkit.embeddings.embedding import LinearEmbedding  # noqa: E402
 
 PTS6 = Uniform(3).rvs(6, rng=np.random.default_rng(44))
 
@@ -487,7 +487,7 @@ def test_second_order_constant_uniform_d3_closed_form(kappa):
 
 
 def _rot_case(d, tau, kappa):
-    from simkit.exact_curve import expansion_constants
+    from simkit.exact.curve import expansion_constants
     kern = RotatedVMFKernel.plane_rotation(d, 2.6, kappa)
     return kern, expansion_constants(Uniform(d), kern, tau)
 

@@ -306,10 +306,10 @@ def test_no_traceback_for_any_argument_vector(argv, tmp_path, monkeypatch, capsy
     Runs are replaced by stubs (a vector that would run a study returns 0 without running it; validate and
     calibrate stop as if interrupted, 130)."""
     monkeypatch.chdir(tmp_path)
-    from simkit import validate
+    from simkit.claims import validate
     monkeypatch.setattr(runner, "run_study", lambda *a, **k: runner.RunResult(None, Path("x"), False, 0, 0, [], 0.0))
     monkeypatch.setattr(validate, "run_validation", lambda **k: (_ for _ in ()).throw(KeyboardInterrupt()))
-    calibrate = importlib.import_module("simkit.calibrate")  # the module (simkit.calibrate is also the function)
+    calibrate = importlib.import_module("simkit.claims.calibrate")  # the module (simkit.claims.calibrate is also the function)
     monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         code = main(argv)

@@ -1,7 +1,7 @@
-"""The generalisation study (claims C3, C5, C6) and the Fourier lift of simkit.lifted.
+"""The generalisation study (claims C3, C5, C6) and the Fourier lift of simkit.embeddings.lifted.
 
-Exact tests: the NumPy risk and gradient of simkit.lifted against the pure-NumPy reference of
-simkit.training (1e-12) and central finite differences (1e-6 relative); the Fourier lift's unit
+Exact tests: the NumPy risk and gradient of simkit.embeddings.lifted against the pure-NumPy reference of
+simkit.embeddings.training (1e-12) and central finite differences (1e-6 relative); the Fourier lift's unit
 norm, tight frame, nested design, kernel identity and d-free Lipschitz constant; argument checks;
 the seed split (common random numbers across the levels of a sweep); resumption after an
 interruption gives the same dataset as an uninterrupted run; the report renders.
@@ -36,10 +36,10 @@ from scipy import stats
 
 from simkit import Uniform, VMFKernel
 from simkit.runner import read_dataset, resolve_config, run_study, task_seed
-from simkit.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk, lifted_value_and_grad
-from simkit.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
-from simkit.bounds import linear_class_constants, net_bound, rademacher_bound, theorem1_bound
-from simkit.protocol import protocol_attrs, protocol_sha256
+from simkit.embeddings.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk, lifted_value_and_grad
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
+from simkit.exact.bounds import linear_class_constants, net_bound, rademacher_bound, theorem1_bound
+from simkit.claims.protocol import protocol_attrs, protocol_sha256
 from studies.generalisation import (ALPHA, DELTA_K, ISO_MIN, NI_SWEEPS, OLD_SWEEPS, POWER, PROTOCOL_PATH, SCHEMA, STUDY,
                                     _block_of, c3_conclusion, control_tau, level_grid, ni_verdicts, non_inferiority,
                                     one_sided_rate, point_bound, sweep_seeds, trend_test)
@@ -121,7 +121,7 @@ def test_fourier_training_and_errors():
     again = train(LiftedRisk(s, 0.1), phi0, restarts=2, rng=8)
     np.testing.assert_array_equal(again.embedding.params, res.embedding.params)  # deterministic
     # the identity still goes through the jitted routine of the base class
-    from simkit.embedding import LinearEmbedding
+    from simkit.embeddings.embedding import LinearEmbedding
     ident = LinearEmbedding.identity(3)
     assert LiftedRisk(s, 0.1).value(ident) == EmpiricalRisk(s, 0.1).value(ident)
     with pytest.raises(NotImplementedError, match="use|LiftedRisk"):
@@ -484,7 +484,7 @@ def test_positive_control_complexity_grows_like_sqrt_k():
 
 
 def test_bound_hand_computed_values():
-    """simkit.bounds against values computed by hand."""
+    """simkit.exact.bounds against values computed by hand."""
     # net bound at one scale: 0.25 + sqrt(2 ln 17 / 100) = 0.25 + sqrt(0.0566642669) = 0.25 + 0.2380425737
     assert net_bound(0.25, 100, 1, 1.0, 1.0, 1.0) == pytest.approx(0.4880425737, abs=1e-10)
     # theorem1_bound, tau = 0.5: L_loss = 4 * 1 / 0.5 = 8, D = 4 / 0.5 = 8; variability 8 sqrt(ln 20 / 400) =

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from simkit import VMFKernel, exact
-from simkit.infonce import GapEstimator, k_grid
+from simkit.estimators.infonce import GapEstimator, k_grid
 from simkit.runner import read_dataset, resolve_config, run_study
-from simkit.sphere import Uniform
+from simkit.distributions.sphere import Uniform
 from studies.hard_regime import (ALPHA, PROTOCOL_PATH, SCHEMA, STUDY, block_groups, confirmatory_verdict, pilot_gap,
                                  rate_rule)
 
@@ -166,10 +166,10 @@ def test_rule_rejects_a_1_over_sqrt_k_curve():
 @pytest.mark.false_fail(1e-3, reason="no problem requires curve_p >= ALPHA = 1e-3 for blocks whose mean is the exact curve "
                         "(a uniform p-value); the rest are identities")
 def test_standardised_truth_verdict_equals_truth_verdict_and_survives_scales():
-    """simkit.analysis.truth_verdict_standardised gives truth_verdict's statistics where that works (they are
+    """simkit.stats.analysis.truth_verdict_standardised gives truth_verdict's statistics where that works (they are
     invariant under a rescaling of the columns), and works where truth_verdict refuses the raw covariance
     (block sd spanning 8 orders of magnitude, as gap_k over k = 1..2^20 at tau = 0.02). Deterministic."""
-    from simkit.analysis import truth_verdict, truth_verdict_standardised
+    from simkit.stats.analysis import truth_verdict, truth_verdict_standardised
     rng = np.random.default_rng(3)
     k = (1 << np.arange(12)).astype(float)
     ex = 5.5 / k - 2.3 / k**2
@@ -260,7 +260,7 @@ def test_config_errors(override, match):
 
 
 def test_exact_constants_of_the_hard_regime():
-    """c1 = (kappa coth kappa + 1)/2 and the scales E[Z2/Z^2] = E[m1/Z] = kappa coth kappa (THEORY.md section 4)."""
+    """c1 = (kappa coth kappa + 1)/2 and the scales E[Z2/Z^2] = E[m1/Z] = kappa coth kappa (docs/theory.md section 4)."""
     pi, ker = Uniform(3), VMFKernel(50.0)
     assert float(exact.bias_constant(pi, ker, 0.02, rng=0)) == pytest.approx((50 / math.tanh(50) + 1) / 2, rel=1e-12)
     rho, mbar = exact.expansion_scales(pi, ker, 0.02, rng=0)

@@ -1,4 +1,4 @@
-"""Tests of :class:`simkit.BrownianKernel` (spherical Brownian motion, :mod:`simkit.heat`).
+"""Tests of :class:`simkit.BrownianKernel` (spherical Brownian motion, :mod:`simkit.distributions.heat`).
 
 References used (independent of the code under test)
 ----------------------------------------------------
@@ -10,7 +10,7 @@ References used (independent of the code under test)
 * mpmath at high precision for ``log h_t``, with the Gegenbauer polynomials from the explicit
   finite cosine sum ``C^lam_l(cos theta) = sum_k (lam)_k (lam)_{l-k} / (k! (l-k)!) cos((l-2k) theta)``
   (not the recurrence the code uses), and ``scipy.special.betainc`` for the uniform CDF;
-* the NumPy routines of :mod:`simkit.heat` as references of its jitted ones (HOUSE.md).
+* the NumPy routines of :mod:`simkit.distributions.heat` as references of its jitted ones (HOUSE.md).
 
 Error budget (HOUSE.md: fixed seeds, stated false-failure rates)
 ---------------------------------------------------------------
@@ -42,8 +42,8 @@ import pytest
 from scipy import integrate, special, stats
 
 from simkit import BrownianKernel
-from simkit._special import log_sphere_area
-from simkit.heat import (_cdf_theta_many, _f0_coefficients, _f0_theta, _invert_many, _series,
+from simkit._jit.special import log_sphere_area
+from simkit.distributions.heat import (_cdf_theta_many, _f0_coefficients, _f0_theta, _invert_many, _series,
                          _series_np, sample_heat)
 
 ALPHA = 1e-3

@@ -1,4 +1,4 @@
-"""The InfoNCE losses and the C1 gap estimator (simkit.infonce).
+"""The InfoNCE losses and the C1 gap estimator (simkit.estimators.infonce).
 
 * ``infonce_losses`` against a direct NumPy log-sum-exp (exact, 1e-12), and its argument checks.
 * ``GapEstimator``: unbiasedness of every block statistic against the exact finite-k gap
@@ -20,8 +20,8 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import choose_k_min
-from simkit.infonce import BLOCK_STATS, TAU_MIN, GapEstimator, infonce_losses, k_grid
+from simkit.stats.analysis import choose_k_min
+from simkit.estimators.infonce import BLOCK_STATS, TAU_MIN, GapEstimator, infonce_losses, k_grid
 
 # ----------------------------------------------------------------------------------------------
 # infonce_losses: exact agreement with NumPy
@@ -51,7 +51,7 @@ GRID = [1, 3, 8, 9, 100, 511, 512, 513, 1000, 1499]
 @pytest.mark.parametrize("tau", [TAU_MIN, 0.1, 1.0])
 def test_losses_match_numpy(d, tau):
     """Agreement to 1e-12 absolute (losses are O(1) to O(2/tau) nats). The jitted error model
-    (module docstring of simkit._infonce_jit): relative eps * |argument of exp| <= 2.2e-16 * 2/tau
+    (module docstring of simkit._jit.infonce): relative eps * |argument of exp| <= 2.2e-16 * 2/tau
     per term (<= 1e-13 at tau = TAU_MIN) plus ~sqrt(K) eps from the summation."""
     rng = np.random.default_rng(101 + d)
     x = _unit(rng, 70, d)
@@ -234,7 +234,7 @@ def test_dgap_unbiased(unbiased):
 @pytest.mark.false_fail(ALPHA, reason="one two-sided t test (39 df) at ALPHA")
 def test_ell_inf_unbiased(unbiased):
     """Block means of ``l_inf = -s(x, x+) + log Z(x)`` estimate CE = exact.cross_entropy
-    (reference value -1.995732, THEORY.md section 5).
+    (reference value -1.995732, docs/theory.md section 5).
 
     Two-sided t test, 39 df, critical 3.56: false-failure rate 1e-3. Power: a bias of 3.6 MCSE is
     detected with probability 0.5, 5 MCSE with 0.91.

@@ -1,4 +1,4 @@
-"""The float32 mode of ``infonce_losses`` (simkit._infonce_jit32).
+"""The float32 mode of ``infonce_losses`` (simkit._jit.infonce32).
 
 * Losses against an independent brute-force float64 log-sum-exp (scipy) at d = 2, 3, 5, 8, 9, 32
   (both code paths: scores in the exponential's loop for d <= SMALL_D, register-blocked products
@@ -39,9 +39,9 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from simkit._infonce_jit32 import (ARG_HI, ARG_MIN, EXP32_COEF, TILE_A, TILE_N, exp32_inplace,
+from simkit._jit.infonce32 import (ARG_HI, ARG_MIN, EXP32_COEF, TILE_A, TILE_N, exp32_inplace,
                                    prefix_sums32, tile_negatives32)
-from simkit.infonce import TAU_MIN, infonce_losses
+from simkit.estimators.infonce import TAU_MIN, infonce_losses
 # brute force in float64 (l_k = -s0 + logsumexp(s0, s_1..s_k), every score formed explicitly) and unit
 # vectors: the helpers of the float64 path's tests
 from test_infonce import _reference_losses, _unit
@@ -271,7 +271,7 @@ def test_register_block_follows_the_target_cpu(monkeypatch):
     CPU's features decide, not the host's (a cache built for a named CPU must not assume more)."""
     from numba.core import config
 
-    from simkit._infonce_jit32 import _vector_registers
+    from simkit._jit.infonce32 import _vector_registers
     monkeypatch.setattr(config, "CPU_NAME", "skylake-avx512")
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx512f")
     assert _vector_registers() == 32

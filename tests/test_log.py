@@ -1,4 +1,4 @@
-"""simkit._log: the C library's log bit for bit (deterministic checks), and accurate (mpmath).
+"""simkit._jit.log: the C library's log bit for bit (deterministic checks), and accurate (mpmath).
 
 The bit-for-bit claim is what lets the inline log replace the C library's in Wood's vMF loop
 without changing a committed dataset. It is checked against ``math.log``, which calls the C
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from simkit._log import _A0, _A1, _A2, _A3, _A4, _INVC, _LN2HI, _LN2LO, _LOGC, log
+from simkit._jit.log import _A0, _A1, _A2, _A3, _A4, _INVC, _LN2HI, _LN2LO, _LOGC, log
 from test_log1p import _bit_mismatches, _worst_ulps, glibc_fma
 
 pytestmark = pytest.mark.deterministic(reason="fixed arguments from a fixed seed; an exact property (bits) or a bound the algorithm guarantees")

@@ -1,4 +1,4 @@
-"""simkit._log1p: the C library's log1p bit for bit (deterministic checks), and accurate (mpmath).
+"""simkit._jit.log1p: the C library's log1p bit for bit (deterministic checks), and accurate (mpmath).
 
 The bit-for-bit claim is what lets the vectorised log1p replace the C library's in the d = 3 vMF
 sampler without changing a committed dataset. It is checked against ``math.log1p``, which calls the
@@ -23,7 +23,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from simkit._log1p import log1p, log1p_into
+from simkit._jit.log1p import log1p, log1p_into
 
 
 def _glibc_fma():

@@ -1,7 +1,7 @@
 """Negative control of issue 11 item 3: the C1 estimator with m1 or Z2 perturbed by 5% inside its
 control variates fails the exact-curve test; the unperturbed estimator passes.
 
-The exact curve (simkit.exact_curve.gap_curve) uses no control variate, so it does not share the
+The exact curve (simkit.exact.curve.gap_curve) uses no control variate, so it does not share the
 estimator's constants; the c1 z-test does (c1 is built from the same m1 and Z2), which is why a
 perturbed constant passes that test and must fail this one.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simkit.exact_curve import gap_curve
-from simkit.infonce import GapEstimator
-from simkit.kernels import VMFKernel
-from simkit.sphere import Uniform
-from simkit.truth_tests import curve_test
+from simkit.exact.curve import gap_curve
+from simkit.estimators.infonce import GapEstimator
+from simkit.distributions.kernels import VMFKernel
+from simkit.distributions.sphere import Uniform
+from simkit.stats.truth_tests import curve_test
 
 PI, KERNEL, TAU = Uniform(3), VMFKernel(10.0), 0.1  # the uniform-d3 setting of rate_k
 K_MAX, N_BLOCKS, N_ANCHORS = 1024, 32, 256
@@ -86,8 +86,8 @@ def test_negative_control_mixture_with_estimated_exact_curve():
     Z2 x 1.05 is reported, not required: its noncentrality here is only ~19, and the 40 re-runs
     rejected it in 9 (22%); the p = 3e-7 at this test's seeds was luck, and asserting it would give the
     test a false-failure rate of ~0.78."""
-    from simkit.kernels import VMFKernel as _V
-    from simkit.sphere import VMFMixture
+    from simkit.distributions.kernels import VMFKernel as _V
+    from simkit.distributions.sphere import VMFMixture
 
     mix = VMFMixture([0.6, 0.4], np.eye(3)[:2], [3.0, 5.0])
     kern, tau, k_max = _V(5.0), 0.5, 64

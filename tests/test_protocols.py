@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from simkit.protocol import analysis_label, is_confirmatory, protocol_attrs
+from simkit.claims.protocol import analysis_label, is_confirmatory, protocol_attrs
 from simkit.runner import read_dataset
-from simkit.validate import combine_checks
+from simkit.claims.validate import combine_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = sorted(p for p in (ROOT / "data").glob("*.nc"))
@@ -97,7 +97,7 @@ def test_validate_keeps_confirmatory_rows_apart():
 def test_validate_from_the_committed_data_marks_confirmatory_rows(tmp_path):
     """simkit validate --from-data data: nothing runs; the committed confirmatory C6 run gives a
     'C6 confirmatory' row with the protocol's hash, apart from the exploratory C6 row."""
-    from simkit.validate import run_validation
+    from simkit.claims.validate import run_validation
     t = run_validation(studies=["dimension", "generalisation"], from_data=ROOT / "data", out=tmp_path / "v.nc",
                        report=None, progress=False)
     claims = list(t["claim"].values)

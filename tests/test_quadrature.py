@@ -1,6 +1,6 @@
-"""Tests for simkit.quadrature: product rules on S^1 and S^2, expectations and log Z(x).
+"""Tests for simkit.exact.quadrature: product rules on S^1 and S^2, expectations and log Z(x).
 
-Exact tests compare with closed forms (THEORY.md section 4), with mpmath, and with an independent
+Exact tests compare with closed forms (docs/theory.md section 4), with mpmath, and with an independent
 high-resolution rule; one statistical test compares with brute-force Monte Carlo.
 """
 
@@ -15,9 +15,9 @@ from numpy.polynomial.legendre import leggauss
 from scipy.special import gammaln, logsumexp
 
 from simkit import Discrete, Uniform, VMFMixture, VonMisesFisher
-from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit.quadrature import _gauss_legendre, expect, log_expect_exp, log_partition, sphere_rule
-from simkit.sphere import SphereDistribution
+from simkit._jit.special import log_vmf_norm, mean_resultant_length
+from simkit.exact.quadrature import _gauss_legendre, expect, log_expect_exp, log_partition, sphere_rule
+from simkit.distributions.sphere import SphereDistribution
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -41,7 +41,7 @@ def _monomial_integral(powers) -> float:
 
 
 def _closed_form_log_z(pi, x, tau):
-    """THEORY.md section 4: log Z(x) = log sum_j w_j C_d(kappa_j) / C_d(|kappa_j mu_j + x / tau|)."""
+    """docs/theory.md section 4: log Z(x) = log sum_j w_j C_d(kappa_j) / C_d(|kappa_j mu_j + x / tau|)."""
     w, mus, ks = pi.as_mixture()
     k_eff = np.linalg.norm(ks[None, :, None] * mus[None] + x[:, None, :] / tau, axis=2)
     return logsumexp(np.log(w) + log_vmf_norm(pi.dim, ks) - log_vmf_norm(pi.dim, k_eff), axis=1)
@@ -71,7 +71,7 @@ def phi_r8(y):
 
 def _reference_rule_s2(n=240):
     """An independent product rule on S^2: numpy's Gauss-Legendre in cos(theta) with the pole at
-    e_3 x 2n longitudes; no adaptivity, no rotation, nothing shared with simkit.quadrature."""
+    e_3 x 2n longitudes; no adaptivity, no rotation, nothing shared with simkit.exact.quadrature."""
     t, w = leggauss(n)
     m = 2 * n
     lon = 2.0 * np.pi * np.arange(m) / m

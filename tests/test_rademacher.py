@@ -26,9 +26,9 @@ import pytest
 from scipy import stats
 
 from simkit import Uniform, VMFKernel
-from simkit.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.runner import read_dataset, resolve_config, run_study
-from simkit.training import EmpiricalRisk, TrainingSample
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample
 from studies.rademacher import ALPHA, SCHEMA, STUDY, PairwiseSumRisk, box_bounds, rademacher_sup
 
 from resume_check import assert_resume_identical

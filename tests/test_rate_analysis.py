@@ -1,4 +1,4 @@
-"""Rate regressions and Monte Carlo standard errors (simkit.analysis), and the C1 verdict rule.
+"""Rate regressions and Monte Carlo standard errors (simkit.stats.analysis), and the C1 verdict rule.
 
 * The fit model (log gap on log k and 1/k over the study's k >= k_min; gap on 1/k, 1/k^2) has a
   negligible bias on the EXACT gap curve (``exact.gap_exact``).
@@ -23,10 +23,10 @@ import pytest
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
+from simkit.stats.analysis import (choose_k_min, combine_verdicts, fit_inverse_powers, fit_rate, jackknife, mean_mcse,
                              worst_slope, z_score)
 from simkit.runner import resolve_config, run_study, summarise_dataset
-from simkit.infonce import k_grid
+from simkit.estimators.infonce import k_grid
 from studies.rate_k import ALPHA, STUDY
 
 # ----------------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_fit_model_bias_on_exact_curve(kappa, tau, d, k_max, weights):
 
 
 def test_exact_reference_constants():
-    """THEORY.md section 5 anchors (facts about the mathematics): c1 = (kappa coth kappa + 1)/2 in
+    """docs/theory.md section 5 anchors (facts about the mathematics): c1 = (kappa coth kappa + 1)/2 in
     d = 3 at tau = 1/kappa, and k * gap_exact(k) -> c1."""
     for kappa, tau, c1_ref in [(10.0, 0.1, 5.5), (5.0, 0.5, 2.373265)]:
         k, g, c1, _ = _exact_curve(kappa, tau, 3)

@@ -71,12 +71,12 @@ def test_quick_design_and_exact_values(quick):
     assert ds.sizes["block"] == cfg["n_blocks"] == 32
     assert ds["dim"].values.tolist() == [3, 8, 16]
     assert ds["pi"].values.tolist() == ["uniform", "vmf", "mixture"]
-    # THEORY.md section 5 anchors for uniform-d3 (uniform pi, kappa_M = 10, tau = 0.1)
+    # docs/theory.md section 5 anchors for uniform-d3 (uniform pi, kappa_M = 10, tau = 0.1)
     u = ds.sel(setting="uniform-d3")
     assert float(u["c1_exact"]) == pytest.approx(5.5, abs=1e-6)
     assert float(u["ce_exact"]) == pytest.approx(-1.995732, abs=5e-7)
     assert float(u["c1_exact_mcse"]) == 0.0
-    # the exact curve for every setting (simkit.exact_curve): exact where the MCSE is 0; for uniform pi it
+    # the exact curve for every setting (simkit.exact.curve): exact where the MCSE is 0; for uniform pi it
     # equals the older closed form of simkit.exact.gap_exact (an independent implementation)
     assert np.all(np.isfinite(ds["gap_exact"].values))
     assert np.all(ds.sel(setting=["uniform-d3", "vmf-d8"])["gap_exact_mcse"].values == 0.0)

@@ -16,10 +16,10 @@ import pytest
 
 import reference as ref
 from simkit import GeodesicRandomWalk, Uniform, VonMisesFisher
-from simkit._infonce_jit import TILE_N, prefix_sums, tile_negatives
-from simkit._rng import (_ZF, _ZX, CHUNK, _splitmix, beta, chunk_state, draw_key, gamma, gamma_reg,
+from simkit._jit.infonce import TILE_N, prefix_sums, tile_negatives
+from simkit._jit.rng import (_ZF, _ZX, CHUNK, _splitmix, beta, chunk_state, draw_key, gamma, gamma_reg,
                          next_u64, normal, uniform, uniform_pos)
-from simkit._sampling import (compose, sample_uniform, sample_vmf, sample_walk,
+from simkit._jit.sampling import (compose, sample_uniform, sample_vmf, sample_walk,
                               tangent_direction, vmf_omw, vmf_params)
 
 SEED = 20240917

@@ -1,4 +1,4 @@
-"""Claim C2: the similarity-search estimator (simkit.search) and the search_ce study.
+"""Claim C2: the similarity-search estimator (simkit.estimators.search) and the search_ce study.
 
 * ``search_statistics`` and every per-query term of ``SearchEstimator`` (T1, T2, the six control
   variates) against a direct NumPy reference that forms every score and density ratio (1e-12).
@@ -30,10 +30,10 @@ from scipy.special import logsumexp
 
 from simkit import (Discrete, GeodesicRandomWalk, RotatedVMFKernel, Uniform, VMFKernel, VonMisesFisher,
                     exact)
-from simkit.designs import build_pi
-from simkit.heat import BrownianKernel
+from simkit.distributions.designs import build_pi
+from simkit.distributions.heat import BrownianKernel
 from simkit.runner import read_dataset, resolve_config, run_study
-from simkit.search import (CONTROL_VARIATES, SEARCH_STATS, SearchEstimator, search_constants,
+from simkit.estimators.search import (CONTROL_VARIATES, SEARCH_STATS, SearchEstimator, search_constants,
                            search_statistics)
 from studies.search_ce import ALPHA, SCHEMA, STUDY
 
@@ -109,7 +109,7 @@ def test_search_statistics_match_numpy(name, pi, kernel, tau):
 @pytest.mark.parametrize("name, pi, kernel, tau", CASES[:3], ids=[c[0] for c in CASES[:3]])
 def test_estimator_terms_match_numpy(name, pi, kernel, tau):
     """T1, T2 and the six control variates of ``SearchEstimator._per_anchor`` against their
-    definitions (module docstring of simkit.search), G_k by the explicit double sum over i != j."""
+    definitions (module docstring of simkit.estimators.search), G_k by the explicit double sum over i != j."""
     rng = np.random.default_rng(20261302)
     est = SearchEstimator(pi, kernel, tau, 16)
     x = pi.rvs(40, rng=rng)

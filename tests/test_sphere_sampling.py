@@ -2,7 +2,7 @@
 
 Covers :class:`simkit.Uniform`, :class:`simkit.VonMisesFisher`, :class:`simkit.VMFMixture`,
 :class:`simkit.Discrete`, :class:`simkit.VMFKernel`, :class:`simkit.RotatedVMFKernel`,
-:class:`simkit.GeodesicRandomWalk` and the special functions of :mod:`simkit._special`.
+:class:`simkit.GeodesicRandomWalk` and the special functions of :mod:`simkit._jit.special`.
 
 References used (independent of the code under test)
 ----------------------------------------------------
@@ -78,7 +78,7 @@ from scipy import stats
 import simkit
 from simkit import (Discrete, GeodesicRandomWalk, RotatedVMFKernel, Uniform, VMFKernel,
                     VMFMixture, VonMisesFisher)
-from simkit._special import log_vmf_norm, mean_resultant_length
+from simkit._jit.special import log_vmf_norm, mean_resultant_length
 
 ALPHA = 1e-3  # false-failure rate per statistical test (see the module docstring)
 SEED = 20260  # every test derives its generator from [SEED, <test id>, <case>]
@@ -650,7 +650,7 @@ def test_thread_count_invariance(name):
 @pytest.mark.parametrize("name", ["Uniform", "VonMisesFisher", "VMFKernel", "RotatedVMFKernel",
                                   "GeodesicRandomWalk"])
 def test_generator_consumption_is_two_words(name):
-    """simkit._rng: a jitted sampler consumes exactly two 64-bit words of the caller's generator."""
+    """simkit._jit.rng: a jitted sampler consumes exactly two 64-bit words of the caller's generator."""
     g1, g2 = np.random.default_rng(5), np.random.default_rng(5)
     DRAWS[name](g1)
     g2.integers(0, np.iinfo(np.uint64).max, size=2, dtype=np.uint64, endpoint=True)

@@ -1,5 +1,5 @@
 """A cell's preparation split into parts (issue 15, item 2): the pooled Monte Carlo over anchors
-(simkit.exact_curve.anchor_moments / pool_moments / constants_from_moments) and the runner's part
+(simkit.exact.curve.anchor_moments / pool_moments / constants_from_moments) and the runner's part
 tasks (Study.prepare_parts, list dependencies of the executors, checkpoints, failures, resumption).
 
 Truth here is independent of the split code: the pooled moments against NumPy's mean and
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from simkit import exact
-from simkit.designs import build_pi
-from simkit.exact_curve import (_stratified_mean, anchor_moments, constants_from_moments, expansion_constants,
+from simkit.distributions.designs import build_pi
+from simkit.exact.curve import (_stratified_mean, anchor_moments, constants_from_moments, expansion_constants,
                                 gap_curve, needs_monte_carlo, pool_moments)
-from simkit.kernels import VMFKernel
+from simkit.distributions.kernels import VMFKernel
 from simkit.runner import read_dataset, resolve_config, results_identical, run_study, task_name
 from simkit.runner.executors import DependencyFailed, InProcessExecutor, fill_dependencies
 from studies.rate_k import STUDY, RateK

@@ -1,13 +1,13 @@
-"""Claim C5: the closed-form KL(Q(x,.) || pi) (simkit.softmax_kernel) and the temperature study.
+"""Claim C5: the closed-form KL(Q(x,.) || pi) (simkit.distributions.softmax_kernel) and the temperature study.
 
 * Closed forms: E_Q[x.y] against a central difference of log Z(a x) in a; d/dr log C_d(r) = -A_d(r);
   uniform pi against the mutual information of vMF(x, 1/tau); Discrete pi against a direct sum;
   the bound KL <= 2/tau on random anchors and on a two-atom pi where it is tight within a factor 2.
 * Monte Carlo: direct (y ~ Q(x, .)) and importance (y ~ pi) estimators against the closed form;
   H = -E_x KL(M(x,.) || pi) against Monte Carlo.
-* Norms clause (simkit.norms, protocols/temperature.md): the pathwise derivative sum_j p_j s_j against a
+* Norms clause (simkit.estimators.norms, protocols/temperature.md): the pathwise derivative sum_j p_j s_j against a
   hand value and a central difference with common random numbers; the scaled risk at unit norms against
-  simkit.training.EmpiricalRisk; the population sensitivity of a fixed embedding against a 2-D quadrature;
+  simkit.embeddings.training.EmpiricalRisk; the population sensitivity of a fixed embedding against a 2-D quadrature;
   the one-sided growth rule on growth (passes), flat, zero and slope-only noise curves (fail); G tau and its
   MCSE from hand-made blocks; the quick rows exploratory with both controls behaving; the committed
   dataset's protocol provenance and confirmatory rows.
@@ -33,11 +33,11 @@ import pytest
 from scipy import stats
 
 from simkit import Discrete, Uniform, VMFKernel, exact
-from simkit._special import log_vmf_norm, mean_resultant_length
-from simkit.designs import build_pi
+from simkit._jit.special import log_vmf_norm, mean_resultant_length
+from simkit.distributions.designs import build_pi
 from simkit.runner import read_dataset, resolve_config, run_study
-from simkit.infonce import GapEstimator
-from simkit.softmax_kernel import (kl_direct, kl_importance, kl_q_pi, q_components, q_distribution, q_mean_cosine,
+from simkit.estimators.infonce import GapEstimator
+from simkit.distributions.softmax_kernel import (kl_direct, kl_importance, kl_q_pi, q_components, q_distribution, q_mean_cosine,
                                    sample_q)
 from studies.temperature import ALPHA, STUDY, Temperature, entropy_h, kl_sup
 
@@ -53,7 +53,7 @@ PIS = {
 TAUS = (0.02, 0.3, 10.0)
 
 
-def _anchors(pi, n, seed):
+def unit_anchors(pi, n, seed):
     """Half from pi, half uniform: anchors in the tails of pi too."""
     rng = np.random.default_rng(seed)
     return np.concatenate([pi.rvs(n - n // 2, rng=rng), Uniform(pi.dim).rvs(n // 2, rng=rng)])
@@ -68,7 +68,7 @@ def test_mean_cosine_is_derivative_of_log_partition(name, tau):
     """E_Q[x.y] = d/da log Z(a x): central difference with step 1e-4 a (truncation ~1e-8 a^2 |f'''|,
     rounding ~1e-16 log Z / h), so agreement to 1e-6 absolute checks the sign and every term."""
     pi = PIS[name]
-    x = _anchors(pi, 16, 11)
+    x = unit_anchors(pi, 16, 11)
     a = 1.0 / tau
     h = 1e-4 * a
     num = (exact.log_partition(pi, x, 1.0 / (a + h)) - exact.log_partition(pi, x, 1.0 / (a - h))) / (2 * h)
@@ -90,7 +90,7 @@ def test_log_normaliser_derivative_is_minus_mean_resultant(d):
 @pytest.mark.parametrize("tau", [0.01, 0.1, 1.0, 100.0])
 def test_uniform_kl_is_vmf_mutual_information(d, tau):
     """Uniform pi: Q(x, .) = vMF(x, 1/tau), KL = a A_d(a) + log C_d(a) - log C_d(0) = I of vMF(1/tau)."""
-    x = _anchors(Uniform(d), 5, 3)
+    x = unit_anchors(Uniform(d), 5, 3)
     np.testing.assert_allclose(kl_q_pi(Uniform(d), x, tau), exact.mutual_information(VMFKernel(1.0 / tau), d),
                                rtol=1e-10, atol=1e-14)
     w, nu, r = q_components(Uniform(d), x, tau)
@@ -102,8 +102,8 @@ def test_uniform_kl_is_vmf_mutual_information(d, tau):
 def test_q_components_tilt_each_vmf():
     """rho_j C_d(r_j) e^{r_j nu_j.y} summed over j equals e^{x.y/tau} pi(y) / Z(x) pointwise."""
     pi, tau = PIS["mixture-d16"], 0.2
-    x = _anchors(pi, 3, 5)
-    y = _anchors(pi, 7, 6)
+    x = unit_anchors(pi, 3, 5)
+    y = unit_anchors(pi, 7, 6)
     w, nu, r = q_components(pi, x, tau)
     np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-13)
     dens = np.einsum("im,imn->in", w, np.exp(log_vmf_norm(16, r)[:, :, None] + r[:, :, None] *
@@ -119,7 +119,7 @@ def test_discrete_pi_kl_direct_sum():
     w[3] = 0.0
     w /= w.sum()
     pi = Discrete(pts, w)
-    x, tau = _anchors(Uniform(5), 4, 8), 0.15
+    x, tau = unit_anchors(Uniform(5), 4, 8), 0.15
     s = x @ pts.T / tau
     with np.errstate(divide="ignore"):
         lw = np.log(w) + s
@@ -141,7 +141,7 @@ def test_kl_bound_holds_and_is_tight_for_two_atoms():
     (1 - eps) delta_{-x} with eps = e^{-2a} the KL is a - log 2 + o(1): the bound is within a
     factor 2 of tight, so the inequality tested is not vacuous."""
     for name, pi in PIS.items():
-        x = _anchors(pi, 64, 21)
+        x = unit_anchors(pi, 64, 21)
         for tau in (0.005, 0.02, 0.1, 1.0, 10.0, 1000.0):
             kl = kl_q_pi(pi, x, tau)
             assert np.all(kl >= -1e-12) and np.all(kl <= 2.0 / tau), (name, tau)
@@ -159,7 +159,7 @@ def test_kl_bound_holds_and_is_tight_for_two_atoms():
 def test_kl_sup_single_vmf_grid_is_max_over_anchors():
     pi, tau = PIS["vmf-d8"], 0.1
     sup = kl_sup(pi, tau)
-    assert sup >= np.max(kl_q_pi(pi, _anchors(pi, 2000, 4), tau)) - 1e-9
+    assert sup >= np.max(kl_q_pi(pi, unit_anchors(pi, 2000, 4), tau)) - 1e-9
     assert sup == pytest.approx(float(kl_q_pi(pi, -pi.mu[None, :], tau)[0]), rel=1e-9)  # at mu.x = -1
 
 
@@ -177,7 +177,7 @@ def test_kl_direct_monte_carlo_matches_closed_form():
     rng = np.random.default_rng(20261201)
     zs = []
     for name, pi in PIS.items():
-        x = _anchors(pi, 4, 31)
+        x = unit_anchors(pi, 4, 31)
         for tau in TAUS:
             est, se = kl_direct(pi, x, sample_q(pi, x, tau, 20000, rng=rng), tau)
             zs.append((est - kl_q_pi(pi, x, tau)) / se)
@@ -191,13 +191,13 @@ def test_kl_direct_monte_carlo_matches_closed_form():
 def test_kl_importance_monte_carlo_matches_closed_form():
     """Importance estimator E_pi[q log q] (y ~ pi, exact Z) where its weights are light-tailed (tau =
     0.3 and 10; at tau = 0.02 the ESS is 1-400 of 20000 and normal theory fails, see
-    simkit.softmax_kernel.kl_importance): 3 x 2 x 4 = 24 z-tests, Bonferroni at 1e-3 (|z| <= 3.94).
+    simkit.distributions.softmax_kernel.kl_importance): 3 x 2 x 4 = 24 z-tests, Bonferroni at 1e-3 (|z| <= 3.94).
     The ESS must exceed 1000. Power: a discrepancy of 5.6 MCSE is detected with probability 0.9."""
     zc = stats.norm.isf(ALPHA / (2 * 24))
     rng = np.random.default_rng(20261202)
     zs = []
     for name, pi in PIS.items():
-        x = _anchors(pi, 4, 32)
+        x = unit_anchors(pi, 4, 32)
         for tau in (0.3, 10.0):
             est, se, ess = kl_importance(pi, x, pi.rvs(20000, rng=rng), tau)
             assert np.all(ess > 1000), (name, tau, ess)
@@ -246,7 +246,7 @@ def test_gap_estimator_small_tau_precision():
 
 def test_invalid_inputs():
     pi = PIS["vmf-d8"]
-    x = _anchors(pi, 2, 1)
+    x = unit_anchors(pi, 2, 1)
     with pytest.raises(ValueError, match="'tau' must be > 0"):
         kl_q_pi(pi, x, 0.0)
     with pytest.raises(ValueError, match="'pi' must be a simkit sphere distribution"):
@@ -372,7 +372,7 @@ def test_quick_dataset_values_and_schema(quick):
                  "ce_exact", "c1_exact", "kl_mean_exact", "entropy", "kl_ratio"}
     assert estimates <= set(summaries) and all(f"{v}_mcse" in ds for v in estimates)
     u = ds.sel(setting="uniform-d3")
-    # THEORY.md section 5: uniform, kappa_M = 10, tau = 0.1 lies between grid points; the exact H is -I
+    # docs/theory.md section 5: uniform, kappa_M = 10, tau = 0.1 lies between grid points; the exact H is -I
     assert float(u["entropy"][0]) == pytest.approx(-exact.mutual_information(VMFKernel(10.0), 3), rel=1e-12)
     assert np.all(ds["kl_max_anchor_exact"] <= ds["kl_bound"]) and np.all(ds["kl_sup_exact"] <= ds["kl_bound"])
     assert np.all(ds["ce_exact"] >= ds["entropy"])  # CE >= H
@@ -472,18 +472,18 @@ def test_failed_preparation_gives_error_verdicts(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------
-# the norms clause (simkit.norms; pre-registered in protocols/temperature.md)
+# the norms clause (simkit.estimators.norms; pre-registered in protocols/temperature.md)
 
 from pathlib import Path  # noqa: E402
 
 import xarray as xr  # noqa: E402
 from scipy import integrate  # noqa: E402
 
-from simkit.embedding import LinearEmbedding  # noqa: E402
-from simkit.norms import (NormProfile, ScaledRisk, gap_sensitivity, growth_rule, loss_derivative,  # noqa: E402
+from simkit.embeddings.embedding import LinearEmbedding  # noqa: E402
+from simkit.estimators.norms import (NormProfile, ScaledRisk, gap_sensitivity, growth_rule, loss_derivative,  # noqa: E402
                           train_scaled)
-from simkit.protocol import protocol_sha256  # noqa: E402
-from simkit.training import EmpiricalRisk, TrainingSample  # noqa: E402
+from simkit.claims.protocol import protocol_sha256  # noqa: E402
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample  # noqa: E402
 from studies.temperature import (NORM_ALPHA, NORM_B0, NORM_QUANTITIES, PROTOCOL_PATH, _norm_summary,  # noqa: E402
                                  norm_verdicts)
 
@@ -509,7 +509,7 @@ def test_loss_derivative_hand_value():
 
 
 def test_scaled_risk_at_unit_norms_is_the_library_risk():
-    """beta = 0 (r = 1): losses and gradient equal simkit.training.EmpiricalRisk's (an independent, jitted
+    """beta = 0 (r = 1): losses and gradient equal simkit.embeddings.training.EmpiricalRisk's (an independent, jitted
     implementation) to rounding; with beta > 0 the gradient matches central differences."""
     train, _, phi = _norm_setup(beta=0.0, tau=0.07)
     ref = EmpiricalRisk(train.sample, 0.07)

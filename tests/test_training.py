@@ -1,9 +1,9 @@
 """Trainable embeddings, the empirical InfoNCE risk and its gradient, the trainer, and the population
-quantities of a trained embedding (simkit.embedding, simkit.training, simkit.population).
+quantities of a trained embedding (simkit.embeddings.embedding, simkit.embeddings.training, simkit.estimators.population).
 
 Exact tests: the analytic gradient against central finite differences (1e-6 relative, both families,
 independent and shared negatives, several (p, d, k, tau)); the jitted risk against its NumPy
-reference (1e-12); the loss for phi = identity against ``simkit.infonce.infonce_losses`` (1e-12);
+reference (1e-12); the loss for phi = identity against ``simkit.estimators.infonce.infonce_losses`` (1e-12);
 bit-reproducibility across thread counts; trainer determinism; argument checks.
 
 Statistical tests (fixed seeds, chosen before the tests were first run and never changed):
@@ -31,17 +31,17 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from simkit import Discrete, Uniform, VMFKernel, exact
-from simkit import _training_jit as _jit
-from simkit.embedding import NORM_FLOOR, LinearEmbedding, TwoLayerEmbedding
-from simkit.infonce import infonce_losses
-from simkit.population import generalisation, population
-from simkit.quadrature import log_partition
-from simkit.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
+from simkit._jit import training as _jit
+from simkit.embeddings.embedding import NORM_FLOOR, LinearEmbedding, TwoLayerEmbedding
+from simkit.estimators.infonce import infonce_losses
+from simkit.estimators.population import generalisation, population
+from simkit.exact.quadrature import log_partition
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, _reference_value_and_grad, train
 
 statistical = pytest.mark.statistical
 
 # the setting of the trainer tests: uniform pi on S^2, M = vMF(x, 8), tau = 1/8, so Q = M exactly
-# for any phi with phi(x).phi(y) = x.y and CE = -I(x; x+) there (THEORY.md section 4)
+# for any phi with phi(x).phi(y) = x.y and CE = -I(x; x+) there (docs/theory.md section 4)
 KAPPA = 8.0
 TAU = 1.0 / KAPPA
 PI3 = Uniform(3)
@@ -129,7 +129,7 @@ def test_vjp_matches_finite_differences(family):
 
 @pytest.mark.parametrize("family", ["linear", "two-layer"])
 def test_jitted_forward_matches_numpy(family):
-    """simkit._training_jit.embed_points (transposed weights, vectorised tanh) against phi(x)."""
+    """simkit._jit.training.embed_points (transposed weights, vectorised tanh) against phi(x)."""
     rng = np.random.default_rng(6)
     phi = _family(family, 3, 5, rng)
     y = PI3.rvs(100, rng=rng)
@@ -280,7 +280,7 @@ def test_jit_matches_numpy_reference(family, shared):
 
 
 def test_identity_loss_equals_infonce_losses():
-    """phi = identity (W = I): per-tuple losses equal simkit.infonce.infonce_losses to 1e-12."""
+    """phi = identity (W = I): per-tuple losses equal simkit.estimators.infonce.infonce_losses to 1e-12."""
     rng = np.random.default_rng(30)
     phi = LinearEmbedding.identity(3)
     for tau in (0.05, 0.125, 1.0):

@@ -1,4 +1,4 @@
-"""Tests of simkit.truth_tests on synthetic data with known truth: rejection rates under the null
+"""Tests of simkit.stats.truth_tests on synthetic data with known truth: rejection rates under the null
 within binomial intervals of alpha, and power against shifted curves compared with the exact
 non-central F power."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simkit.truth_tests import curve_test, dgap_exact, dgap_test, t_check
+from simkit.stats.truth_tests import curve_test, dgap_exact, dgap_test, t_check
 
 N_REP = 1000
 # a binomial(1000, alpha) count is outside alpha +- 3.29 sd with probability ~1e-3 (normal approx.)
@@ -277,7 +277,7 @@ def _lognormal_blocks(rng, chol):
 
 @pytest.mark.deterministic(reason="fixed inputs and generator: equalities, ranges and refusals")
 def test_max_t_test_values_determinism_and_errors():
-    from simkit.truth_tests import N_BOOT, max_t_test
+    from simkit.stats.truth_tests import N_BOOT, max_t_test
 
     rng = np.random.default_rng(4242)
     chol = np.linalg.cholesky(_maxt_cov())
@@ -316,7 +316,7 @@ def test_max_t_test_values_determinism_and_errors():
 
 @pytest.mark.deterministic(reason="fixed inputs and generators: field names, equalities and refusals")
 def test_truth_verdict_max_t_reference():
-    from simkit.analysis import TRUTH_FIELDS, TRUTH_FIELDS_MAX_T, truth_fields, truth_rng, truth_verdict
+    from simkit.stats.analysis import TRUTH_FIELDS, TRUTH_FIELDS_MAX_T, truth_fields, truth_rng, truth_verdict
 
     rng = np.random.default_rng(99)
     k = 1 << np.arange(MAXT_P)

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from curve_test_robustness import hotelling_p, pool
-from simkit.truth_tests import max_t_test
+from simkit.stats.truth_tests import max_t_test
 
 
 def main(setting="brown-vmf-d3", n_pool=3000, n_resample=20000, n_boot=1999):

@@ -29,11 +29,11 @@ import time
 import numpy as np
 from scipy import stats
 
-from simkit.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
-from simkit.exact_curve import gap_curve
-from simkit.infonce import GapEstimator
+from simkit.distributions.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
+from simkit.exact.curve import gap_curve
+from simkit.estimators.infonce import GapEstimator
 from simkit.runner import get_study, resolve_config
-from simkit.truth_tests import curve_test
+from simkit.stats.truth_tests import curve_test
 
 
 def pool(setting: str, n_pool: int, seed: int = 20261202):

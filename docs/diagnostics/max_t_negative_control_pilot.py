@@ -7,11 +7,11 @@ each at seeds [888, s] (blocks) and [889, s] (bootstrap), which no test uses; Ho
 
 import sys, json, numpy as np
 
-from simkit.exact_curve import gap_curve
-from simkit.infonce import GapEstimator
-from simkit.kernels import VMFKernel
-from simkit.sphere import Uniform
-from simkit.truth_tests import max_t_test, curve_test
+from simkit.exact.curve import gap_curve
+from simkit.estimators.infonce import GapEstimator
+from simkit.distributions.kernels import VMFKernel
+from simkit.distributions.sphere import Uniform
+from simkit.stats.truth_tests import max_t_test, curve_test
 PI, KERNEL, TAU = Uniform(3), VMFKernel(10.0), 0.1
 K_MAX, N_BLOCKS, N_ANCHORS = 1024, 32, 256
 R = int(sys.argv[1])

@@ -9,7 +9,7 @@ a Monte Carlo exact curve of covariance V = S/n), "lognormal" (each block the me
 import sys, json, numpy as np
 from scipy import stats
 
-from simkit.truth_tests import max_t_test, curve_test
+from simkit.stats.truth_tests import max_t_test, curve_test
 which = sys.argv[1]; R = int(sys.argv[2])
 rng = np.random.default_rng(777000 + {"gauss": 1, "gauss_v": 2, "lognormal": 3}[which])
 n, p = 48, 14

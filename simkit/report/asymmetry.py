@@ -34,7 +34,7 @@ __all__ = ["asymmetry_sections"]
 C7_TEXT = (
     "Claim C7 (no symmetry). The results of the paper need no symmetry of the positive-pair kernel M: C1–C3 hold "
     "for kernels that are not π-reversible, i.e. for which the joint law π(dx) M(x, dy) of a positive pair is not "
-    "symmetric in (x, x⁺) (THEORY.md, C7). This study repeats the rate analyses of C1 (gap_k = R_k − log k − CE = "
+    "symmetric in (x, x⁺) (docs/theory.md, C7). This study repeats the rate analyses of C1 (gap_k = R_k − log k − CE = "
     "c1/k + O(1/k²), study rate_k) and C2 (D_k = R_k − E CE(M_k, Q_k) = O(1/k), study search_ce) for such kernels: "
     "both log–log slopes must be −1 (and reject −1/2), and k·gap_k must approach the exact c1.")
 
@@ -129,7 +129,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     cfg = cfg if isinstance(cfg, dict) else {}
     n_blocks, n_set = ds.sizes.get("block", cfg.get("n_blocks", "?")), ds.sizes["setting"]
     alpha = float(ds.attrs.get("alpha", np.nan))
-    # the c1 check's critical value: Student t on n_blocks - 1 df (simkit.analysis.rate_verdict)
+    # the c1 check's critical value: Student t on n_blocks - 1 df (simkit.stats.analysis.rate_verdict)
     zcrit = stats.t.isf(alpha / 2, n_blocks - 1) if math.isfinite(alpha) and isinstance(n_blocks, int) else np.nan
     doc.new_page()
     doc.text(str(ds.attrs.get("title", "Claim C7")), size=TITLE, weight="bold", after=0.02)

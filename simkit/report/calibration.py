@@ -5,7 +5,7 @@ the nominal rate, the exact binomial test of the two, and the Kolmogorov--Smirno
 Uniform(0, 1)) and QQ plots of every component test's p-values against Uniform(0, 1), on the
 -log10 scale where the rejection region (p < alpha, alpha ~ 1e-3) is visible, with a pointwise
 95% band: the i-th smallest of n uniform p-values is Beta(i, n + 1 - i). Read from the datasets
-alone (simkit.calibrate writes them).
+alone (simkit.claims.calibrate writes them).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ C4_TEXT = (
     "tuple (x, x⁺, x⁻_1..x⁻_k) differ by at most a bound built from a softmax-weighted average over the negatives of "
     "‖φ(x⁻_i) − ψ(x⁻_i)‖ (plus anchor and positive terms), because the Gâteaux derivative of the log-sum-exp along "
     "a perturbation is a softmax average, not a max. The standard Lipschitz argument uses the max over the k "
-    "negatives instead, which grows with k; the averaging bound does not (THEORY.md, C4).")
+    "negatives instead, which grows with k; the averaging bound does not (docs/theory.md, C4).")
 
 BOUNDS_TEXT = (
     "The bounds (derived here; proofs in the docstring of studies/continuity.py). Write u = φ(x), v = φ(x⁺), "
@@ -190,7 +190,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(
         f"Exploratory rule (α = {alpha:g} per test, dataset attribute 'alpha'). A cell passes when (i) no tuple violates "
         f"B_score, B_avg or B_max at any k (allowance for rounding: {ds.attrs.get('tolerance', '?')}); (ii) the "
-        f"two-sided test of zero WLS slope (simkit.analysis.fit_rate) for E B_avg is not rejected at level α; (iii) "
+        f"two-sided test of zero WLS slope (simkit.stats.analysis.fit_rate) for E B_avg is not rejected at level α; (iii) "
         f"the one-sided test of H0: slope ≤ 0 for E B_max rejects at level α. A point null for (ii) is the wrong "
         f"question for C4 (the protocol's reason for the one-sided rule above); it is kept, unchanged, for "
         f"comparison with earlier runs. Overall false-failure rate 1 − (1 − α)^{n_cells} = "

@@ -101,7 +101,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.table(header, rows, [1.0, 0.4, 1.05, 1.2, 0.7, 0.9, 1.05, 0.9, 0.9, 0.55], colors=colors, size=8.0)
     zc = stats.t.isf(alpha / 2, int(n_blocks) - 1) if isinstance(n_blocks, int) and n_blocks > 1 else np.nan
     doc.text(
-        f"Verdict rule (simkit.analysis.rate_verdict, α = {alpha:g}): C1 passes when the level-{1 - alpha:g} slope "
+        f"Verdict rule (simkit.stats.analysis.rate_verdict, α = {alpha:g}): C1 passes when the level-{1 - alpha:g} slope "
         f"interval (second line) contains −1, slope = −1/2 is rejected at α, and |z| ≤ t_(1−α/2, blocks−1) = {zc:.2f} "
         f"for z = (c1 fitted − c1 predicted)/√(MCSE² + MCSE²). C2 passes on the first two conditions (d1 is shown, "
         f"not tested); it applies to the same-digit kernel only (the augmentation kernel has no density w.r.t. π). "
@@ -125,7 +125,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 def _gap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     k = ds["k"].values.astype(float)
     cap = ("Points: Monte Carlo gap_k (control variate), ±2 MCSE. Black line and grey band: the exact gap curve "
-           "(simkit.exact_curve on a random subset of test anchors) ±2 MCSE of its anchor subsampling (and views, "
+           "(simkit.exact.curve on a random subset of test anchors) ±2 MCSE of its anchor subsampling (and views, "
            "augmentation kernel). Red: WLS fit of log gap_k on log k and 1/k over the shaded range k ≥ k_min. Grey "
            "dashed / dotted: slopes 1/k and 1/√k through the data at k_min.")
     fig, axes, ly = doc.figure("Finite-k gap on real data: Monte Carlo against the exact curve", 1, len(idx),
@@ -196,7 +196,7 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
     k = ds["k"].values.astype(float)
     cap = ("D_k = R_k − E CE(M̂_k, Q̂_k) for same-digit retrieval in a database of k test images: points with the "
            "control variate (the self-normalised term, mean exactly 0, removed), squares without it (exact "
-           "per-database CE), ±2 MCSE. Black line and grey band: the exact D_k (simkit.exact_curve on a random "
+           "per-database CE), ±2 MCSE. Black line and grey band: the exact D_k (simkit.exact.curve on a random "
            "subset of anchors) ±2 MCSE. Red: WLS fit over k ≥ k_min; green dashed: d1/k with the exact "
            "d1 = E_x[m1/Z]; grey dotted: slope 1/√k. Right axis (grey line): share of databases without an "
            "image of the query's digit, where M̂_k is undefined (convention V_k/W_k := E_M s).")

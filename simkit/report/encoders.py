@@ -14,7 +14,7 @@ from simkit.report.document import COLORS, ReportDocument, format_pm
 __all__ = ["encoders_sections"]
 
 TEXT = (
-    "The encoder phi_hat is trained by InfoNCE (simkit.training.train, L-BFGS-B) on tuples from the population "
+    "The encoder phi_hat is trained by InfoNCE (simkit.embeddings.training.train, L-BFGS-B) on tuples from the population "
     "(pi_N, M_N): pi_N is N atoms drawn from a vMF mixture on S^2, M_N the importance-weight (Discrete) "
     "approximation of a vMF or a rotated vMF kernel. Every population quantity at any phi - Z, m1, CE, c1, c2 and "
     "the whole gap curve - is then an exact finite sum, so the Monte Carlo curve of the trained encoder is tested "

@@ -159,7 +159,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"φ = identity, whose R_k = log k + CE(id) + gap_k(id) is exact (uniform π: simkit.exact): "
         f"G = R_k(id) + mean[ℓ(φ̂) − ℓ(id)] − R̂(φ̂). The control R̂(id) − R_k(id) has mean exactly zero over training "
         f"samples; adding it (G_cv) removes the O(n^−1/2) noise of the loss level and keeps E[G] unbiased. CE(φ̂) comes "
-        f"from quadrature (simkit.population, linear family only). Every mean is printed ± its MCSE (sd over the {nb} "
+        f"from quadrature (simkit.estimators.population, linear family only). Every mean is printed ± its MCSE (sd over the {nb} "
         f"training sets / √{nb}); log-log slopes are WLS fits of the means with delete-one-block jackknife SE; trend "
         f"slopes are means of per-training-set OLS slopes ± sd/√{nb}.", after=0.1)
     doc.heading("Design")
@@ -194,7 +194,7 @@ def _design_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         "supremum over x fell 2.5-fold from d = 3 to d = 64), so a trend in G could come from the bound's own constants.")
     doc.text(
         "The study therefore trains a random-Fourier lift that is an isometric immersion of the parameters' image "
-        "(simkit.lifted.FourierEmbedding): φ_W(x) = (cos(A W x), sin(A W x))/√m on S^(d−1), d = 2m, with W ∈ R^{3×3} "
+        "(simkit.embeddings.lifted.FourierEmbedding): φ_W(x) = (cos(A W x), sin(A W x))/√m on S^(d−1), d = 2m, with W ∈ R^{3×3} "
         "trainable (9 parameters at every d, as the linear family of the other sweeps) and fixed frequencies A ∈ "
         "R^{m×3}: the Parseval-scaled polar factor of the first m rows of one fixed Gaussian matrix (seed "
         f"{ds.attrs.get('lift_seed', '?')}, attribute 'lift_seed': part of the design, the same frame for every study "
@@ -209,7 +209,7 @@ def _design_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         "figure measures the change directly: the mean |score| difference between φ̂ and the largest-d lift with the same "
         "W, and the effective dimension of φ̂(x). A flat 3-dimensional parameter image needs m ≥ 3 frequencies spanning "
         f"R³, hence d ≥ 6 (d even): d = 3, 4, 5 cannot carry a d-free Lipschitz constant in this way. d = {dl}. Training "
-        "uses a NumPy risk and gradient in O(d) per point (simkit.lifted.LiftedRisk).", after=0.1)
+        "uses a NumPy risk and gradient in O(d) per point (simkit.embeddings.lifted.LiftedRisk).", after=0.1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -552,21 +552,21 @@ def _ni_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 
 def _bound_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    """The realised gap beside the value of the Theorem-1-type bound (simkit.bounds), per (n, k, τ)."""
+    """The realised gap beside the value of the Theorem-1-type bound (simkit.exact.bounds), per (n, k, τ)."""
     if "bound_complexity" not in ds:
         return
     j = np.flatnonzero(np.isfinite(ds["bound_complexity"].values))
     if not j.size:
         return
     doc.new_page()
-    doc.heading("Realised gap against the value of the bound (Theorem 1 with constants derived in simkit.bounds)")
-    doc.text("THEORY.md states Theorem 1 by its rates only. simkit.bounds evaluates a bound of that structure with "
+    doc.heading("Realised gap against the value of the bound (Theorem 1 with constants derived in simkit.exact.bounds)")
+    doc.text("docs/theory.md states Theorem 1 by its rates only. simkit.exact.bounds evaluates a bound of that structure with "
              "explicit constants: for the linear class Θ_s = {W: ‖W‖_op = 1, σ_min ≥ s σ_max} "
              f"(s = {ds.attrs.get('iso_min', '?')}, 9 parameters in the Frobenius ball of radius √3, L_φ = 2/s), the loss "
              "is (4 L_φ/τ)-Lipschitz in the parameters for every k and has range ≤ 4/τ; an ε-net and Massart's lemma "
              "give Rad_n ≤ inf_ε [L ε + D √(2P log(1 + 4ρ/ε)/n)], and E[G] ≤ 2 Rad_n (complexity term). The McDiarmid "
              f"term D √(log(1/η)/(2n)) (η = {ds.attrs.get('eta', '?')}) bounds one training set's deviation and has mean "
-             "zero; the 1/k term is the plug-in |c1(identity)|/k (THEORY.md gives no bound constant for it, so a bound "
+             "zero; the 1/k term is the plug-in |c1(identity)|/k (docs/theory.md gives no bound constant for it, so a bound "
              "on E is not fully specified). Check: E[G] + z MCSE ≤ complexity term at every point where every φ̂ lies in "
              f"Θ_s. Verdict: {str(_s(ds, 'bound_verdict')).upper()}; largest ratio "
              f"{_fin(_s(ds, 'bound_max_ratio'), '.3g')}. {_s(ds, 'bound_reason')}", after=0.1)

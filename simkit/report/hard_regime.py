@@ -26,7 +26,7 @@ C1_TEXT = (
     "tested (study rate_k) only where the expansion scale max(E[Z2/Z²], E[m1/Z]) — the k beyond which the 1/k term "
     "dominates — is about 10. Here π is uniform on S², M(x,·) = vMF(x, 50) and τ = 0.02 = 1/κ (so Q = M): the scale "
     "is 50, k·gap_k climbs to a maximum near k ≈ 300 before settling to c1 = (κ coth κ + 1)/2 = 25.5, and k runs to "
-    "2^20. The verdict uses the rule of rate_k unchanged (simkit.analysis.rate_verdict and truth_verdict), "
+    "2^20. The verdict uses the rule of rate_k unchanged (simkit.stats.analysis.rate_verdict and truth_verdict), "
     "pre-registered in protocols/hard_regime.md.")
 
 
@@ -92,7 +92,7 @@ def _curve_page(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
     ex = ds["gap_exact"].values[i][:n_k]
     kmin = float(_g(ds, "k_min", i))
     sel = _fit_mask(k, kmin)
-    cap = ("Left: gap_k (block means ± 2 MCSE) on log–log axes with the exact curve (simkit.exact_curve.gap_curve) and "
+    cap = ("Left: gap_k (block means ± 2 MCSE) on log–log axes with the exact curve (simkit.exact.curve.gap_curve) and "
            "the WLS fit of log gap on log k and 1/k over the shaded fit range. Middle: k·gap_k with the exact c1 and "
            "c1 + c2/k (the expansion); the hump is the pre-asymptotic regime below the expansion scale. Right: "
            "standardised residuals of the rate fit.")

@@ -29,7 +29,7 @@ __all__ = ["rademacher_sections"]
 C3_TEXT = (
     "Claim C3, complexity term (Theorem 1). For an ERM embedding over a class Lipschitz in its parameters, "
     "CE(φ̂) − (R̂_{n,k}(φ̂) − log k) splits into sample variability O(n^−1/2), a complexity term O(n^−1/2) that "
-    "stabilises as k → ∞ — it does not grow with k, unlike earlier bounds — and the O(1/k) bias of C1 (THEORY.md, "
+    "stabilises as k → ∞ — it does not grow with k, unlike earlier bounds — and the O(1/k) bias of C1 (docs/theory.md, "
     "C3). This study measures the complexity term directly: the empirical Rademacher complexity of the loss class "
     "R̂_n = E_σ sup_θ (1/n) Σ_i σ_i ℓ_k(θ; z_i), as a function of k and of n. Since ℓ_k − log k = −s_0 + "
     "log((e^{s_0} + Σ_j e^{s_j})/k) is an average over the negatives, its class converges as k grows; a loss summed "

@@ -26,7 +26,7 @@ C1_TEXT = (
     "Claim C1 (finite-k bias, rate 1/k). The InfoNCE risk with k negatives exceeds log k plus the cross-entropy "
     "CE(M, Q) of the positive kernel M against the softmax retrieval kernel Q by gap_k = R_k − log k − CE, and this "
     "gap vanishes at rate 1/k, not at the rate 1/√k of earlier analyses. More precisely gap_k = c1/k + O(1/k²) with "
-    "the exactly computable constant c1 = E_x[ m1(x)/Z(x) − (Z2(x)/Z(x)² − 1)/2 ] (THEORY.md, C1). So a log–log "
+    "the exactly computable constant c1 = E_x[ m1(x)/Z(x) − (Z2(x)/Z(x)² − 1)/2 ] (docs/theory.md, C1). So a log–log "
     "regression of gap_k on k must give slope −1 and reject −1/2, and k·gap_k must approach c1.")
 
 
@@ -96,7 +96,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"curve and the Z-free dgap_k = gap_k − gap_2k agree with the exact curve at every k jointly: the largest "
         f"studentised deviation over k, max_k |t_k|, against its Efron bootstrap law (9999 resamples of the blocks; "
         f"the exact curve's own error drawn from its covariance where it is Monte Carlo), p ≥ α. The exact curve and c2 are "
-        f"computed by simkit.exact_curve, which shares no constant with the estimator's control variates. A setting one of whose tasks raised is marked 'error' whatever its checks (its summaries use "
+        f"computed by simkit.exact.curve, which shares no constant with the estimator's control variates. A setting one of whose tasks raised is marked 'error' whatever its checks (its summaries use "
         f"the finished blocks only). The dataset's own statement: "
         f"“{ds['verdict'].attrs.get('description', 'not recorded')}”.", size=SMALL)
     doc.text(
@@ -180,7 +180,7 @@ def _kgap_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
            "(k_gap_mcse). Green: the exact c1 with a band of ±2 MCSE of the exact value (a thin line where c1 is "
            "exact). Red: the fitted k·(c1/k + c2/k²) = c1 + c2/k over the fit range, with c1, c2 from the WLS fit of "
            "gap_k on 1/k and 1/k². Black dashed (bottom): the exact prediction c1 + c2/k from the exact c1 and c2; black line: "
-           "k times the exact gap curve (simkit.exact_curve.gap_curve), independent of the estimator's constants.")
+           "k times the exact gap curve (simkit.exact.curve.gap_curve), independent of the estimator's constants.")
     fig, axes, ly = doc.figure("k · gap_k approaches the predicted constant c1", 2, len(idx), caption=cap,
                                subtitle="estimated c1 ± jackknife MCSE in each panel title")
     for col, i in enumerate(idx):
@@ -336,7 +336,7 @@ def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
 
     References
     ----------
-    THEORY.md, claim C1.
+    docs/theory.md, claim C1.
     """
     missing = [v for v in _REQUIRED if v not in ds.variables]
     if missing:

@@ -34,7 +34,7 @@ C2_TEXT = (
     "retrieves; the ideal empirical kernel M_k(x, y_j) = m(x, y_j) / Σ_i m(x, y_i), with m = dM(x, ·)/dπ, is what "
     "the positive-pair generator M implies. C2 says that the InfoNCE risk with k negatives is the expected "
     "cross-entropy of ideal against softmax retrieval up to O(1/k): D_k = R_k − E CE(M_k, Q_k) = O(1/k), "
-    "CE(P, Q) = −Σ_j P_j log Q_j (THEORY.md, C2). So minimising InfoNCE learns retrieval that mimics the ideal "
+    "CE(P, Q) = −Σ_j P_j log Q_j (docs/theory.md, C2). So minimising InfoNCE learns retrieval that mimics the ideal "
     "retrieval, and a log–log regression of |D_k| on k must give slope −1 and reject −1/2.")
 
 _REQUIRED = ("setting", "k", "d", "d_mcse", "d_abs", "k_d", "k_d_mcse", "fit_d_abs", "resid_rate", "resid_d1",

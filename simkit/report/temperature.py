@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from simkit.analysis import combine_verdicts
+from simkit.stats.analysis import combine_verdicts
 from simkit.report.document import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
                                     _json_attr, _legend, _line, _marker, _v, format_pm)
 
@@ -33,7 +33,7 @@ C5_TEXT = (
     "Claim C5 (temperature as a regulariser). With score s(x, y) = φ(x)·φ(y)/τ, the softmax retrieval kernel "
     "Q(x, dy) = e^{s(x,y)} π(dy)/Z(x) has density q = e^s/Z with e^{−2/τ} ≤ q ≤ e^{2/τ}, so KL(Q(x,·) ‖ π) ≤ 2/τ "
     "for every anchor x and every embedding: a high temperature keeps Q close to π. As τ → 0 the bound is void, "
-    "and the finite-k bias of InfoNCE grows (THEORY.md, section 2 and C5). The cross-entropy CE(M, Q) ≥ H = "
+    "and the finite-k bias of InfoNCE grows (docs/theory.md, section 2 and C5). The cross-entropy CE(M, Q) ≥ H = "
     "−E_x KL(M(x,·) ‖ π), with equality only when Q = M.")
 
 _REQUIRED = ("setting", "tau", "k", "ce_exact", "ce_estimate", "ce_estimate_mcse", "ce_z", "c1_exact", "z2_ratio",
@@ -151,10 +151,10 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         f"{taus.min():g} to {taus.max():g} (log grid). Exact values: CE, c1 and the expansion scales E[Z2/Z²], "
         f"E[m1/Z] (simkit.exact; for the mixture Monte Carlo over x from each cell's own random stream), the exact gap_k for "
         f"uniform π, and the closed form KL(Q(x,·) ‖ π) = E_Q[x·y]/τ − log Z(x) with E_Q[x·y] = d/da log Z(a x) at "
-        f"a = 1/τ (derived here: Q(x,·) is a vMF mixture with concentrations ‖κ_j μ_j + a x‖; simkit.softmax_kernel). "
+        f"a = 1/τ (derived here: Q(x,·) is a vMF mixture with concentrations ‖κ_j μ_j + a x‖; simkit.distributions.softmax_kernel). "
         f"Monte Carlo, per cell, {nb} independent blocks: {cfg.get('block_anchors', '?')} InfoNCE anchors sharing "
         f"{kmax} negatives give CE as the block mean of l_∞ = −s(x, x⁺) + log Z(x) and gap_k for k = 1, 2, …, {kmax} "
-        f"(control variates, simkit.infonce); {cfg.get('kl_anchors', '?')} KL anchors x ~ π each get "
+        f"(control variates, simkit.estimators.infonce); {cfg.get('kl_anchors', '?')} KL anchors x ~ π each get "
         f"{cfg.get('kl_samples', '?')} draws y ~ π (importance form E_π[q log q]) and as many y ~ Q(x,·) (direct form "
         f"E_Q[log q], exact sampler), each with its MCSE over the draws. Values are estimate ± MCSE.", after=0.1)
     verdicts = {c: [str(v) for v in ds[f"verdict_{c}"].values] for c in ("kl", "ce", "c1")}

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from simkit.protocol import analysis_label
+from simkit.claims.protocol import analysis_label
 from simkit.runner.params import Param
 
 __all__ = ["Var", "Check", "Study", "get_study", "study_names", "UndeclaredVariable", "ENTRY_POINT_GROUP"]
@@ -85,7 +85,7 @@ class Check:
     tests: each p-value is Uniform(0, 1) when the claim holds (its reference distribution), and the
     test rejects when ``p < alpha``. An entry ``(p, alpha, "bound")`` marks a test of a one-sided
     bound, whose p-value is uniform only at the boundary (calibrated one-sided: ``bound-test`` rows of
-    :mod:`simkit.calibrate`). ``simkit calibrate`` collects them over many seeds to
+    :mod:`simkit.claims.calibrate`). ``simkit calibrate`` collects them over many seeds to
     demonstrate the false-failure rates (rejection frequency, Kolmogorov–Smirnov against uniform).
     """
 
@@ -95,7 +95,7 @@ class Check:
     false_fail_rate: float | Callable[[xr.Dataset], float] | None = None
     pvalues: Callable[[xr.Dataset], dict[str, tuple[float, float] | tuple[float, float, str]]] | None = None
     #: path of the pre-registered protocol (``protocols/<study>.md``) whose rule this check applies;
-    #: its rows are confirmatory only on a full-design dataset of that protocol (simkit.protocol)
+    #: its rows are confirmatory only on a full-design dataset of that protocol (simkit.claims.protocol)
     protocol: str | None = None
 
     def row(self, ds: xr.Dataset) -> dict:
@@ -142,7 +142,7 @@ class Study:
     title: str = ""
     ademp: dict[str, str] = {}
     references: str = ("N. Whiteley (2026), Similarity search generalisation in contrastive learning with "
-                       "InfoNCE loss; simkit THEORY.md")
+                       "InfoNCE loss; simkit docs/theory.md")
     params: dict[str, Param] = {}
     schema: dict[str, Var] = {}
     checks: tuple[Check, ...] = ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from simkit.analysis import mean_mcse
+from simkit.stats.analysis import mean_mcse
 from simkit.runner import Check, Param, Study, Var
 
 ALPHA = 1e-3

@@ -1,0 +1,71 @@
+"""Pre-registered analysis plans (``protocols/<study>.md``, issue 14): provenance and analysis labels.
+
+A confirmatory verdict rule is written down in a protocol and committed, in its own commit, before
+the run whose dataset it judges. A study records in its dataset the protocol's path, the SHA-256 of
+its bytes and the commit that last touched it (:func:`protocol_attrs`); a :class:`~simkit.runner.Check`
+names its protocol (``Check(protocol="protocols/<study>.md")``), and :func:`analysis_label` says
+whether a row computed from a dataset is *confirmatory* -- the dataset is a full-design run of that
+protocol and the protocol file still has the hash recorded in it -- or *exploratory* (everything
+else: checks without a protocol, quick designs, a protocol edited after its run).
+``tests/test_protocols.py`` checks every committed dataset that names a protocol: its hash matches
+the file, and the protocol commit is a strict ancestor of the dataset's ``git_commit``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import xarray as xr
+
+__all__ = ["REPO_ROOT", "protocol_attrs", "protocol_sha256", "analysis_label", "is_confirmatory"]
+
+#: the checkout that holds ``protocols/`` (simkit is installed editable from it)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def protocol_sha256(path: str, root: Path | None = None) -> str | None:
+    """SHA-256 of the protocol file's bytes, ``None`` when it does not exist."""
+    f = (REPO_ROOT if root is None else Path(root)) / path
+    return hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+
+
+def protocol_attrs(path: str, root: Path | None = None) -> dict[str, str]:
+    """``protocol_path``, ``protocol_sha256`` and ``protocol_commit`` (the last commit touching the
+    file, ``git log -1 --format=%H -- path``; "uncommitted", "absent" or "unknown" otherwise) for a
+    dataset's global attributes."""
+    root = REPO_ROOT if root is None else Path(root)
+    sha = protocol_sha256(path, root)
+    if sha is None:
+        return {"protocol_path": path, "protocol_sha256": "absent", "protocol_commit": "absent"}
+    try:
+        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%H", "--", path],
+                             capture_output=True, text=True, timeout=10)
+        commit = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "uncommitted"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {"protocol_path": path, "protocol_sha256": sha, "protocol_commit": commit}
+
+
+def _quick(ds: xr.Dataset) -> bool:
+    try:
+        return bool(json.loads(str(ds.attrs.get("config", "{}"))).get("quick", False))
+    except (ValueError, AttributeError):
+        return True  # an unreadable configuration is never confirmatory
+
+
+def is_confirmatory(ds: xr.Dataset, protocol: str | None, root: Path | None = None) -> bool:
+    """True when ``ds`` is a full-design run of ``protocol`` whose file still has the recorded hash."""
+    if not protocol or ds.attrs.get("protocol_path") != protocol or _quick(ds):
+        return False
+    sha = protocol_sha256(protocol, root)
+    return sha is not None and ds.attrs.get("protocol_sha256") == sha
+
+
+def analysis_label(ds: xr.Dataset, protocol: str | None, root: Path | None = None) -> str:
+    """``"confirmatory (<path>, sha256 <first 12 hex>)"`` or ``"exploratory"``."""
+    if is_confirmatory(ds, protocol, root):
+        return f"confirmatory ({protocol}, sha256 {str(ds.attrs['protocol_sha256'])[:12]})"
+    return "exploratory"

@@ -1,0 +1,14 @@
+"""Monte Carlo estimators with their standard errors.
+
+* :mod:`simkit.estimators.infonce`: the InfoNCE loss and the streaming estimator of the finite-k gap (C1);
+* :mod:`simkit.estimators.search`: similarity search on unseen data, D_k and its constants (C2);
+* :mod:`simkit.estimators.population`: population risk and generalisation of a trained embedding (C3);
+* :mod:`simkit.estimators.norms`: the gap's sensitivity to the norms of unnormalised embeddings (C5).
+"""
+
+from __future__ import annotations
+
+from simkit.estimators.infonce import GapEstimator, infonce_losses, k_grid
+from simkit.estimators.search import SearchEstimator, search_statistics
+
+__all__ = ["GapEstimator", "infonce_losses", "k_grid", "SearchEstimator", "search_statistics"]

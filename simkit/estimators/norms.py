@@ -1,0 +1,361 @@
+"""Embeddings before normalisation: the InfoNCE gap's sensitivity to the norms of the negatives' embeddings (C5).
+
+docs/theory.md section 3, claim C5: as tau -> 0 the generalisation gap grows and becomes sensitive to the
+norms of the negatives' embeddings. With unit-norm embeddings (every other module of simkit) the norms
+are all 1 and the clause cannot be tested. Here the embedding keeps a norm:
+
+    psi(x) = r(x) u(x),   u = phi_W(x) = W x / |W x|  (a :class:`simkit.embeddings.embedding.LinearEmbedding`),
+    r(x) = exp(beta a.x)  (a fixed :class:`NormProfile`, varying across points),
+    s(x, y) = psi(x).psi(y) / tau = r(x) r(y) u(x).u(y) / tau,   |s| <= e^{2 beta} / tau.
+
+The norm profile is fixed, not trained: if the norms were free parameters (an unnormalised linear map
+W x), the trained scale would absorb 1/tau and the temperature would have no effect on the class.
+
+Perturbation of the negatives' norms. ``psi_eps(y_j) = e^eps psi(y_j)`` for the k negatives only (anchor
+and positive unchanged), so ``s_j -> e^eps s_j`` (j >= 1) and
+
+    l^eps = -s_0 + log(e^{s_0} + sum_j e^{e^eps s_j}),   dl^eps/deps at 0 = sum_{j>=1} p_j s_j,
+
+with p_j the softmax weight of negative j (:func:`loss_derivative`): the softmax-weighted *average* of
+the negatives' scores (the Gateaux derivative of claim C4 along psi(y_j) itself). For an embedding
+phi_hat trained on a sample, the gap at eps is ``G^eps = R_k^eps(phi_hat) - R_hat^eps(phi_hat)`` and the
+**sensitivity** is ``S = dG^eps/deps`` at 0 = E[sum p_j s_j] (fresh tuples) - mean over the training
+tuples; :func:`gap_sensitivity` estimates it per training sample, exactly (pathwise) and by a central
+finite difference with common random numbers (same phi_hat, same tuples at +h and -h).
+
+Control: the same perturbation of the norms applied to a component the score ignores
+(``mode="ignored"``): every point carries an extra coordinate z(x) = r(x) that the score's bilinear form
+projects out, and the negatives' z is changed so that their norms are multiplied by e^eps exactly as
+in ``mode="scale"``; the scores, hence S, do not change (S = 0 exactly).
+
+Points on the last axis: x of shape (n, p), negatives (n, k, p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import optimize, stats
+from scipy.special import logsumexp
+
+from simkit._checks import check_scalar
+from simkit.stats.analysis import jackknife
+from simkit.embeddings.embedding import LinearEmbedding
+from simkit.embeddings.training import TrainingSample
+
+__all__ = ["NormProfile", "ScaledRisk", "MODES", "loss_derivative", "train_scaled", "GapSensitivity",
+           "gap_sensitivity", "FD_STEP", "GrowthRule", "growth_rule"]
+
+#: perturbation modes: scale the negatives' embeddings, or change their norms in a score-ignored component
+MODES = ("scale", "ignored")
+#: central finite-difference step in eps; h * max|s| <= 0.02 at tau = 0.02, beta = 0.5 (relative error ~1e-4)
+FD_STEP = 1e-4
+
+
+@dataclass(frozen=True)
+class NormProfile:
+    """Norm factor ``r(x) = exp(beta a.x)`` of the embedding before normalisation.
+
+    Parameters
+    ----------
+    beta : float
+        Amplitude, >= 0 (``beta = 0``: unit norms). ``r`` ranges over ``[e^-beta, e^beta]``.
+    direction : array_like, shape (p,)
+        Unit vector a.
+    """
+
+    beta: float
+    direction: tuple[float, ...]
+
+    def __post_init__(self):
+        b = check_scalar("beta", self.beta, low=0.0)
+        a = np.asarray(self.direction, dtype=float)
+        if a.ndim != 1 or a.size < 2 or not np.all(np.isfinite(a)) or abs(float(np.linalg.norm(a)) - 1.0) > 1e-12:
+            raise ValueError(f"'direction' must be a unit vector of length >= 2, got {self.direction!r}")
+        object.__setattr__(self, "beta", float(b))
+        object.__setattr__(self, "direction", tuple(float(v) for v in a))
+
+    @classmethod
+    def axis(cls, beta: float, p: int) -> NormProfile:
+        """``a = e_1`` in R^p."""
+        return cls(beta, tuple(np.eye(p)[0]))
+
+    def __call__(self, x: ArrayLike) -> NDArray[np.float64]:
+        """r(x) for points ``(..., p)``: shape ``(...)``."""
+        return np.exp(self.beta * (np.asarray(x, dtype=float) @ np.asarray(self.direction)))
+
+    @property
+    def r_max(self) -> float:
+        return math.exp(self.beta)
+
+
+def _unit(phi: LinearEmbedding, x: NDArray) -> NDArray[np.float64]:
+    """u = Wx/|Wx| on points already validated (the sample's); full column rank keeps |Wx| > 0."""
+    h = x @ phi.W.T
+    return h / np.sqrt(np.sum(h * h, axis=-1, keepdims=True))
+
+
+def _scores(phi: LinearEmbedding, risk: ScaledRisk, eps: float, mode: str):
+    """(scores (n, k + 1) with the positive in column 0, and the pieces the gradient needs)."""
+    sample, tau = risk.sample, risk.tau
+    if not isinstance(phi, LinearEmbedding) or phi.p != sample.p:
+        raise ValueError(f"'phi' must be a LinearEmbedding on R^{sample.p}, got {phi!r}")
+    if mode not in MODES:
+        raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
+    u, v, w = _unit(phi, sample.x), _unit(phi, sample.x_pos), _unit(phi, risk._neg)
+    c0, cj = risk._c0, risk._cj
+    s0 = c0 * np.sum(u * v, axis=1) / tau
+    if mode == "scale":
+        cj_eps = cj * math.exp(eps)
+        sj = cj_eps * np.einsum("nd,nkd->nk", u, w) / tau
+        return np.column_stack([s0, sj]), (u, v, w, c0, cj_eps)
+    # mode "ignored": every point carries psi~(x) = (r(x) u(x), z(x)) in R^{d+1} with z = r; the score
+    # form projects the last coordinate out, s = psi~(x)^T P psi~(y) / tau, P = diag(1, ..., 1, 0). The
+    # negatives' z is set so that |psi~_eps(y)| = e^eps |psi~(y)| = e^eps sqrt(2) r(y), i.e.
+    # z_eps^2 = r^2 (2 e^{2 eps} - 1), the same relative change of the norms as in mode "scale".
+    grow = 2.0 * math.exp(2.0 * eps) - 1.0
+    if not grow > 0:
+        raise ValueError(f"'eps' must be > -log(2)/2 in mode 'ignored', got {eps}")
+    ra = np.sqrt(c0 / risk.profile(sample.x_pos))  # r(x)
+    rn = cj / ra[:, None]  # r(y_j)
+    anchor = np.concatenate([ra[:, None] * u, ra[:, None]], axis=1)
+    neg = np.concatenate([rn[..., None] * w, (rn * math.sqrt(grow))[..., None]], axis=2)
+    proj = np.ones(u.shape[1] + 1)
+    proj[-1] = 0.0
+    sj = np.einsum("nd,nkd->nk", anchor * proj, neg) / tau
+    return np.column_stack([s0, sj]), (u, v, w, c0, cj)
+
+
+def loss_derivative(scores: ArrayLike) -> NDArray[np.float64]:
+    """``dl^eps/deps`` at the given scores under ``s_j -> e^eps s_j`` (j >= 1): ``sum_{j>=1} p_j s_j``.
+
+    Parameters
+    ----------
+    scores : array_like, shape (n, k + 1)
+        Column 0 the positive's score, columns 1.. the negatives'.
+    """
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 2 or s.shape[1] < 2:
+        raise ValueError(f"'scores' must have shape (n, k + 1) with k >= 1, got {s.shape}")
+    p = np.exp(s - logsumexp(s, axis=1, keepdims=True))
+    return np.sum(p[:, 1:] * s[:, 1:], axis=1)
+
+
+class ScaledRisk:
+    """Empirical InfoNCE risk of ``psi = r u_W`` on a fixed :class:`~simkit.embeddings.training.TrainingSample`.
+
+    Parameters
+    ----------
+    sample : TrainingSample
+    tau : float
+        Temperature, > 0.
+    profile : NormProfile
+        The norm factor r (its direction must have the sample's dimension p).
+    """
+
+    def __init__(self, sample: TrainingSample, tau: float, profile: NormProfile):
+        if not isinstance(sample, TrainingSample):
+            raise ValueError(f"'sample' must be a TrainingSample, got {type(sample).__name__}")
+        if not isinstance(profile, NormProfile):
+            raise ValueError(f"'profile' must be a NormProfile, got {type(profile).__name__}")
+        if len(profile.direction) != sample.p:
+            raise ValueError(f"'profile' must act on R^{sample.p} (the sample's dimension), got a direction of "
+                             f"length {len(profile.direction)}")
+        self.sample, self.profile = sample, profile
+        self.tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+        n, k, p = sample.n, sample.k, sample.p
+        self._neg = sample.negatives if not sample.shared else np.broadcast_to(sample.negatives, (n, k, p))
+        ru = profile(sample.x)
+        self._c0 = ru * profile(sample.x_pos)
+        self._cj = ru[:, None] * profile(self._neg)
+
+    def scores(self, phi: LinearEmbedding, eps: float = 0.0, mode: str = "scale") -> NDArray[np.float64]:
+        """Scores (n, k + 1), positive in column 0, with the negatives' norms multiplied by e^eps."""
+        return _scores(phi, self, float(eps), mode)[0]
+
+    def losses(self, phi: LinearEmbedding, eps: float = 0.0, mode: str = "scale") -> NDArray[np.float64]:
+        """Per-tuple losses ``l^eps`` (nats), shape (n,)."""
+        s = self.scores(phi, eps, mode)
+        return logsumexp(s, axis=1) - s[:, 0]
+
+    def derivatives(self, phi: LinearEmbedding, mode: str = "scale") -> NDArray[np.float64]:
+        """Per-tuple ``dl^eps/deps`` at eps = 0, shape (n,); identically 0 in mode 'ignored'."""
+        if mode == "ignored":
+            self.scores(phi, 0.0, mode)  # validates
+            return np.zeros(self.sample.n)
+        return loss_derivative(self.scores(phi, 0.0, mode))
+
+    def value_and_grad(self, phi: LinearEmbedding) -> tuple[float, NDArray[np.float64]]:
+        """``(R_hat, dR_hat/dW)`` at eps = 0; the gradient has the layout of ``phi.params``.
+
+        With ``s_0 = c_0 u.v/tau``, ``s_j = c_j u.w_j/tau`` (c the products of the norm factors):
+        ``dl/du = ((p_0 - 1) c_0 v + sum_j p_j c_j w_j)/tau``, ``dl/dv = (p_0 - 1) c_0 u/tau``,
+        ``dl/dw_j = p_j c_j u/tau``, then back through u = Wx/|Wx| (:meth:`Embedding.vjp`).
+        """
+        s, (u, v, w, c0, cj) = _scores(phi, self, 0.0, "scale")
+        neg = self._neg
+        n, k, p = self.sample.n, self.sample.k, self.sample.p
+        lse = logsumexp(s, axis=1)
+        prob = np.exp(s - lse[:, None])
+        a0 = (prob[:, 0] - 1.0) * c0
+        pc = prob[:, 1:] * cj
+        g_u = (a0[:, None] * v + np.einsum("nk,nkd->nd", pc, w)) / (self.tau * n)
+        g_v = a0[:, None] * u / (self.tau * n)
+        g_w = (pc[:, :, None] * u[:, None, :]).reshape(n * k, -1) / (self.tau * n)
+        grad = (phi.vjp(self.sample.x, g_u) + phi.vjp(self.sample.x_pos, g_v) + phi.vjp(neg.reshape(-1, p), g_w))
+        return float(np.mean(lse - s[:, 0])), grad
+
+
+def train_scaled(risk: ScaledRisk, init: LinearEmbedding, *, maxiter: int = 2000, gtol: float = 1e-9,
+                 ftol: float = 1e-13) -> tuple[LinearEmbedding, dict]:
+    """ERM of W by L-BFGS-B (deterministic) from ``init``: (phi_hat, {converged, iterations, grad_norm, value})."""
+    if not isinstance(risk, ScaledRisk):
+        raise ValueError(f"'risk' must be a ScaledRisk, got {type(risk).__name__}")
+
+    def fun(theta):
+        return risk.value_and_grad(init._unchecked(theta))
+
+    res = optimize.minimize(fun, np.array(init.params, dtype=float), jac=True, method="L-BFGS-B",
+                            options={"maxiter": int(maxiter), "gtol": gtol, "ftol": ftol, "maxcor": 20})
+    phi = init.with_params(res.x)
+    return phi, {"converged": bool(res.success), "iterations": int(res.nit),
+                 "grad_norm": float(np.max(np.abs(res.jac))), "value": float(res.fun)}
+
+
+@dataclass(frozen=True)
+class GapSensitivity:
+    """One training sample's gap and its sensitivity to the negatives' norms (all in nats)."""
+
+    gap: float          # G = mean l(fresh) - mean l(train) at eps = 0
+    sens: float         # dG/deps, pathwise: mean dl/deps (fresh) - mean dl/deps (train)
+    sens_fd: float      # the same by central finite difference (G^{+h} - G^{-h}) / 2h, common random numbers
+    sens_eval_mcse: float  # MCSE of the fresh-tuple mean of dl/deps (evaluation noise within the sample)
+    gap_eval_mcse: float
+
+
+def _lse_losses(s: NDArray) -> NDArray[np.float64]:
+    return logsumexp(s, axis=1) - s[:, 0]
+
+
+def gap_sensitivity(phi: LinearEmbedding, train: ScaledRisk, fresh: ScaledRisk, *, mode: str = "scale",
+                    h: float = FD_STEP) -> GapSensitivity:
+    """G and ``S = dG^eps/deps`` at eps = 0 of ``phi`` (trained on ``train.sample``; fresh tuples ``fresh``).
+
+    ``G^eps = mean_fresh l^eps(phi) - mean_train l^eps(phi)``; S pathwise (``sum_j p_j s_j``, see
+    :func:`loss_derivative`) and by the central difference with step ``h`` on the same phi and the same
+    tuples (common random numbers: the scores at +h and -h are those at 0 with the perturbation applied).
+    """
+    h = check_scalar("h", h, low=0.0, low_inclusive=False)
+    if train.tau != fresh.tau or train.profile != fresh.profile:
+        raise ValueError("'train' and 'fresh' must have the same tau and profile")
+    if mode not in MODES:
+        raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
+    out = {}
+    for name, risk in (("fresh", fresh), ("train", train)):
+        s = risk.scores(phi, 0.0, mode)
+        if mode == "scale":  # s_j -> e^{+-h} s_j on the same scores: the perturbation is exactly this
+            sp, sm = s.copy(), s.copy()
+            sp[:, 1:] *= math.exp(h)
+            sm[:, 1:] *= math.exp(-h)
+            deriv = loss_derivative(s)
+        else:
+            sp, sm = risk.scores(phi, h, mode), risk.scores(phi, -h, mode)
+            deriv = np.zeros(s.shape[0])
+        out[name] = (_lse_losses(s), deriv, _lse_losses(sp) - _lse_losses(sm))
+    (lf, df, ff), (lt, dt, ft) = out["fresh"], out["train"]
+    nf = lf.size
+    return GapSensitivity(gap=float(lf.mean() - lt.mean()), sens=float(df.mean() - dt.mean()),
+                          sens_fd=float(ff.mean() - ft.mean()) / (2.0 * h),
+                          sens_eval_mcse=float(df.std(ddof=1) / math.sqrt(nf)),
+                          gap_eval_mcse=float(lf.std(ddof=1) / math.sqrt(nf)))
+
+
+# ----------------------------------------------------------------------------------------------
+# the one-sided growth rule (protocols/temperature.md)
+
+@dataclass(frozen=True)
+class GrowthRule:
+    """Result of :func:`growth_rule` on per-block estimates over a temperature grid."""
+
+    b: float            # OLS slope of log(block-mean curve) on log tau
+    se: float           # delete-one-block jackknife SE of b
+    t: float            # (b - b0) / se, n_blocks - 1 df
+    p: float            # one-sided P(T <= t): H1 b < b0 (grows at least as fast as tau^b0 as tau falls)
+    level: float        # block mean at the smallest tau
+    level_se: float     # its MCSE
+    level_t: float      # level / level_se
+    level_p: float      # one-sided P(T >= level_t): H1 mean > 0 at tau_min
+    ratio: float        # block mean at tau_min / block mean at tau_max
+    passed: bool        # defined and p < alpha and level_p < alpha
+    defined: bool       # the block mean > 0 at every tau, in the full sample and every jackknife replicate
+    n_blocks: int
+    reason: str         # why it did not pass (empty when it passed)
+
+
+def growth_rule(taus: ArrayLike, blocks: ArrayLike, *, b0: float, alpha: float) -> GrowthRule:
+    """One-sided rule "the quantity is positive and grows as tau decreases": an intersection-union test.
+
+    Parameters
+    ----------
+    taus : array_like, shape (J,)
+        Temperatures (at least two distinct, > 0).
+    blocks : array_like, shape (n_blocks, J)
+        Per-block estimates at each tau (blocks with a NaN are dropped).
+    b0 : float
+        Margin: H0 ``b >= b0`` for the slope b of log E[X](tau) on log tau (b0 < 0: growth as tau falls).
+    alpha : float
+        Level of each of the two one-sided tests.
+
+    Returns
+    -------
+    GrowthRule
+        Passes iff both one-sided tests reject at ``alpha``: (1) slope, ``t = (b - b0)/SE_jack(b)``,
+        p = P(T_{n-1} <= t); (2) positivity at the smallest tau, ``t = mean/MCSE``, p = P(T_{n-1} >= t).
+        Undefined (fails) when a block-mean is <= 0 at some tau in the full sample or in a delete-one
+        jackknife replicate, or fewer than 3 blocks remain. Passing needs both rejections, so its
+        level is at most alpha whenever either null holds (intersection-union).
+    """
+    x = np.log(np.asarray(taus, dtype=float))
+    a = np.asarray(blocks, dtype=float)
+    if a.ndim != 2 or a.shape[1] != x.size:
+        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {a.shape}")
+    if np.unique(x).size < 2 or not np.all(np.isfinite(x)):
+        raise ValueError("'taus' must hold at least two distinct positive temperatures")
+    if not 0 < alpha < 1:
+        raise ValueError(f"'alpha' must be in (0, 1), got {alpha}")
+    a = a[np.all(np.isfinite(a), axis=1)]
+    n = a.shape[0]
+    nan = math.nan
+    jmin, jmax = int(np.argmin(x)), int(np.argmax(x))
+    if n < 3:
+        return GrowthRule(nan, nan, nan, nan, nan, nan, nan, nan, nan, False, False, n,
+                          f"fewer than 3 finished blocks ({n})")
+    mean = a.mean(axis=0)
+    level, level_se = float(mean[jmin]), float(a[:, jmin].std(ddof=1) / math.sqrt(n))
+    level_t = level / level_se if level_se > 0 else (math.inf if level > 0 else -math.inf)
+    level_p = float(stats.t.sf(level_t, n - 1))
+    ratio = float(mean[jmin] / mean[jmax]) if mean[jmax] != 0 else nan
+    reps = (mean * n - a) / (n - 1)  # delete-one-block means
+    if not (np.all(mean > 0) and np.all(reps > 0)):
+        return GrowthRule(nan, nan, nan, nan, level, level_se, level_t, level_p, ratio, False, False, n,
+                          "undefined: a block-mean (or a jackknife replicate's) is <= 0 at some tau")
+    xc = x - x.mean()
+
+    def slope(curve):
+        y = np.log(curve)
+        return float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
+
+    est, sd, _ = jackknife(lambda c: np.array([slope(c)]), a)
+    b, se = float(est[0]), float(sd[0])
+    t = (b - b0) / se if se > 0 else (-math.inf if b < b0 else math.inf)
+    p = float(stats.t.cdf(t, n - 1))
+    why = []
+    if not p < alpha:
+        why.append(f"slope {b:.3f} ± {se:.3f}: b < {b0:.3f} not shown (p = {p:.3g} >= {alpha:g})")
+    if not level_p < alpha:
+        why.append(f"mean at tau_min {level:.4g} ± {level_se:.2g}: > 0 not shown (p = {level_p:.3g} >= {alpha:g})")
+    return GrowthRule(b, se, float(t), p, level, level_se, float(level_t), level_p, ratio, not why, True, n,
+                      "; ".join(why))

@@ -1,0 +1,184 @@
+"""The value of a Theorem-1-type generalisation bound for a class Lipschitz in its parameters (claim C3).
+
+docs/theory.md section 3 (claim C3, Theorem 1) states the bound only through its rates: for an ERM
+embedding phi_hat over a class Lipschitz in its parameters,
+``E = CE(phi_hat) - (R_hat_{n,k}(phi_hat) - log k)`` is at most a sample-variability term
+O(n^{-1/2}) (independent of k), a complexity term O(n^{-1/2}) that stabilises as k -> infinity,
+and the finite-k bias O(1/k) of C1. It gives **no constants**. This module evaluates the bound of
+that structure with constants derived here (standard symmetrisation, an epsilon-net and Massart's
+finite-class lemma, McDiarmid), so that the realised gap of a study can be set beside a number:
+
+* **loss Lipschitz constant (k-free).** If ``|phi(x) - psi(x)| <= L_phi ||theta - theta'||`` for every
+  x, then every score moves by at most ``2 L_phi ||theta - theta'|| / tau`` and, since the
+  log-sum-exp is 1-Lipschitz in the max norm (the averaging of claim C4),
+  ``|l_k(theta) - l_k(theta')| <= |ds_0| + max_j |ds_j| <= L_loss ||theta - theta'||`` with
+  ``L_loss = 4 L_phi / tau`` -- for every k.
+* **range (k-free).** ``l_k = log(1 + sum_j e^{s_j - s_0})`` with ``|s_j - s_0| <= 2/tau`` lies in
+  ``[log(1 + k e^{-2/tau}), log(1 + k e^{2/tau})]``, an interval of length at most ``D = 4/tau``.
+* **complexity term.** For a parameter set inside a Euclidean ball of radius rho in R^P, an internal
+  epsilon-net has at most ``(1 + 4 rho / eps)^P`` points, and (Massart, losses centred at any fixed
+  member of the class) the empirical Rademacher complexity is at most
+  ``Rad_n <= min(D, inf_eps [L_loss eps + D sqrt(2 P log(1 + 4 rho / eps) / n)])``.
+  Symmetrisation: ``E sup_theta (R_k - R_hat) <= 2 Rad_n``, so ``E[G] <= 2 Rad_n`` for the ERM.
+* **sample variability.** Replacing one of the n tuples moves ``sup_theta (R_k - R_hat)`` by at most
+  D/n, so (McDiarmid) with probability >= 1 - eta it exceeds its mean by at most
+  ``D sqrt(log(1/eta) / (2 n))``. It has mean zero, so it enters the bound on G per training set,
+  not the bound on E[G].
+* **finite-k bias.** ``E - G = -gap_k(phi_hat)``. docs/theory.md gives the leading constant c1 of
+  ``gap_k = c1/k + O(1/k^2)`` (derived there, exact for phi = identity) but no bound with a
+  constant on ``|gap_k(phi)|`` over the class, nor on the O(1/k^2) remainder. The 1/k term is
+  therefore reported as the plug-in value ``|c1(identity)| / k``, which is **not** a bound: a bound on
+  E is not fully specified, a bound on G (which has no bias term) is.
+
+The linear family ``phi_W(x) = W x / |W x|`` is scale-invariant and not Lipschitz near singular W.
+:func:`linear_class_constants` gives the constants of its compact subclass
+``Theta_s = {W : ||W||_op = 1, sigma_min(W) >= s}`` (p x p, P = p^2 parameters, inside the Frobenius
+ball of radius sqrt(p)): with a net point V in Theta_s, ``|W x/|W x| - V x/|V x|| <= 2 |(W - V) x| /
+|V x| <= (2/s) ||W - V||_F``, so ``L_phi = 2/s`` from the net's centres (all the epsilon-net argument
+needs). A trained phi_hat belongs to Theta_s when ``sigma_min/sigma_max >= s`` of its W; the ERM over
+the full family is then also the ERM over Theta_s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simkit._checks import check_int, check_scalar
+
+__all__ = ["Theorem1Bound", "theorem1_bound", "rademacher_bound", "net_bound", "linear_class_constants"]
+
+
+def net_bound(eps: float, n: int, n_params: int, radius: float, loss_lipschitz: float, loss_range: float) -> float:
+    """``L_loss eps + D sqrt(2 P log(1 + 4 rho / eps) / n)``: the Rademacher bound at one net scale eps.
+
+    Unchecked arguments (see :func:`rademacher_bound`); vectorised over ``eps``.
+    """
+    eps = np.asarray(eps, dtype=float)
+    return loss_lipschitz * eps + loss_range * np.sqrt(2.0 * n_params * np.log1p(4.0 * radius / eps) / n)
+
+
+def rademacher_bound(n: int, n_params: int, radius: float, loss_lipschitz: float, loss_range: float) -> tuple[float, float]:
+    """The bound ``min(D, inf_eps net_bound(eps))`` on the empirical Rademacher complexity, and the minimising eps.
+
+    Parameters
+    ----------
+    n : int
+        Training tuples.
+    n_params : int
+        Dimension P of the parameter set.
+    radius : float
+        rho: the parameter set lies in a Euclidean ball of this radius.
+    loss_lipschitz : float
+        L_loss: ``|l(theta) - l(theta')| <= L_loss ||theta - theta'||`` (from a net centre).
+    loss_range : float
+        D: sup over the sample space of ``|l(theta) - l(theta')|`` over the class.
+
+    Returns
+    -------
+    (bound, eps) : tuple of float
+        The infimum over a log grid of 4001 scales in ``[1e-12, 4 rho]`` refined by golden-section
+        search (the function is convex in log eps to the precision needed); eps = NaN when the trivial
+        bound D is the smaller.
+    """
+    n = check_int("n", n, low=1)
+    n_params = check_int("n_params", n_params, low=1)
+    radius = check_scalar("radius", radius, low=0.0, low_inclusive=False)
+    lip = check_scalar("loss_lipschitz", loss_lipschitz, low=0.0, low_inclusive=False)
+    d = check_scalar("loss_range", loss_range, low=0.0, low_inclusive=False)
+    grid = np.exp(np.linspace(math.log(1e-12), math.log(4.0 * radius), 4001))
+    vals = net_bound(grid, n, n_params, radius, lip, d)
+    i = int(np.argmin(vals))
+    lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, grid.size - 1)])
+    f = lambda u: float(net_bound(math.exp(u), n, n_params, radius, lip, d))  # noqa: E731
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    for _ in range(80):
+        c, e = b - g * (b - a), a + g * (b - a)
+        if f(c) < f(e):
+            b = e
+        else:
+            a = c
+    u = 0.5 * (a + b)
+    best, eps = min((f(u), math.exp(u)), (float(vals[i]), float(grid[i])))
+    if best >= d:
+        return d, float("nan")
+    return best, eps
+
+
+def linear_class_constants(p: int, s: float) -> dict[str, float]:
+    """Constants of ``Theta_s = {W (p x p): ||W||_op = 1, sigma_min(W) >= s}`` for ``phi_W = W x / |W x|``.
+
+    Returns ``{"n_params": p^2, "radius": sqrt(p), "phi_lipschitz": 2/s}`` (module notes).
+    """
+    p = check_int("p", p, low=2)
+    s = check_scalar("s", s, low=0.0, high=1.0, low_inclusive=False)
+    return {"n_params": p * p, "radius": math.sqrt(p), "phi_lipschitz": 2.0 / s}
+
+
+@dataclass(frozen=True)
+class Theorem1Bound:
+    """The terms of the bound (nats) for one (n, k, tau) and class (see :func:`theorem1_bound`)."""
+
+    complexity: float       # 2 Rad_n bound: bounds E[G] for the ERM
+    variability: float      # D sqrt(log(1/eta) / (2n)): McDiarmid term at level eta
+    bias: float             # |c1| / k, plug-in value of the 1/k term (NaN if c1 unknown): not a bound
+    loss_lipschitz: float   # 4 L_phi / tau
+    loss_range: float       # 4 / tau
+    eps: float              # net scale of the complexity term (NaN: trivial bound D used)
+
+    @property
+    def expectation(self) -> float:
+        """Bound on E[G] (fully specified): the complexity term."""
+        return self.complexity
+
+    @property
+    def high_probability(self) -> float:
+        """Bound on G of one training set with probability >= 1 - eta: complexity + variability."""
+        return self.complexity + self.variability
+
+    @property
+    def total(self) -> float:
+        """complexity + variability + the plug-in 1/k term: the three terms of Theorem 1 for E (not fully a bound)."""
+        return self.complexity + self.variability + self.bias
+
+
+def theorem1_bound(n: int, k: int, tau: float, *, n_params: int, radius: float, phi_lipschitz: float,
+                   eta: float = 0.05, c1: float = float("nan")) -> Theorem1Bound:
+    """Evaluate the Theorem-1-type bound of the module notes.
+
+    Parameters
+    ----------
+    n, k : int
+        Training tuples and negatives per tuple (k enters only the 1/k term).
+    tau : float
+        Temperature (> 0) of the score ``phi(x).phi(y) / tau``.
+    n_params, radius, phi_lipschitz : int, float, float
+        The class: P parameters in a ball of radius rho, ``|phi_theta(x) - phi_theta'(x)| <= L_phi
+        ||theta - theta'||`` (e.g. :func:`linear_class_constants`).
+    eta : float
+        Level of the high-probability (McDiarmid) term, in (0, 1).
+    c1 : float
+        C1's leading bias constant (docs/theory.md section 3) for the plug-in 1/k term; NaN if unknown.
+
+    Returns
+    -------
+    Theorem1Bound
+
+    Raises
+    ------
+    ValueError
+        If an argument is outside its range (the message names it).
+    """
+    k = check_int("k", k, low=1)
+    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+    eta = check_scalar("eta", eta, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    lphi = check_scalar("phi_lipschitz", phi_lipschitz, low=0.0, low_inclusive=False)
+    lip, d = 4.0 * lphi / tau, 4.0 / tau
+    rad, eps = rademacher_bound(n, n_params, radius, lip, d)
+    c1 = float(c1)
+    return Theorem1Bound(complexity=2.0 * rad, variability=d * math.sqrt(math.log(1.0 / eta) / (2.0 * n)),
+                         bias=abs(c1) / k if math.isfinite(c1) else float("nan"), loss_lipschitz=lip, loss_range=d,
+                         eps=eps)
