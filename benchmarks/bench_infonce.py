@@ -29,7 +29,7 @@ process, side by side, on the same inputs:
                       2026-12-05 after simkit float32 at (32, 1024) read 842 and 1145 M pairs/s in
                       this process, 1.4-1.6 G in processes of its own in a separate script (the
                       lone processes of the next two runs then read 0.8-1.1 G while the in-process
-                      figure read 1.4-1.6 G: this machine's two speed levels, see the README): the
+                      figure read 1.4-1.6 G: this machine's two speed levels, see docs/performance.md): the
                       issue's ratio is the better of simkit's two float32 figures over the better
                       of PyTorch's two;
 * torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits

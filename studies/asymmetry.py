@@ -132,7 +132,7 @@ EXACT = {
            "Monte Carlo over x (the task's rng) with exact inner terms for the rotated kernel"),
     "ce": ("exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
     "c2": ("exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) (simkit.exact.curve."
-           "second_order_constant; docs/second-order.md)"),
+           "second_order_constant; docs/theory.md §8)"),
     "d1": ("predicted d1, in nats", "E_x[m1/Z] - E_x Cov_M(m, s) (simkit.estimators.search.search_constants)"),
     "pos": ("predicted positive-weight constant E_x[m1/Z], in nats", "k * pos_term -> pos"),
     "snis": ("predicted self-normalisation constant E_x Cov_M(m, s), in nats", "k * snis_term -> -snis"),

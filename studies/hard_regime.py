@@ -157,7 +157,7 @@ SCHEMA = {
     "c1_exact": _v(C, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
                    "+ 1)/2 for the hard cell"),
     "c1_exact_mcse": _v(C, "MCSE of c1_exact, in nats", "0 where exact (Monte Carlo over x for the mixture)"),
-    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact.curve.second_order_constant (docs/second-order.md)"),
+    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact.curve.second_order_constant (docs/theory.md §8)"),
     "c2_exact_mcse": _v(C, "MCSE of c2_exact, in nats", "0 where exact"),
     "ce_exact": _v(C, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
     "ce_estimate": _v(C, "Monte Carlo CE, in nats", "block mean of l_inf (256-anchor cells)"),

@@ -66,7 +66,7 @@ SCHEMA = {
     "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "0 where exact"),
     "dgap_exact": _v(K, "exact gap_k - gap_2k, in nats", "from gap_exact; NaN where 2k is off the grid"),
     "c2_exact": _v(S, "exact c2, in nats", "second-order constant of gap_k = c1/k + c2/k^2 + O(1/k^3) "
-                   "(simkit.exact.curve.second_order_constant; docs/second-order.md)"),
+                   "(simkit.exact.curve.second_order_constant; docs/theory.md §8)"),
     "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
     "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "compared with Student t on n_blocks - 1 df"),
     "curve_max_t": _v(S, "largest studentised deviation of the Monte Carlo gap curve from the exact curve",

@@ -368,7 +368,7 @@ D_PTS = Uniform(5).rvs(50, rng=np.random.default_rng(1))
 
 @pytest.mark.parametrize("case", ["uniform-d3", "uniform-brownian", "discrete-d5", "vmf-d3"])
 def test_second_order_constant_is_the_limit_of_the_exact_curve(case):
-    """c2 from its closed form in the moments (docs/second-order.md) against the limit of the exact
+    """c2 from its closed form in the moments (docs/theory.md §8) against the limit of the exact
     curve k (k gap_k - c1) (Frullani integral, no expansion): 4 significant digits required, both
     raw at k = 2^16 (within 1e-3 relative + |c3|/k) and Richardson-extrapolated."""
     mu3 = np.array([0.0, 0.0, 1.0])
@@ -475,7 +475,7 @@ def test_gap_curve_mpmath_frullani_uniform_d3(k):
 def test_second_order_constant_uniform_d3_closed_form(kappa):
     """Uniform pi on S^2, vMF kernel, tau = 1/kappa: with r2 = kappa coth kappa and
     r3 = kappa^2 sinh(3 kappa) / (3 sinh^3 kappa) (= m2/Z^2), c2 = -r3/2 + r2 (r2 - 1) + (r3 - 3 r2 + 2)/3
-    - 3 (r2 - 1)^2/4 (docs/second-order.md section 4), evaluated in mpmath."""
+    - 3 (r2 - 1)^2/4 (docs/theory.md §8), evaluated in mpmath."""
     with mp.workdps(30):
         k = mp.mpf(kappa)
         r2 = k * mp.coth(k)

@@ -53,7 +53,7 @@ def test_quick_design_confirmatory_cell_passes(quick):
     h = _hard(ds)
     assert str(h["role"].values) == "confirmatory" and str(h["cell_error"].values) == ""
     assert float(h["c1_exact"]) == pytest.approx(25.5, abs=1e-9)  # (kappa coth kappa + 1)/2, kappa = 50
-    assert float(h["c2_exact"]) == pytest.approx(50**2 / 36 - 25 - 1 / 12, abs=1e-6)  # docs/second-order.md
+    assert float(h["c2_exact"]) == pytest.approx(50**2 / 36 - 25 - 1 / 12, abs=1e-6)  # docs/theory.md §8
     assert float(h["expansion_scale"]) == pytest.approx(50.0, rel=1e-9)
     assert float(h["k_min"]) == 1024 and float(h["n_units"]) == cfg["n_blocks"]
     assert str(h["verdict"].values) == "pass", str(h["verdict_reason"].values)

@@ -85,7 +85,7 @@ def test_quick_design_and_exact_values(quick):
     closed = exact.gap_exact(VMFKernel(10.0), 3, 0.1, ds["k"].values)
     np.testing.assert_allclose(u["gap_exact"].values, closed, rtol=1e-9)
     assert np.all(np.isfinite(ds["c2_exact"].values)) and float(u["c2_exact"]) == pytest.approx(
-        100 / 36 - 5 - 1 / 12, abs=1e-6)  # kappa^2/36 - kappa/2 - 1/12 + O(e^{-2 kappa}), docs/second-order.md
+        100 / 36 - 5 - 1 / 12, abs=1e-6)  # kappa^2/36 - kappa/2 - 1/12 + O(e^{-2 kappa}), docs/theory.md §8
     assert np.all(ds["k_min"].values == 256)
 
 

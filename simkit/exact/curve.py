@@ -21,7 +21,7 @@ Public functions:
   uniform and single-vMF pi with isotropic kernels and for Discrete pi, Monte Carlo over x with
   exact inner integrals otherwise (a :class:`GapCurve` with MCSEs and the covariance across k);
 * :func:`second_order_constant` -- ``c2`` of ``gap_k = c1/k + c2/k^2 + O(1/k^3)``
-  (docs/second-order.md).
+  (docs/theory.md §8).
 
 Numerics (see :func:`expected_log_sum_parts`, Notes): scores are shifted by the per-anchor
 maximum, the integral is taken in ``w = log t`` with the trapezoidal rule on a fixed step, and the
@@ -671,7 +671,7 @@ def _stratified_mean(pi: SphereDistribution, h, n: int, rng, *, with_cov: bool =
 # The expansion gap_k = c1/k + c2/k^2 + O(1/k^3)
 
 def _anchor_constants(pi, kernel, tau, x) -> tuple[NDArray, NDArray, NDArray]:
-    """Per-anchor ``c1(x)``, ``c2(x)`` (docs/second-order.md) and ``l_inf(x) = log Z - E[s0|x]``.
+    """Per-anchor ``c1(x)``, ``c2(x)`` (docs/theory.md §8) and ``l_inf(x) = log Z - E[s0|x]``.
 
     With ``r_j = Z_j / Z^j`` (Z_j = E e^{j s}), ``v2 = r2 - 1``, ``v3 = r3 - 3 r2 + 2`` (the second and
     third central moments of e^s/Z), ``mu1 = m1/Z`` and ``mu2 = m2/Z^2`` (m_j = E e^{j s0}):
@@ -701,7 +701,7 @@ def _anchor_terms(pi, kernel, tau, x) -> tuple[NDArray, ...]:
 
 def second_order_constant(pi: SphereDistribution, kernel: MarkovKernel, tau: float, *, rng=None,
                           n_mc: int = 1 << 18) -> float | exact.Estimate:
-    """The 1/k^2 constant ``c2`` of ``gap_k = c1/k + c2/k^2 + O(1/k^3)`` (derived in docs/second-order.md).
+    """The 1/k^2 constant ``c2`` of ``gap_k = c1/k + c2/k^2 + O(1/k^3)`` (derived in docs/theory.md §8).
 
     ``c2 = E_x[ -m2/(2 Z^2) + (m1/Z) v2 + v3/3 - 3 v2^2/4 ]`` with ``v2 = Z2/Z^2 - 1``,
     ``v3 = Z3/Z^3 - 3 Z2/Z^2 + 2``, ``m_j(x) = E e^{j s(x, x+)}``, ``Z_j(x) = E_{y~pi} e^{j s(x, y)}``.
