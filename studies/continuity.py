@@ -198,7 +198,7 @@ def loss_difference_bounds(u: ArrayLike, v: ArrayLike, w: ArrayLike, u2: ArrayLi
     Notes
     -----
     Everything is computed with running log-sum-exp over the negatives, so any tau is safe.
-    The proofs are in the module docstring; tests/test_continuity.py checks them against direct
+    The proofs are in the module docstring; tests/studies/test_continuity.py checks them against direct
     evaluations and on adversarial pairs.
     """
     u, v, u2, v2 = (np.asarray(a, dtype=float) for a in (u, v, u2, v2))

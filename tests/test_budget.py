@@ -20,7 +20,7 @@ from conftest import PENDING
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-TEST_FILES = sorted(TESTS.glob("test_*.py"))
+TEST_FILES = sorted(p for p in TESTS.rglob("test_*.py") if "data" not in p.relative_to(TESTS).parts)
 
 
 def _default_suite_rows(request, tmp_path) -> list[dict]:

@@ -39,7 +39,7 @@ _LN2LO = 1.90821492927058770002e-10
 _MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer held in the low bits
 _MAGIC_BITS = int(np.float64(_MAGIC).view(np.int64))
 # exp(r) on |r| <= ln2/2: degree-11 interpolant at Chebyshev nodes (near-minimax), computed with
-# mpmath at 50 digits; max relative error 2.2e-16 in double Horner evaluation (tests/test_infonce.py)
+# mpmath at 50 digits; max relative error 2.2e-16 in double Horner evaluation (tests/estimators/test_infonce.py)
 _P = (1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.0416666666664881, 0.008333333333319601,
       0.0013888888952314775, 0.00019841269890047113, 2.4801485482328494e-05, 2.755724091857897e-06,
       2.763263963904103e-07, 2.5110037605963777e-08)

@@ -47,7 +47,7 @@ The vector loops are written in LLVM IR (``@intrinsic``): LLVM's loop vectoriser
 float reduction without reassociation, and its SLP vectoriser does not vectorise 16 scalar
 accumulators carried around a loop (both checked on this Numba 0.68 / LLVM); a <16 x float> loop
 spilled its accumulators on AVX2's 16 registers. The scalar heads and tails are Numba code with
-the same float32 operations (the exponentials agree bit for bit, tests/test_infonce_f32.py). Float
+the same float32 operations (the exponentials agree bit for bit, tests/jit/test_infonce_f32.py). Float
 constants are module-level ``np.float32`` values: a Python float or a float64 operand would promote
 the arithmetic to float64 and halve the vector width.
 
@@ -93,7 +93,7 @@ _EXP_ARG_LO = _F32(np.exp(np.float64(ARG_LO)))
 _NINF = _F32(-np.inf)
 # exp(r) on |r| <= ln2/2: c0..c2 = 1, 1, 1/2 fixed, c3..c6 a discrete minimax fit of the relative
 # error (linear programming on 3001 points, each coefficient rounded to float32 before the next was
-# refitted); max relative error 6.9e-9 in exact arithmetic (tests/test_infonce_f32.py)
+# refitted); max relative error 6.9e-9 in exact arithmetic (tests/jit/test_infonce_f32.py)
 EXP32_COEF = (1.0, 1.0, 0.5, 0.16666465997695923, 0.04166650399565697, 0.008373676799237728,
               0.001392548205330968)
 _C0, _C1, _C2, _C3, _C4, _C5, _C6 = (_F32(c) for c in EXP32_COEF)

@@ -17,7 +17,7 @@ subnormal, inf, NaN) go to the C library's own ``log`` (``np.log``), so those bi
 library's by construction.
 
 It is checked against the C library (``math.log``) on millions of arguments that cross every
-branch, table cell and boundary, and against mpmath for accuracy, in ``tests/test_log.py``.
+branch, table cell and boundary, and against mpmath for accuracy, in ``tests/jit/test_log.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ over an array, so that LLVM vectorises it, and finishes the rare lanes outside i
 with the scalar :func:`log1p`.
 
 It is checked against the C library (``math.log1p``) on millions of arguments chosen to cross every
-branch and boundary, and against mpmath for accuracy, in ``tests/test_log1p.py``. ``llvm.fma`` is
+branch and boundary, and against mpmath for accuracy, in ``tests/jit/test_log1p.py``. ``llvm.fma`` is
 a correctly rounded fused multiply-add on every target (in software where the processor has
 none), so the bits no longer depend on which ``log1p`` variant the host's C library picks.
 """

@@ -7,7 +7,7 @@ names its protocol (``Check(protocol="protocols/<study>.md")``), and :func:`anal
 whether a row computed from a dataset is *confirmatory* -- the dataset is a full-design run of that
 protocol and the protocol file still has the hash recorded in it -- or *exploratory* (everything
 else: checks without a protocol, quick designs, a protocol edited after its run).
-``tests/test_protocols.py`` checks every committed dataset that names a protocol: its hash matches
+``tests/claims/test_protocols.py`` checks every committed dataset that names a protocol: its hash matches
 the file, and the protocol commit is a strict ancestor of the dataset's ``git_commit``.
 """
 

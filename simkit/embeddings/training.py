@@ -38,7 +38,7 @@ For phi = h/|h|, ``d phi = (I - phi phi^T) dh / |h|``, so an upstream gradient g
 ``dL/db1 = g_a`` (two-layer). The gradient of R_hat is the sum of these contributions over all
 n (k + 2) points (anchors, positives, negatives), divided by n. With shared negatives,
 ``dR_hat/dw_j = sum_i p_ij u_i / (n tau)`` collects all tuples. Validation: central finite
-differences to 1e-6 relative and the NumPy reference to ~1e-13 (tests/test_training.py).
+differences to 1e-6 relative and the NumPy reference to ~1e-13 (tests/embeddings/test_training.py).
 """
 
 from __future__ import annotations

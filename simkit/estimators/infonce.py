@@ -128,7 +128,7 @@ def infonce_losses(x: ArrayLike, x_pos: ArrayLike, negatives: ArrayLike, tau: fl
         pipelines; the positive's score, the sums over the negatives (float32 within a tile
         segment, then float64) and the final ``log1p`` stay in float64, and no overflow can occur
         at any tau. Its error is that of float32 scores, at most about
-        ``2**-24 ((d + 4) / tau + 128)`` nats (tests/test_infonce_f32.py). Measured against the
+        ``2**-24 ((d + 4) / tau + 128)`` nats (tests/jit/test_infonce_f32.py). Measured against the
         float64 path at K = 65536 (1024 anchors, uniform positives and negatives, grid 1, 2, ...,
         K), the largest absolute error is 1.8e-6 (d = 3) and 1.3e-6 (d = 32) nats at tau = 0.1,
         6.8e-6 (d = 3) and 1.1e-5 (d = 32) at tau = 0.02, and 2.8e-5 / 4.6e-5 at tau = TAU_MIN;

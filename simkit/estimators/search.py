@@ -156,7 +156,7 @@ def _heat_profile(kernel: BrownianKernel, d: int) -> _HeatProfile:
     ``2^-100 sum_l (l + 1) a_l`` (64 times the double-double unit roundoff, growing linearly in l
     like the float64 bound). h_t decreases in the angle, so that bound is <= 1e-12 h_t(w) for
     every w when it is at w = -1 (h_t(-1) from simkit.distributions.heat, exact); otherwise t is refused for d.
-    So every log m in the pass is within ~1e-12 of the exact value (tests/test_asymmetry.py
+    So every log m in the pass is within ~1e-12 of the exact value (tests/studies/test_asymmetry.py
     checks both paths against heat.py's exact fixed-point sum).
     """
     key = (float(kernel.t), int(d))
@@ -529,7 +529,7 @@ def _cosine_expect(d: int, kappa: float, g, n_nodes: int = 24) -> float:
     The density of theta = arccos t is proportional to ``sin^{d-2}(theta) exp(kappa cos theta)``;
     panels of width at most ``0.25 / sqrt(kappa + d)`` (a quarter of the peak's scale) with
     ``n_nodes`` nodes each, normalised by the rule's own mass (log space, no overflow). Accurate to
-    ~1e-12 relative for smooth g (tests/test_search.py checks it against direct Monte Carlo and
+    ~1e-12 relative for smooth g (tests/estimators/test_search.py checks it against direct Monte Carlo and
     closed forms).
     """
     n_panels = int(np.ceil(np.pi / (0.25 / np.sqrt(kappa + d))))

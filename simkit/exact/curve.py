@@ -62,7 +62,7 @@ __all__ = [
 #: step of the trapezoidal rule in w = log t. The integrand is an entire function of w, bounded in
 #: the strip |Im w| < pi/2, so the rule's error is O(exp(-2 pi d / h)) for any d < pi/2: with
 #: h = 1/8 and d = pi/3 that is ~1e-23 times the integrand's size in the strip (measured: halving h
-#: changes results by < 1e-16 absolute; tests/test_exact_curve.py).
+#: changes results by < 1e-16 absolute; tests/exact/test_exact_curve.py).
 TRAPEZOID_STEP = 0.125
 # left truncation: the integrand is ~ (u^2 Var(Y/mu)/2) e^{-u} as u = mu t -> 0, so stopping at
 # u = e^{-20} drops a relative e^{-40}/2 ~ 2e-18 of E log(Y/mu)

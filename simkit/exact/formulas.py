@@ -223,7 +223,7 @@ def _vmf_angle_expect(d: int, kappa: float, h) -> float:
     The density of theta is ``C_d(kappa) |S^{d-2}| sin^{d-2}(theta) exp(kappa cos theta)``. Composite
     Gauss--Legendre (24 nodes a panel) on panels of half the peak's width within 40 widths of the
     mode, coarser panels outside; normalised by the rule's own mass. Accurate to ~1e-13 for
-    0 <= kappa <= 1e6 and d <= 4096 (tests/test_exact.py), with no adaptive loop.
+    0 <= kappa <= 1e6 and d <= 4096 (tests/exact/test_exact.py), with no adaptive loop.
     """
     log_c = float(log_vmf_norm(d, kappa) + log_sphere_area(d - 1))
     # mode of sin^{d-2} e^{kappa cos}: kappa c^2 + (d-2) c - kappa = 0

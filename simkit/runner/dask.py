@@ -164,7 +164,7 @@ class DaskExecutor:
             self.client.register_plugin(MallocTuning())
         # the client's batched stream logs "Batched Comm Closed" with a traceback at INFO when the
         # scheduler goes away, which can reach stderr before the loss is seen here and reported in one
-        # line (tests/test_faults.py saw it in 1 run of 6); nothing else is logged there at INFO. Set
+        # line (tests/runner/test_faults.py saw it in 1 run of 6); nothing else is logged there at INFO. Set
         # after the last call that can raise, so that a failed constructor leaves the level as it was
         self._batched_level = logging.getLogger(_BATCHED_LOGGER).level
         logging.getLogger(_BATCHED_LOGGER).setLevel(logging.WARNING)

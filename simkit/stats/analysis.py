@@ -92,7 +92,7 @@ def choose_k_min(k: ArrayLike, scale: float, factor: float = 16.0) -> int:
     ``scale`` is the size of the delta-method expansion parameter's numerator,
     ``max(E[Z2/Z^2], E[m1/Z])`` for C1: the expansion of gap_k is in powers of scale/k, so at
     ``k >= 16 scale`` the O(1/k^2) remainder of a model with the 1/k term is below ~0.4%
-    (checked against the exact gap curve in tests/test_rate_analysis.py).
+    (checked against the exact gap curve in tests/stats/test_rate_analysis.py).
     """
     k = np.asarray(k)
     ok = k >= factor * scale
@@ -181,7 +181,7 @@ def fit_rate(k: ArrayLike, blocks: ArrayLike, k_min: int, *, with_inverse: bool 
     weights held fixed (default) or re-estimated (``reweight``). Held fixed, the jackknife misses the
     weights' own sampling variability, which is correlated with the curve (a block that raises gap_k
     raises its MCSE too): with 24-32 blocks the SE is too small, the t statistic's mean square about
-    1.2 against 1.07-1.10 for Student t (tests/test_rate_analysis.py; the calibrations of search_ce and
+    1.2 against 1.07-1.10 for Student t (tests/stats/test_rate_analysis.py; the calibrations of search_ce and
     asymmetry show 1.2-1.5 on the real pipeline, data/calibration/NOTES.md). Re-estimated, the mean
     square is about 1.0.
     A gap that is not positive in the fit range cannot be fitted on the log scale: the result is

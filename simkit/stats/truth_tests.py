@@ -150,7 +150,7 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
     between-block covariance (ddof 1); ``(n - p) / (p (n - 1)) T^2 ~ F(p, n - p)`` exactly for
     Gaussian blocks (block means of many anchors are close to Gaussian). With an exact curve of
     covariance ``V``: ``Q = (xbar - mu)' (S/n + V)^{-1} (xbar - mu)`` against the reference chosen
-    by ``reference`` (tests/test_truth_tests.py measures the size of both).
+    by ``reference`` (tests/stats/test_truth_tests.py measures the size of both).
 
     Too many columns (p > max_columns): the k columns are merged into ``max_columns`` contiguous
     groups and each group replaced by its mean, for both the blocks and the exact curve (and V).

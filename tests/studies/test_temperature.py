@@ -487,7 +487,7 @@ from simkit.embeddings.training import EmpiricalRisk, TrainingSample  # noqa: E4
 from studies.temperature import (NORM_ALPHA, NORM_B0, NORM_QUANTITIES, PROTOCOL_PATH, _norm_summary,  # noqa: E402
                                  norm_verdicts)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _norm_setup(beta=0.5, tau=0.1, n=32, k=6, n_fresh=256, seed=7):

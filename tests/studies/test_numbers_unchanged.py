@@ -17,7 +17,7 @@ import xarray as xr
 
 from simkit.runner import get_study, read_dataset, resolve_config, run_study, study_names
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "quick"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "quick"
 STUDIES = sorted(p.stem for p in REFERENCE.glob("*.nc"))
 
 #: text edits since the reference files were written, applied to their string variables: the theory

@@ -30,7 +30,7 @@ from simkit.distributions.sphere import Uniform
 from studies.hard_regime import (ALPHA, PROTOCOL_PATH, SCHEMA, STUDY, block_groups, confirmatory_verdict, pilot_gap,
                                  rate_rule)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ Truth here is independent of the split code: the pooled moments against NumPy's 
 covariance of the concatenated sample, and the one-part estimator against gap_curve,
 exact.bias_constant, exact.cross_entropy, exact.expansion_scales and expansion_constants run on the
 very same anchors (the draws depend only on the generator and the per-component counts). Every
-check is exact (to rounding); the Dask side is in tests/test_dask.py.
+check is exact (to rounding); the Dask side is in tests/runner/test_dask.py.
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ RAW_PREFIXES = ("raw_", "prep_")
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """The --quick design restricted to uniform-d3 (32 blocks, k_max 4096), seed 20261214
-    (not the study's default, so it is independent of tests/test_rate_k_study.py)."""
+    (not the study's default, so it is independent of tests/studies/test_rate_k_study.py)."""
     cfg = resolve_config(STUDY, {"settings": "uniform-d3"}, quick=True, seed=20261214)
     res = run_study(STUDY, cfg, tmp_path_factory.mktemp("real") / "rate_k.nc", progress=False)
     assert res.completed and not res.errors

@@ -33,7 +33,6 @@ for D >= 0.028. A 4-SE mean check detects a bias of 7.1 standard errors with pro
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numba
@@ -440,13 +439,3 @@ def test_reproducible_and_thread_independent():
     np.testing.assert_array_equal(one, two)
     # a single point keeps its shape
     assert k.sample(x[0], rng=1).shape == (5,)
-
-
-def test_sampler_timing_report(capsys):
-    """Not a performance test: prints the cost of 20 000 draws for the record (always passes)."""
-    k = BrownianKernel(0.1)
-    x = np.tile(np.eye(3)[0], (N, 1))
-    t0 = time.perf_counter()
-    k.sample(x, rng=0)
-    with capsys.disabled():
-        print(f"\n[test_heat] 20 000 BrownianKernel draws on S^2: {time.perf_counter() - t0:.3f} s")

@@ -16,7 +16,7 @@ from simkit.claims.protocol import analysis_label, is_confirmatory, protocol_att
 from simkit.runner import read_dataset
 from simkit.claims.validate import combine_checks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATASETS = sorted(p for p in (ROOT / "data").glob("*.nc"))
 
 

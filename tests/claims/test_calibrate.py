@@ -404,7 +404,7 @@ def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
     assert pdf.read_bytes().startswith(b"%PDF")
 
 
-_CAL_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
+_CAL_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 CALIBRATION_FILES = (sorted(_CAL_DIR.glob("*.nc")) + sorted(_CAL_DIR.glob("archive/*.nc"))  # superseded runs too
                      + sorted(_CAL_DIR.glob("parts/*.nc")))  # the parts of combined calibrations
 

@@ -14,7 +14,7 @@ import pytest
 
 from simkit.runner import read_dataset
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 SIMKIT = Path(sys.executable).parent / "simkit"
 
 

@@ -18,7 +18,7 @@ from simkit.runner import read_dataset, resolve_config, run_study
 from studies.dimension import (ALPHA, B0, DELTA, FAMILIES, PROTOCOL_PATH, SCHEMA, SIGMA_B_PLANNED, STUDY, NonInferiority,
                                _dims, _planned_false_fail, non_inferiority, protocol_attrs, verdicts)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "data" / "dimension.nc"
 D = np.array([8, 16, 32, 64, 128, 256, 512, 1024], dtype=float)
 

@@ -7,7 +7,7 @@ study's default seed, and every setting must pass the study's own verdict.
 False-failure rate of this file: 3 settings x (1e-3 slope interval + 1e-3 c1 z-test) = 6e-3 (the
 rejection of slope = -1/2 fails by chance with negligible probability: -1/2 lies 90-700 slope
 SEs from the estimates). Power: a true slope of -1/2 (the O(1/sqrt k) rate of earlier analyses)
-is rejected with probability > 1 - 1e-3 per setting (tests/test_rate_analysis.py negative
+is rejected with probability > 1 - 1e-3 per setting (tests/stats/test_rate_analysis.py negative
 controls). With the quick design's slope SEs (0.0056, 0.0017, 0.0007 for the three settings at
 the time of writing) a true slope differing from -1 by 3.6 SE (0.020, 0.0063, 0.0026) is
 rejected with probability 0.5; a c1 differing from the exact one by 3.3 MCSE (0.7%, 1.4%, 0.7%

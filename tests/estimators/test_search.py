@@ -307,7 +307,7 @@ def test_invalid_inputs():
         search_statistics(x, xp, y, pi, RotatedVMFKernel(np.eye(4), 1.0), 0.5, [1])
     with _raises("kernel", "span"):
         search_statistics(x, xp, y, pi, VMFKernel(200.0), 0.5, [1])
-    # BrownianKernel is supported (tests/test_asymmetry.py); a t too small for the per-pair series is refused
+    # BrownianKernel is supported (tests/studies/test_asymmetry.py); a t too small for the per-pair series is refused
     with _raises("t", "too small for the search estimator"):
         SearchEstimator(pi, BrownianKernel(0.05), 0.5, 16)
     with _raises("k_max", "power of two"):

@@ -319,7 +319,7 @@ def test_rule_is_one_sided_and_has_the_margin_of_the_protocol():
 
 def _root():
     from pathlib import Path
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.false_fail(2.8e-4, reason=(
@@ -604,7 +604,7 @@ def test_critical_values_are_student_t(quick):
 
 
 def test_committed_dataset_is_the_confirmatory_run():
-    """data/continuity.nc is the full design of protocols/continuity.md (tests/test_protocols.py checks its
+    """data/continuity.nc is the full design of protocols/continuity.md (tests/claims/test_protocols.py checks its
     hash and that the protocol commit is a strict ancestor of the run's commit); its claim rows of the
     protocol are labelled confirmatory, the pre-protocol check exploratory; the verdict variables are
     consistent with the rule recomputed from its raw blocks (no recomputation of the simulation)."""
