@@ -1,38 +1,16 @@
 """Claim C7: the 1/k rates of C1 and C2 hold for non-reversible, asymmetric positive kernels.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C7 (docs/theory.md section 3): C1-C3 need no symmetry of M. Here C1 (gap_k = R_k - log k - CE
-           = c1/k + O(1/k^2)) and C2 (D_k = R_k - E CE(M_k, Q_k) = O(1/k)) are re-tested for positive
-           kernels that are not pi-reversible.
-Data       phi = identity on S^{d-1}. Settings (kernel, pi):
-           * rotated vMF kernel M(x, .) = vMF(R x, kappa_M), R a rotation by ``angle`` in the (e_1, e_2)
-             plane, over uniform pi in d = 3 (pi-invariant, since R preserves the uniform law, but not
-             reversible: R != R^T) and over a vMF pi in d = 8 (neither invariant nor reversible);
-           * spherical Brownian motion run for time t (simkit.distributions.heat) over a vMF pi in d = 3 and d = 8:
-             its transition density is symmetric, but pi is not its invariant law (pi M != pi), so
-             pi(dx) M(x, dy) != pi(dy) M(y, dx);
-           * optionally the reversible control: vMF kernel over uniform pi in d = 3 with tau = 1/kappa_M.
-           Per replicate block: k_max negatives shared by the InfoNCE anchors (C1); an independent
-           database of k_max points shared by the queries (C2); independent pairs for the
-           non-reversibility diagnostics.
-Estimand   gap_k and D_k on k = 1, 2, 4, ..., k_max; their log-log slopes; c1 (exact, or Monte Carlo
-           over x for the rotated kernel) and d1 (predicted, diagnostic); non-reversibility
-           statistics E[x_1 x+_2 - x_2 x+_1] and E[x+_1 - x_1] (both 0 for a reversible M).
-Methods    The estimators of rate_k (simkit.estimators.infonce.GapEstimator) and search_ce
-           (simkit.estimators.search.SearchEstimator; the Brownian density ratio m(x, y) = h_t(x.y) /
-           (|S^{d-1}| pi(y)) is the heat-kernel series summed per pair to 1e-12 relative), with
-           their control variates and pilot coefficients; the rate rule those studies share
-           (simkit.stats.analysis.rate_verdict): WLS of log|curve| on log k and 1/k over k >= k_min =
-           smallest grid k >= 16 x the expansion scale, fitted only when the block means keep one
-           sign there (applied to gap_k too: c1 < 0 is possible once M is asymmetric, and happens
-           here); WLS of the curve on 1/k, 1/k^2 for the constant, c1 tested with Student t on
-           n_blocks - 1 df; jackknife over independent blocks for every standard error.
-Performance  Per setting and claim: slope with 95% and 99.9% intervals; p-values of slope = -1/2 and
-           -1; c1 against its exact value (z); d1 against its prediction (z, diagnostic); every
-           estimate with its MCSE; non-reversibility statistics against their exact values.
+C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2)) and C2 (D_k = R_k - E CE(M_k, Q_k) = O(1/k)) are
+re-tested at phi = identity for positive kernels that are not pi-reversible: a rotated vMF kernel
+vMF(Rx, kappa_M) over uniform pi (d = 3) and over a vMF pi (d = 8), and spherical Brownian motion over a
+vMF pi (d = 3, 8), optionally with the reversible vMF control. The estimators of rate_k and search_ce
+(simkit.estimators.infonce.GapEstimator, simkit.estimators.search.SearchEstimator) and their shared rate
+rule (simkit.stats.analysis.rate_verdict, applied to |gap_k| since c1 < 0 is possible once M is
+asymmetric) give the slopes, c1 against its exact value and d1 against its prediction, with
+non-reversibility statistics against their exact values. The ADEMP statement is the class attribute
+``Asymmetry.ademp`` (stored in the dataset); in full: docs/design.md, "studies/asymmetry".
 
-Run it: ``simkit run asymmetry`` or ``python studies/asymmetry.py`` (same options).
+Run it: ``simkit run asymmetry`` (or ``python -m simkit run asymmetry``).
 """
 
 from __future__ import annotations
@@ -345,11 +323,10 @@ class Asymmetry(Study):
                           quick="rot-uniform-d3,rot-vmf-d8,brown-vmf-d3,brown-vmf-d8"),
         "k_max": Param("k_max", int, 16384, "negatives / database points per block (power of two); grid 1, 2, ..., "
                        "k_max", low=16, high=1 << 20, power_of_two=True, quick=8192),
-        # quick: 48 blocks of 128 anchors (until 2026-12-02: 24 of 256, the same anchors in all). Calibrated over
-        # 65 + 27 seeds, the 24-block design rejected C7.1 on 4/65 and 4/27 seeds against its stated 0.0199: the
-        # Student t and Hotelling F references assume near-Gaussian block means, and with 24 blocks the c1/c2 t
-        # tests (mean t^2 1.4-1.7 against 1.10 for t_23) and the 14-column Hotelling test (F(14, 10); brown-vmf-d3
-        # curve p-values KS 0.001) had heavier tails than their references (data/calibration/NOTES.md)
+        # quick: 48 blocks of 128 anchors. The Student t and Hotelling F references assume near-Gaussian
+        # block means; with fewer, larger blocks the c1/c2 t tests and the 14-column Hotelling test had
+        # heavier tails than their references and calibration refuted C7.1's stated false-failure rate
+        # (data/calibration/NOTES.md, docs/evidence.md)
         "n_blocks": Param("n_blocks", int, 64, "independent replicate blocks per setting", low=8, high=100000,
                           quick=48),
         "block_anchors": Param("block_anchors", int, 256, "InfoNCE anchors per block (C1, sharing its negatives)",
@@ -374,12 +351,10 @@ class Asymmetry(Study):
 
     @staticmethod
     def unit_anchors(name: str, cfg: dict) -> int:
-        """Queries per C2 block. The quick design uses at least QUICK_MIN_SEARCH_ANCHORS: with the Brownian
-        settings' 64 queries and 24 blocks its C2 slope SE was 0.04-0.15 over six seeds (brown-vmf-d8), while
-        rejecting slope = -1/2 at 1e-3 needs SE <~ 0.08 for 99% power ((1 - 1/2)/SE >= t_(0.9995, 23) + z_0.99 =
-        6.1); 256 queries per block halved the SE. The quick design now has 48 blocks of 128 queries (the same
-        queries in all, so the same SE; see the n_blocks parameter for why 48). The default design (64 blocks,
-        k_max 2^14) had SE 0.026."""
+        """Queries per C2 block. The quick design uses at least QUICK_MIN_SEARCH_ANCHORS: rejecting
+        slope = -1/2 at 1e-3 with 99% power needs a C2 slope SE <~ 0.08 ((1 - 1/2)/SE >= t_(0.9995, 23) +
+        z_0.99 = 6.1), which the Brownian settings' own 64 queries per block do not reach in the quick
+        design (figures: docs/evidence.md, asymmetry, "Design of the quick run")."""
         base = int(cfg["search_anchors"] or SETTINGS[name]["search_anchors"])
         return max(base, QUICK_MIN_SEARCH_ANCHORS) if cfg.get("quick") and not cfg["search_anchors"] else base
 
@@ -432,7 +407,7 @@ class Asymmetry(Study):
         out["rho"], out["mbar"] = np.array(rho), np.array(mbar)
         for name, (v, se) in search_constants(pi, kernel, tau, n_mc=cfg["n_mc"], rng=r_const).items():
             out[f"{name}_exact"], out[f"{name}_exact_mcse"] = np.array(v), np.array(se)
-        # the exact curve and c2 (issue 11): independent of the control variates' constants
+        # the exact curve and c2: independent of the control variates' constants
         curve = gap_curve(pi, kernel, tau, gest.grid, rng=r_const, n_cv=cfg["n_mc"])
         c2 = second_order_constant(pi, kernel, tau, rng=r_const, n_mc=cfg["n_mc"])
         out["gap_exact"] = curve.gap

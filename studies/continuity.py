@@ -1,90 +1,19 @@
 """Claim C4: loss differences are controlled by softmax *averages* over the negatives, not their max.
 
 Pre-registered in ``protocols/continuity.md`` (committed alone before the confirmatory run; its path, SHA-256
-and commit are global attributes of the dataset). The pre-protocol two-sided test of "slope of log E B_avg on
-log k = 0" stays, unchanged in meaning, as an exploratory check and per-cell ``flat_verdict``.
+and commit are global attributes of the dataset). The two-sided test of "slope of log E B_avg on log k = 0"
+that preceded the protocol stays, unchanged in meaning, as an exploratory check and per-cell ``flat_verdict``.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C4 (docs/theory.md section 3, Prop. 4): the Gateaux derivative of the log-sum-exp in l_k along
-           a perturbation h of the embedding is a softmax-weighted average of h over the negatives,
-           so |l_k(psi) - l_k(phi)| is bounded by a softmax average of ||phi(x-_i) - psi(x-_i)||,
-           which does not grow with k; the standard Lipschitz argument gives the max over the k
-           negatives, which does.
-Data       Pairs (phi, psi) of embeddings S^{p-1} -> S^{d-1}: phi random from its family's
-           initialisation (a fresh pair per replicate block), psi = phi with its parameter vector
-           moved by eps ||theta|| along a uniformly random unit direction, for several eps. Tuples
-           (x, x+, x-_1..x-_K), x ~ pi, x+ ~ vMF(x, kappa_M), negatives i.i.d. from pi, independent
-           across tuples; every k = 1, 2, 4, ..., K uses the first k negatives (common random numbers).
-           Settings: a two-layer tanh embedding in d = 16 with uniform pi, and a linear embedding in
-           d = 16 with the vMF mixture pi of simkit.distributions.designs (parametric psi); and a localised one,
-           "bump-d16": phi two-layer tanh S^2 -> S^15, uniform pi, psi = normalise(phi + a b(x) e) with
-           a = BUMP_GAIN eps and b a bump on a cap of pi-mass 2^-6 (:class:`CapBump`), so only rare
-           negatives are displaced (a lot): the max over negatives picks them up as k grows, the
-           softmax average weighs them by their mass.
-Estimand   Per tuple and k: |l_k(psi) - l_k(phi)|, the averaging bound B_avg and the max bound
-           B_max (below); their means over tuples and pairs as functions of k; the ratios
-           E B_max / E B_avg, E B_avg / E|dl|, E B_max / E|dl|.
-Methods    Exact evaluation per tuple (running log-sum-exp over the negatives, so every k of the
-           grid comes from one pass); validity counted on every tuple; slope of log E[B] on log k
-           over k >= k_fit_min (WLS, statsmodels, with delete-one-block jackknife SE: simkit.stats.analysis
-           .fit_rate); ratios of means with jackknife MCSE.
-Performance  Violations (must be 0 for every bound: a deterministic check of proved inequalities);
-           primary (pre-registered): OLS slope b of log2 E B_avg on log2 k over k >= k_fit_min per
-           (setting, eps), jackknife SE, one-sided non-inferiority t test of H0: 2^b - 1 >= DELTA at
-           ALPHA_NI, intersection-union over the cells; positive controls through the same rule (the
-           negatives' max in every cell, B_max in the bump cells) that must not pass; secondary
-           one-sided growth tests of E B_max and E B_max / E B_avg; exploratory: WLS slope of the
-           averaging bound with a two-sided t test of slope = 0 at level ALPHA and its detectable slope,
-           WLS slope of the max bound with a one-sided t test at ALPHA; every mean and ratio with its MCSE.
+For pairs (phi, psi) of embeddings (psi = phi moved by eps along a random direction, or, in "bump-d16",
+displaced only on a cap of pi-mass 2^-6 so that rare negatives move a lot), the study evaluates per tuple
+and k the loss difference |l_k(psi) - l_k(phi)|, the averaging bound B_avg and the max bound B_max of
+docs/theory.md section 12 (both proved, so checked on every tuple), and tests how their means scale in k:
+the primary rule is a one-sided non-inferiority test that E B_avg does not grow (OLS slope of log2 E B_avg
+on log2 k, jackknife SE), with positive controls (the negatives' max, B_max in the bump cells) that must
+not pass it. The ADEMP statement is the class attribute ``Continuity.ademp`` (stored in the dataset); the
+full design and the derivation of the bounds: docs/design.md, "studies/continuity".
 
-The bounds (derived here; notation of docs/theory.md section 1)
-----------------------------------------------------------
-Fix a tuple and write u = phi(x), v = phi(x+), w_j = phi(x-_j), and u', v', w'_j for psi; all are
-unit vectors. With r_j = s(x, x-_j) - s(x, x+) = u.(w_j - v)/tau,
-
-    l_k = -s_0 + log(e^{s_0} + sum_j e^{s_j}) = log(1 + sum_{j<=k} e^{r_j}) =: G(r),
-
-a function of the score differences r only, convex (log-sum-exp of (0, r_1, ..., r_k)).
-
-*Gateaux derivative.* dG(r)[h] = sum_j P_j h_j with P_j = e^{r_j} / (1 + sum_i e^{r_i}) (j >= 1),
-the softmax weights of the negatives, with sum_j P_j = 1 - P_0 <= 1. Along a perturbation of the
-embedding, phi -> phi + t h, dr_j/dt = [h(x).(w_j - v) + u.(h(x-_j) - h(x+))]/tau, so
-
-    d/dt l_k(phi + t h) |_{t=0} = (1/tau) sum_j P_j [h(x).(w_j - v) + u.(h(x-_j) - h(x+))]:
-
-a softmax-weighted *average* of h over the negatives (plus anchor and positive terms).
-
-*Integration along the segment.* Join r (phi) to r' (psi) by r(t) = r + t (r' - r), t in [0, 1].
-g(t) = G(r(t)) is convex, so g' is non-decreasing and
-
-    dG(r)[r' - r] = g'(0) <= l_k(psi) - l_k(phi) = int_0^1 g'(t) dt <= g'(1) = dG(r')[r' - r].
-
-Hence, with P and P' the softmax weights under phi and psi (no intermediate point is needed),
-
-    |l_k(psi) - l_k(phi)| <= B_score := max_{Q in {P, P'}} sum_{j<=k} Q_j |r'_j - r_j|.        (1)
-
-*From scores to embeddings.* tau (r'_j - r_j) = (u' - u).(w'_j - v') + u.((w'_j - w_j) - (v' - v)),
-and |w'_j - v'| <= 2, |u| = 1, so tau |r'_j - r_j| <= 2 |du| + |dv| + |dw_j| with du = u' - u,
-dv = v' - v, dw_j = w'_j - w_j. Put into (1), with q_j = Q_j / (1 - Q_0) the weights renormalised
-over the negatives and 1 - Q_0 <= 1:
-
-    |dl| <= B_avg := (1/tau) [ 2 |du| + |dv| + max_{q in {p, p'}} sum_{j<=k} q_j |dw_j| ],      (AVG)
-    q_j = e^{s(x, x-_j)} / sum_{i<=k} e^{s(x, x-_i)}   (p under phi, p' under psi).
-
-*The max bound* (standard Lipschitz argument): G is 1-Lipschitz for the sup norm of r (its
-gradient P has l1 norm <= 1), so |dl| <= max_j |r'_j - r_j|, i.e.
-
-    |dl| <= B_max := (1/tau) [ 2 |du| + |dv| + max_{j<=k} |dw_j| ].                                (MAX)
-
-B_score <= B_avg <= B_max always (an average is at most a maximum); B_avg and B_max share the
-anchor/positive term and differ only in averaging versus maximising ||phi(x-_j) - psi(x-_j)|| over
-the negatives. As k grows, sum_j q_j |dw_j| converges to the Q^phi(x, .)-average of |phi - psi|
-(a ratio estimator: bias O(1/k)), while max_j |dw_j| grows like the maximum of k draws until it
-reaches the essential supremum. Both bounds are proved, so the study checks them on every tuple
-(up to a rounding allowance of TOL_ABS + TOL_REL |l_k|) and compares how their means scale in k.
-
-Run it: ``simkit run continuity`` or ``python studies/continuity.py`` (same options).
+Run it: ``simkit run continuity`` (or ``python -m simkit run continuity``).
 """
 
 from __future__ import annotations
@@ -171,7 +100,7 @@ def _running_lse(a: NDArray) -> NDArray:
 
 def loss_difference_bounds(u: ArrayLike, v: ArrayLike, w: ArrayLike, u2: ArrayLike, v2: ArrayLike, w2: ArrayLike,
                            tau: float, ks: ArrayLike | None = None) -> dict[str, NDArray[np.float64]]:
-    """|l_k(psi) - l_k(phi)| and its averaging and max bounds for every tuple and every k (see the module notes).
+    """|l_k(psi) - l_k(phi)| and its averaging and max bounds for every tuple and every k (docs/theory.md section 12).
 
     Parameters
     ----------
@@ -198,7 +127,7 @@ def loss_difference_bounds(u: ArrayLike, v: ArrayLike, w: ArrayLike, u2: ArrayLi
     Notes
     -----
     Everything is computed with running log-sum-exp over the negatives, so any tau is safe.
-    The proofs are in the module docstring; tests/studies/test_continuity.py checks them against direct
+    The proofs are in docs/theory.md section 12; tests/studies/test_continuity.py checks them against direct
     evaluations and on adversarial pairs.
     """
     u, v, u2, v2 = (np.asarray(a, dtype=float) for a in (u, v, u2, v2))
@@ -281,19 +210,12 @@ class CapBump:
 
     Notes
     -----
-    The bump profile is b(x) = ((x.c - t)_+ / (1 - t))^2, continuous, 1 at the centre and 0 outside C, so
-    psi = phi off the cap (up to the rounding of one renormalisation of the unit vector phi(x), ~1e-16,
-    which enters |dw| and the bounds at that level); where e is orthogonal to phi(x) (at the centre, by construction in
-    :meth:`random`) ||psi(x) - phi(x)|| = 2 sin(atan(a b(x)) / 2), e.g. 1.05 at the centre for a = 2,
-    and never more than 2 anywhere. Only the negatives
-    that land in the cap (probability = the cap's pi-mass) are displaced: a max over k negatives
-    picks such a rare displacement up once k ~ 1 / mass, a softmax average weighs it by its mass.
-
-    psi is not a member of a parametric family, and need not be: the bounds (1), (AVG), (MAX) of the
-    module notes use only that u, v, w_j and u', v', w'_j are unit vectors (|u| = 1, |w'_j - v'| <= 2)
-    and the convexity of G on the score segment r + t (r' - r); no path of embeddings between phi and
-    psi, no parameter and no smoothness of psi enters. So they hold for this psi as proved, and the
-    study counts violations for it exactly as for the parametric perturbations.
+    The bump profile b(x) = ((x.c - t)_+ / (1 - t))^2 is 1 at the centre and 0 outside C, so psi = phi
+    off the cap: only the negatives that land in the cap (probability = its pi-mass) are displaced, a
+    max over k negatives picks such a rare displacement up once k ~ 1 / mass, a softmax average weighs
+    it by its mass. psi belongs to no parametric family and need not: the bounds of docs/theory.md
+    section 12 use only unit vectors and the convexity of G, so they hold for it as proved (details:
+    docs/design.md, "studies/continuity: CapBump").
     """
 
     def __init__(self, phi, centre: ArrayLike, cos_radius: float, amplitude: float, direction: ArrayLike):

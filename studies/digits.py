@@ -1,54 +1,16 @@
 """Claims C1, C2 and C3 on real data: scikit-learn's handwritten digits.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k)), C2 (D_k = R_k -
-           E CE(M_k, Q_k) = O(1/k)) and C3 (train/test gap of the InfoNCE ERM against n and k), docs/theory.md
-           section 3, at real images and real encoders rather than phi = identity on synthetic laws.
-Data       ``sklearn.datasets.load_digits()``: 1,797 8x8 images (pixel values 0..16, shipped with
-           scikit-learn, no download), split in half, stratified by label, by a permutation of each
-           class from ``SPLIT_SEED`` (a fixed part of the design, the same for every study seed; the
-           SHA-256 of the test indices is a dataset attribute). pi = the uniform (empirical) law of
-           the 901 *test* images, each flattened and normalised onto S^63: the trained encoder is
-           then evaluated on images it was not fitted to, and Z(x), Z2(x), m1(x) are finite sums,
-           exact for any encoder. Kernels: ``label`` (M(x, .) uniform over the test images with x's
-           digit, x included: density N/N_c w.r.t. pi, so the ideal retrieval M_k is same-digit
-           retrieval) and ``augment`` (a uniform shift of -1, 0 or +1 pixel along each axis with zero
-           fill, then Gaussian pixel noise of sd ``aug_noise`` clipped at 0; sampling only).
-           Encoders: ``pixels`` (the normalised pixels, d = 64), ``rff`` (random Fourier features
-           cos(W u + b), D = 256, W ~ N(0, 1/RFF_BANDWIDTH^2), b ~ U[0, 2 pi) from ``RFF_SEED``, a
-           fixed part of the design; normalised) and ``mlp`` (simkit.embeddings.embedding.TwoLayerEmbedding
-           64 -> mlp_hidden -> mlp_dim, tanh, trained by InfoNCE with the cell's kernel on the train
-           split by simkit.embeddings.training.train, L-BFGS-B from an initialisation and a training sample drawn
-           from the prepare task's rng). Temperature per encoder (tau_pixels, tau_rff, tau_mlp).
-Estimand   gap_k on k = 1, 2, ..., k_max; its log-log slope; c1. D_k (label kernel). The train/test
-           gap G(n, k) = R_k,test(phi_hat) - R_hat_{n,k}(phi_hat) of MLPs trained on n tuples with
-           k negatives, and E(n, k) = CE_test(phi_hat) - (R_hat_{n,k} - log k).
-Methods    Exact quantities by simkit.diagnose on the test embeddings (CE, c1, c2, the exact gap
-           curve by simkit.exact.curve on a random subset of anchors with its MCSE, top-1 and
-           recall@10 of softmax retrieval against same-digit retrieval); for the augmentation kernel
-           CE, c1 and the exact curve are Monte Carlo over ``n_views`` sampled views per image (with
-           MCSE). Monte Carlo gap: per block, every test image is an anchor with
-           ``tuples_per_anchor`` tuples of k_max negatives drawn uniformly from the test images
-           (nested over the k grid: common random numbers), positive from the kernel (a fresh view
-           for ``augment``), estimator log((e^{s+} + S_k)/(k Z)) - (S_k/(k Z) - 1): the control
-           variate S_k/(k Z) - 1 has conditional mean exactly 0 (Z is exact), so the estimator is
-           exactly unbiased. D_k (label kernel, same negatives as the database): exact per-tuple
-           CE(M_k, Q_k) = log S_k - V_k/W_k on the finite database, the positive Rao-Blackwellised
-           over the digit class; the self-normalised term V_k/W_k - E_M s has conditional mean
-           exactly 0 (given the number of same-digit items in the database, they are uniform over
-           the class), so it is used as a control variate; a database without a same-digit item
-           has V_k/W_k := E_M s (probability (1 - N_c/N)^k; the convention does not change the
-           mean). Rate rule simkit.stats.analysis.rate_verdict (shared with rate_k and search_ce).
-           C3: per block and per (n, k) of the grid an MLP is trained from a fresh initialisation on
-           n fresh train-split tuples (independent negatives), then R_k,test by the C1 estimator on
-           the test split (CE exact for label, Monte Carlo for augment).
-Performance  Slope with 95% and level-(1 - ALPHA) intervals, p-values of slope = -1/2 and -1, c1
-           estimate against c1 (z), gap against the exact curve (z), D_k slope and d1, top-1 and
-           recall@10, G and E with MCSE (sd over blocks / sqrt(blocks)) and the slope of log G on
-           log n per k (jackknife).
+pi is the uniform law of the 901 *test* images of ``sklearn.datasets.load_digits()`` (a fixed stratified
+half-split, normalised onto S^63), so Z(x), Z2(x), m1(x) are finite sums, exact for any encoder. Kernels:
+``label`` (same-digit; exact density) and ``augment`` (pixel shifts and noise; sampling only). Encoders:
+the normalised pixels, random Fourier features, and an MLP trained by InfoNCE on the train split. The
+study estimates gap_k (C1; exact curve and c1 by simkit.diagnose, with control variates of exactly zero
+conditional mean), D_k for the label kernel (C2), retrieval against same-digit retrieval, and the
+train/test gap G(n, k) of MLPs trained on n tuples with k negatives (C3); rates by
+simkit.stats.analysis.rate_verdict (shared with rate_k and search_ce). The ADEMP statement is the class
+attribute ``Digits.ademp`` (stored in the dataset); in full: docs/design.md, "studies/digits".
 
-Run it: ``simkit run digits`` or ``python studies/digits.py`` (same options).
+Run it: ``simkit run digits`` (or ``python -m simkit run digits``).
 """
 
 from __future__ import annotations

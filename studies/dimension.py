@@ -1,33 +1,16 @@
 """Claim C6, confirmatory: the generalisation gap of an ERM embedding does not grow with the embedding dimension d.
 
 Pre-registered in ``protocols/dimension.md`` (committed before the confirmatory run; its path, SHA-256
-and commit are global attributes of the dataset). Today's two-sided trend result of
+and commit are global attributes of the dataset). The two-sided trend result of
 ``studies/generalisation.py`` stays reported there, as exploratory.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C6 (docs/theory.md section 3): the bounds carry no explicit dependence on d. Prediction tested: at fixed
-           parameter count and parameter-Lipschitz constant, E[G] does not grow with d by as much as an
-           explicit d factor would imply. Primary test one-sided non-inferiority, H0: growth >= DELTA per
-           doubling of d, H1: growth < DELTA.
-Data       pi uniform on S^2, x+ ~ vMF(x, kappa_M), k i.i.d. negatives, tau. Two families, both through
-           simkit.embeddings.lifted.FourierEmbedding, both with parameter-Lipschitz constant 1/sqrt(3) at every d:
-           "fourier" (primary): phi_W(x) = (cos(A W x), sin(A W x))/sqrt(m), d = 2m, trainable W (3 x 3, 9
-           parameters), fixed tight frame A (m x 3) REDRAWN in every block (frame seed from the block's
-           seeds; nested in d within a block), temperature tau; "linear" (positive control): phi_W(x) = W x / |W x|,
-           W (d x 3), 3d parameters, at temperature tau_d = tau sqrt(D_REF / d), so the score's range 1/tau_d
-           and its Lipschitz constant in the parameters grow like sqrt(d) (an explicit sqrt(d) planted
-           where the bounds carry 1/tau). At fixed tau the linear class would be no control at all: its
-           scores depend on W only through the 3 x 3 Gram matrix W^T W, so its function class is the same
-           for every d >= 3. Within a block all d and both families share the training sample, the
-           evaluation tuples and the initial normals (common random numbers); blocks are independent.
-Estimand   b = OLS slope of log2 E[G](d) on log2 d over the grid; growth per doubling 2^b - 1.
-Methods    phi_hat by L-BFGS-B (simkit.embeddings.training.train, one start). R_k(phi_hat) on fresh tuples paired with
-           phi = identity (R_k(id) exact, simkit.exact); G_cv = G + R_hat(id) - R_k(id) (exactly zero-mean
-           control). b from the block means, delete-one-block jackknife SE (simkit.stats.analysis.jackknife),
-           t = (b - log2(1 + DELTA)) / SE on n_blocks - 1 df.
-Performance  E[G] +- MCSE per (family, d); b, growth, t, p for both families; secondary two-sided trend of
-           E[G] per doubling (mean of per-block OLS slopes) and relative to the mean level.
+At fixed parameter count and parameter-Lipschitz constant (the "fourier" family of
+simkit.embeddings.lifted.FourierEmbedding, its frame redrawn in every block), the primary test is
+one-sided non-inferiority of the OLS slope b of log2 E[G](d) on log2 d, H0: growth 2^b - 1 >= DELTA per
+doubling of d, with jackknife SE over independent blocks. The positive control is the linear family at
+tau_d = tau sqrt(D_REF / d), whose score range grows like sqrt(d) (at fixed tau the linear class would be
+no control: its scores depend on W only through the 3 x 3 Gram matrix). The ADEMP statement is the class
+attribute ``Dimension.ademp`` (stored in the dataset); in full: docs/design.md, "studies/dimension".
 
 Run it: ``simkit run dimension`` (the pre-registered design) or ``simkit run dimension --quick`` (CI).
 """

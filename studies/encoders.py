@@ -1,52 +1,16 @@
 """Claims C1, C2 and C7 at learned embeddings: InfoNCE-trained encoders S^2 -> S^{d-1}.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2), rate 1/k against the stated alternative
-           1/sqrt(k) of Li, Wei, Yang & Ying 2026), C2 (R_k - E CE(M_hat_k, Q_hat_k) = O(1/k), and
-           "InfoNCE learns retrieval") and C7 (both for the non-reversible rotated kernel), all at an
-           embedding phi_hat *trained* by InfoNCE (docs/theory.md section 3), not at phi = identity.
-Data       pi_N: N atoms drawn once per cell (prepare rng) from the vMF mixture on S^2 of
-           simkit.distributions.designs (MIXTURE_WEIGHTS, mixture_means(3), kappa_pi = KAPPA_PI), uniform weights.
-           Positive kernel M_N, the Discrete approximation of the vMF kernel vMF(x, KAPPA_M) or of the
-           rotated kernel vMF(Rx, KAPPA_M) (R a plane rotation by ANGLE): M_N(x_i, x_j) = w_ij,
-           w_ij proportional to f_M(x_i, x_j) / f_pi(x_j) (self-normalised importance weights over the
-           atoms; every w_ij > 0). (pi_N, M_N) is the population: its density m(x_i, x_j) = N w_ij
-           w.r.t. pi_N is exact, so Z, Z2, m1, CE, c1, c2, the exact gap curve and the ideal
-           retrieval M_hat_k are exact finite sums for ANY embedding (the route of simkit.diagnose;
-           Z of pi_N is checked against quadrature of the continuous mixture in the tests).
-           Encoders: LinearEmbedding and TwoLayerEmbedding (tanh, HIDDEN units), S^2 -> S^{d-1},
-           d in {8, 32}, from a random start (prepare rng), trained by simkit.embeddings.training.train
-           (L-BFGS-B) on n_train tuples with k_train independent negatives drawn from (pi_N, M_N).
-           Cells: setting = "<lin|mlp>-d<8|32>-<vmf|rot>".
-Estimand   At phi_hat (the last checkpoint): gap_k on k = 1, 2, ..., k_max, its log-log slope, c1, c2,
-           the Z-free dgap_k = gap_k - gap_2k; the C2 curve D_k = R_k - E CE(M_hat_k, Q_hat_k). Along
-           training (checkpoints after 0, 5, 20, 100 L-BFGS iterations from the same start):
-           the training risk, the exact CE(M, Q), and at a database of k_ret points
-           E CE(M_hat, Q_hat), top-1 agreement P(argmax Q_hat = argmax M_hat) and recall@10
-           P(argmax M_hat among the 10 highest-scoring database points).
-Methods    Replicate blocks of block_anchors anchors sharing k_max negatives: the control-variate
-           gap estimator G_k = D_k - A_k - B_k + C_k/2 with exactly centred A, B, C (exact Z, Z2, m1
-           of pi_N at phi_hat; Taylor coefficients, no pilot), the CRN difference dgap with its
-           Z-free control variate, D_k from the same tuples; simkit.stats.analysis.rate_verdict (WLS of
-           log curve on log k and 1/k for k >= k_min = 16 x expansion scale, jackknife over blocks)
-           and simkit.stats.analysis.truth_verdict (max |t|, bootstrap reference, of the curve and of dgap against the
-           exact curve; c2 against exact). Exact curve: simkit.exact.curve.expected_log_sum_parts
-           per atom (all atoms: no Monte Carlo).
-Performance  Slope +- jackknife SE, p(slope = -1/2), c1 fitted +- MCSE against exact, curve/dgap
-           p-values; retrieval metrics +- MCSE per checkpoint.
+The population is (pi_N, M_N): N atoms of a vMF mixture on S^2 with the Discrete approximation of a vMF
+or rotated vMF kernel, so Z, Z2, m1, CE, c1, c2, the exact gap curve and ideal retrieval are exact finite
+sums for ANY embedding. Linear and two-layer encoders (d = 8, 32) are trained by InfoNCE; at the trained
+phi_hat the study tests the 1/k rate of gap_k (C1, against the 1/sqrt(k) alternative of Li, Wei, Yang &
+Ying 2026), D_k (C2) and both for the non-reversible rotated kernel (C7), and, along training
+checkpoints, whether "InfoNCE learns retrieval" by a test stated before the first run (training risk
+falls; top-1 agreement improves and CE(M_hat_k, Q_hat_k) falls, one-sided paired t tests at ALPHA).
+The ADEMP statement is the class attribute ``Encoders.ademp`` (stored in the dataset); in full, with
+the retrieval test: docs/design.md, "studies/encoders".
 
-Pre-stated test of "InfoNCE learns retrieval" (written before the first run)
------------------------------------------------------------------------------
-Per setting, with the same anchors and databases at every checkpoint (paired within a block):
-(i) the training risk must fall from the first to the last checkpoint (deterministic);
-(ii) top-1 agreement improves: one-sided paired t test over blocks of top1(last) - top1(first) > 0;
-(iii) CE(M_hat_k, Q_hat_k) falls: one-sided paired t test of ce(first) - ce(last) > 0;
-each at level ALPHA = 1e-3, Student t on n_blocks - 1 df. Recall@10 and the Spearman correlation
-between the training risk and top-1 over the checkpoints are reported (with MCSE / as descriptive
-statistics) but are not part of the verdict (recall@10 can start near 1 at a database of k_ret).
-
-Run it: ``simkit run encoders`` or ``python studies/encoders.py`` (same options).
+Run it: ``simkit run encoders`` (or ``python -m simkit run encoders``).
 """
 
 from __future__ import annotations
@@ -600,7 +564,7 @@ class Encoders(Study):
 
     @staticmethod
     def _retrieval(raw, out) -> None:
-        """The pre-stated retrieval test (module docstring)."""
+        """The pre-stated retrieval test (module docstring; docs/design.md, "studies/encoders")."""
         n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
         for name in ("ce", "top1", "recall10"):
             blocks = raw[f"raw_ret_{name}"].values  # (setting, block, ckpt)

@@ -1,61 +1,20 @@
 """Claims C3, C5 (gap side) and C6: the generalisation gap of a trained embedding, over n, k, tau and d.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C3 (docs/theory.md section 3, Theorem 1): for an ERM embedding phi_hat the gap
-           G = R_k(phi_hat) - R_hat_{n,k}(phi_hat) is O(n^{-1/2}) and does not grow with k (the
-           complexity term stabilises). C5 (gap side): G grows as tau -> 0. C6: G carries no explicit
-           dependence on the embedding dimension d.
-Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M = 10), k i.i.d. negatives per tuple, base
-           temperature tau = 1/kappa_M (then phi = identity has Q = M and CE = -I exactly). Four
-           sweeps, each with replicate training sets (blocks): n (k = k_n, linear family d = 3), k
-           (n = n_k, linear d = 3), tau (n = n_tau, k = k_tau, linear d = 3) and d (n = n_d,
-           k = k_d, the random-Fourier lift of simkit.embeddings.lifted: 9 trainable parameters and the
-           Lipschitz constant 1/sqrt(3) in them for every d = 6 ... 256, while the score kernel
-           changes with d; its frequency frame is fixed by simkit.embeddings.lifted.LIFT_SEED, a documented part
-           of the design that is the same for every study seed). Within a sweep and block the levels share random numbers: the n
-           sweep uses the first n tuples of one sample, the k sweep the first k negatives of each
-           tuple, the tau and d sweeps the same sample, and all levels the same initialisation and
-           evaluation seeds (seed split: sample / init / restarts / evaluation, from
-           SeedSequence(seed, spawn_key=(*cell_key("generalisation", {"sweep": s}), 1, block))).
-Estimand   E[G] and E[E] (E = CE(phi_hat) - (R_hat - log k)) at every level; the slope of log E[G]
-           on log n; the slope of E[G] in log2 k for k >= k_trend_min; the slope of log E[G] on
-           log tau; the slope of E[G] in log2 d.
-Methods    phi_hat by L-BFGS-B (simkit.embeddings.training.train, `restarts` starts, best kept). R_k(phi_hat) on
-           fresh tuples paired with phi = identity: R_k(phi_hat) = R_k(id) + mean(l(phi_hat) - l(id)),
-           R_k(id) = log k + CE(id) + gap_k(id) exact (simkit.exact). Control variate with exactly zero
-           mean: G_cv = G + R_hat(id) - R_k(id) (same for E), which removes the O(n^{-1/2}) sampling
-           noise of the loss level and keeps the estimator exactly unbiased for E[G]. CE(phi_hat) by
-           simkit.estimators.population.generalisation (quadrature, identity control variate; linear family
-           only: simkit.estimators.population estimates R_k with the jitted routines, which do not cover the
-           Fourier family, and its quadrature at d = 256 would take minutes per training set; E is not
-           computed in the d sweep).
-           MCSE: sd over blocks / sqrt(blocks). Slopes: WLS of log means with delete-one-block
-           jackknife SE (simkit.stats.analysis.fit_rate) for n and tau; per-block OLS slopes (mean, sd /
-           sqrt(blocks)) for k and d. One-sided or two-sided t tests at ALPHA with the effect each
-           detects with probability POWER.
-Performance  Per level: E[G], E[E] with MCSE, plain and control-variate versions, sd of G (sample
-           variability), convergence; for the d sweep the effective dimension of phi_hat(x) and the
-           change of the scores against the largest d at the same parameters. Checks:
-           C3 n-slope <= -1/2 (one-sided); C3 no growth in k at large k (one-sided, with power);
-           C5 slope in log tau < 0 (one-sided, false-failure rate by plug-in); C6 slope in log2 d = 0
-           (two-sided, with power); supplementary: equivalence of the d-trend to within
-           +-EQUIV_MARGIN of E[G] per doubling (two one-sided tests).
+For ERM embeddings phi_hat (L-BFGS-B) under pi uniform on S^2 and vMF positives, four sweeps (n, k, tau,
+d, each with replicate training sets sharing random numbers across levels) estimate E[G],
+G = R_k(phi_hat) - R_hat_{n,k}(phi_hat), and the excess E, with R_k(phi_hat) paired with phi = identity
+(exact) and an exactly zero-mean control variate. Exploratory checks: C3 n-slope <= -1/2, no growth in
+k at large k; C5 slope in log tau < 0; C6 no trend in log2 d.
 
-Pre-registered part (protocols/generalisation.md; issue 14 item 4)
-------------------------------------------------------------------
-Four more k sweeps (NI_SWEEPS, k = k_trend_min ... k_max, n = n_k, own seeds) judged by one rule, a
-one-sided non-inferiority test of H0 "E[G] grows by >= DELTA_K per doubling of k" (:func:`non_inferiority`):
-kprim, a fresh replicate of the k sweep (C3, primary); kctl, the POSITIVE CONTROL, the same linear class
-at tau_k = tau sqrt(k_trend_min / k), whose Theorem-1 complexity term grows like sqrt(k)
-(:func:`control_tau`), which the rule must flag; krot and kbrown, C3 under the rotated vMF kernel
-vMF(Rx, 10) (uniform pi, R a rotation by pi/3) and the Brownian kernel (t = 0.2, vMF pi with kappa 2,
-tau 0.2), reported as C7 checks (C7's third part: C3 without symmetry). Beside every linear point
-the value of a Theorem-1-type bound (simkit.exact.bounds: the complexity term 2 Rad_n with explicit
-constants, the McDiarmid sample-variability term and the plug-in 1/k term) and a deterministic
-check E[G] + z MCSE <= 2 Rad_n bound. The n, k, tau and d checks above stay as they were: exploratory.
+Pre-registered part (protocols/generalisation.md): four more k sweeps judged by one one-sided
+non-inferiority test of H0 "E[G] grows by >= DELTA_K per doubling of k" (:func:`non_inferiority`):
+kprim (C3, primary), kctl (the POSITIVE CONTROL, :func:`control_tau`, which the rule must flag), krot
+and kbrown (C3 without symmetry, reported as C7 checks); beside every linear point a Theorem-1-type
+bound (simkit.exact.bounds; docs/theory.md section 13) and the check E[G] + z MCSE <= 2 Rad_n bound.
+The ADEMP statement is the class attribute ``Generalisation.ademp`` (stored in the dataset); in full:
+docs/design.md, "studies/generalisation".
 
-Run it: ``simkit run generalisation`` or ``python studies/generalisation.py`` (same options).
+Run it: ``simkit run generalisation`` (or ``python -m simkit run generalisation``).
 """
 
 from __future__ import annotations
@@ -998,7 +957,7 @@ class Generalisation(Study):
     def generate(self, cell, cfg, prep, rng):
         """One training set of the cell's sweep and block. Only the block index is taken from the runner's
         ``rng``: the seeds of :func:`sweep_seeds` (from the study seed) are shared by the levels of a sweep,
-        see the module notes."""
+        see docs/design.md, "studies/generalisation"."""
         s_sample, s_init, s_restart, s_eval = sweep_seeds(cfg["seed"], cell["sweep"], _block_of(rng))
         s_pair, s_ce, s_diag = s_eval.spawn(3)
         (pi, kernel), tau, k = self.pi_kernel(cell), cell["tau"], cell["k"]

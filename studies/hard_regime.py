@@ -2,39 +2,20 @@
 sensitivity tables of the rate verdict (exploratory).
 
 Pre-registered in ``protocols/hard_regime.md`` (committed alone before the confirmatory run; its
-path, SHA-256 and commit are global attributes of the dataset). So far C1 was tested (``rate_k``)
-only where the expansion scale max(E[Z2/Z^2], E[m1/Z]) is about 10; here it is 50 (kappa = 50), the
-gap's k * gap_k rises to a maximum near k = 300 before settling to c1 = 25.5, and the fit starts
-at k_min = smallest grid k >= 16 * 50 = 1024.
-
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C1 (docs/theory.md section 3): gap_k = R_k - log k - CE = c1/k + O(1/k^2), not O(1/sqrt k), in a
-           regime where the expansion scale is 50 (issue 14 item 6).
-Data       pi uniform on S^2, M(x, .) = vMF(x, kappa_M = 50), tau = 0.02 = 1/kappa_M (so Q = M), phi =
-           identity; 2^20 negatives per replicate block, shared by its 256 anchors.
-Estimand   gap_k on k = 1, 2, 4, ..., 2^20; its log-log slope; c1 (exact: (kappa coth kappa + 1)/2 = 25.5).
-Methods    simkit.estimators.infonce.GapEstimator (the estimator of rate_k: common random numbers across k,
-           control variates with exact conditional means and pilot coefficients); the rate rule
-           simkit.stats.analysis.rate_verdict and the exact-curve tests of simkit.stats.analysis.truth_verdict at
-           alpha = 1e-3, as rate_k applies them (through truth_verdict_standardised: the same Hotelling
-           tests on columns divided by their block sd, which the k range 1..2^20 needs numerically).
-Performance  Slope +- jackknife SE and its intervals, p of slope = -1/2, c1 and c2 against exact, Hotelling
-           T^2 of the Monte Carlo curve and of dgap against the exact curve; exploratory sensitivity of
-           the rate verdict to the k_min factor (4..64), the block size (32..1024 anchors at a fixed
-           total) and the pilot size (0 = Taylor coefficients, 1..8 pilot blocks), in the hard regime
-           and at the three rate_k settings (k_max 2^16).
+path, SHA-256 and commit are global attributes of the dataset). ``rate_k`` tests C1 where the
+expansion scale max(E[Z2/Z^2], E[m1/Z]) is about 10; here it is 50 (kappa = 50), k * gap_k rises to
+a maximum near k = 300 before settling to c1 = 25.5, and the fit starts at k_min = smallest grid
+k >= 16 * 50 = 1024. The estimator and verdict are rate_k's (simkit.estimators.infonce.GapEstimator,
+simkit.stats.analysis.rate_verdict and truth_verdict at alpha = 1e-3). Exploratory tables: the rate
+verdict's sensitivity to the k_min factor, the block size and the pilot size, here and at the three
+rate_k settings.
 
 Cells: ``hard`` (the confirmatory cell, the design of the protocol) and ``<base>:b=<size>`` (the same
 setting with blocks of ``size`` anchors, ``sens_total`` anchors in all: exploratory); for each
 rate_k setting ``<setting>`` (256-anchor blocks) and ``<setting>:b=<size>`` likewise (exploratory).
-An engine task of a block-size cell runs ``sens_total / n_blocks / size`` sub-blocks (dimension
-``sub``) when that is >= 1, else one block of ``size`` anchors if its index is below
-``sens_total / size`` (the other tasks are skipped, NaN). The pilot-size table reuses the blocks of
-the 256-anchor cells: their first ``sens_pilot_blocks`` tasks also record the block means of the
-control variates B_k and C_k (two more calls of :meth:`GapEstimator.block` on copies of the task's
-generator, so on the same draws), from which the block mean of A_k follows, and then the estimate
-of gap_k under any coefficients.
+How block-size cells split into sub-blocks and how the pilot-size table reuses the 256-anchor cells'
+blocks: docs/design.md, "studies/hard_regime", with the ADEMP statement (also the class attribute
+``HardRegime.ademp``, stored in the dataset).
 
 Run it: ``simkit run hard_regime`` (the pre-registered design) or ``--quick`` (CI, never confirmatory).
 """

@@ -1,38 +1,17 @@
 """Claim C3 (complexity term of Theorem 1): the empirical Rademacher complexity of the InfoNCE loss class
 stabilises as k grows; a loss summed over the negatives does not.
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C3 (docs/theory.md section 3): the complexity term of the generalisation bound is O(n^{-1/2})
-           and *stabilises* as k -> infinity (it does not grow with k, unlike earlier bounds).
-Data       pi uniform on S^2, positives x+ ~ vMF(x, kappa_M), K i.i.d. negatives per tuple,
-           independent across tuples; every (n, k) uses the first n tuples and their first k
-           negatives (common random numbers across n and k). The loss class is
-           {l_k(theta; .) : theta in Theta} for the linear embeddings phi_W(x) = Wx/|Wx| with
-           W = I + A, |A_ij| <= radius (a compact box of R^{3x3}: sigma_min(W) >= 1 - 3 radius > 0,
-           so the class is Lipschitz in theta, as Theorem 1 requires). The negative control is the
-           pairwise logistic loss *summed* over the negatives, sum_j log(1 + e^{s_j - s_0}).
-Estimand   hat R_n = E_sigma sup_theta (1/n) sum_i sigma_i l_k(theta; z_i) (empirical Rademacher
-           complexity), averaged over samples, as a function of k (n = n_main) and of n (k in k_for_n).
-Methods    The supremum by L-BFGS-B over the box (EmpiricalRisk(weights=-sigma): sup = -min) from
-           `restarts` starts -- theta_0 = I, then uniform points of the box -- keeping the best. This
-           is a LOWER bound on the supremum: the optimiser may miss the global maximum. Centred
-           estimator: sup_theta (1/n) sum_i sigma_i [l(theta; z_i) - l(theta_0; z_i)], whose
-           expectation is the same (E_sigma sum_i sigma_i l(theta_0; z_i) = 0 for the fixed theta_0)
-           and which removes the O(log k / sqrt n) noise of the loss level. Log-log slopes by WLS with
-           delete-one-block jackknife SE (simkit.stats.analysis.fit_rate).
-Performance  hat R_n(k) and best-of-r for r = 1..restarts with MCSE (over blocks: independent samples,
-           each with `draws` sigma draws); slope b of log hat R_n on log k over k >= k_fit_min with a
-           one-sided t test of H0: b <= 0 at level ALPHA and the slopes it detects (power); the same
-           test on the negative control (must reject); slope of log hat R_n on log n with a one-sided
-           test of H0: slope <= -1/2 (rejection = decay slower than n^{-1/2}).
+For linear embeddings phi_W(x) = Wx/|Wx| with W in a compact box around I (so the class is Lipschitz in
+theta, as Theorem 1 requires), the empirical Rademacher complexity hat R_n is estimated as a function of
+k and of n, its supremum by L-BFGS-B with restarts (a LOWER bound: the optimiser may miss the global
+maximum) in a centred form that removes the noise of the loss level. Tests: a one-sided t test of a
+positive slope of log hat R_n on log k (must not reject), the same test on the negative control, the
+pairwise logistic loss *summed* over the negatives (must reject), and the n-slope against -1/2. The
+max-type surrogate max_j s_j is no control: on S^2 it tends to 1/tau for every theta as k grows, so its
+complexity falls with k. The ADEMP statement is the class attribute ``Rademacher.ademp`` (stored in the
+dataset); in full: docs/design.md, "studies/rademacher".
 
-Why not the max-type surrogate max_j s_j as the control: on S^2 with phi_W surjective, max_j s(x, x-_j)
-tends to 1/tau for every theta as k grows, so its Rademacher complexity *falls* with k; it cannot
-show that the test detects growth. The sum over negatives grows like k times the complexity of a
-single pair.
-
-Run it: ``simkit run rademacher`` or ``python studies/rademacher.py`` (same options).
+Run it: ``simkit run rademacher`` (or ``python -m simkit run rademacher``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Methods    Streaming InfoNCE estimator with common random numbers across k and c
 Performance  Slope with 95% interval and tests of slope = -1/2 and -1; c1 estimate against the exact
            c1 (z-score); every gap with its MCSE; residuals.
 
-Run it: ``simkit run rate_k`` or ``python studies/rate_k.py`` (same options).
+Run it: ``simkit run rate_k`` (or ``python -m simkit run rate_k``).
 """
 
 from __future__ import annotations
@@ -237,7 +237,8 @@ class RateK(Study):
         c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
         ce = exact.cross_entropy(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
         rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
-        # the exact curve at every k and c2: independent of the control variates' constants (issue 11)
+        # the exact curve at every k and c2: independent of the control variates' constants,
+        # so an error in m1 or Z2 there shows up against it
         curve = gap_curve(pi, kernel, tau, est.grid, rng=rng, n_cv=cfg["n_mc"])
         c2 = second_order_constant(pi, kernel, tau, rng=rng, n_mc=cfg["n_mc"])
         n_k = est.grid.size

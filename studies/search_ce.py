@@ -22,7 +22,7 @@ Performance  Slope with 95% and 99.9% intervals, tests of slope = -1/2 and -1; d
            derived value (z-score, diagnostic); retrieval metrics with MCSE; every D_k with its
            MCSE; variance-reduction factors; residuals.
 
-Run it: ``simkit run search_ce`` or ``python studies/search_ce.py`` (same options).
+Run it: ``simkit run search_ce`` (or ``python -m simkit run search_ce``).
 """
 
 from __future__ import annotations

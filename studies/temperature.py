@@ -1,43 +1,19 @@
 """Claim C5: temperature as a regulariser -- KL(Q(x,.) || pi) <= 2/tau, small tau inflates the bias, and
 the gap becomes sensitive to the norms of the negatives' embeddings (pre-registered, protocols/temperature.md).
 
-ADEMP (Morris, White & Crowther 2019)
--------------------------------------
-Aim        C5 (docs/theory.md sections 2-3): higher tau keeps the softmax retrieval kernel Q(x, .) close to
-           pi, KL(Q(x, .) || pi) <= 2/tau for every anchor x; as tau -> 0 the finite-k bias of InfoNCE
-           (its constant c1 and the k needed to reach the 1/k regime) grows.
-Data       The C1 catalogue's settings (simkit.distributions.designs.RATE_SETTINGS) on S^{d-1}, phi = identity,
-           positives from a vMF kernel: uniform pi in d = 3 (kappa_M = 10), a vMF pi in d = 8
-           (kappa_pi = 2, kappa_M = 10) and the vMF mixture in d = 16 (kappa_pi = 6, kappa_M = 20); tau
-           on a log grid from 0.02 to 10. Per cell, replicate blocks of InfoNCE anchors sharing k_max
-           negatives, and separate KL anchors x ~ pi with draws y ~ pi and y ~ Q(x, .).
-Estimand   CE(tau) = CE(M, Q); c1(tau) and the expansion scales E[Z2/Z^2], E[m1/Z]; per-anchor
-           KL(Q(x, .) || pi), its mean over x ~ pi and its maximum; gap_k = R_k - log k - CE at every
-           k = 1, 2, ..., k_max (k_fixed and k_max shown).
-Methods    Exact: simkit.exact (CE, c1, scales, gap for uniform pi) and the closed form
-           KL = E_Q[x.y]/tau - log Z(x) with E_Q[x.y] = d/da log Z(a x) (simkit.distributions.softmax_kernel); for
-           the mixture the averages over x are Monte Carlo from the cell's prepare task (its rng).
-           Monte Carlo: CE as the block mean of l_inf = -s(x, x+) + log Z(x) and gap_k with control
-           variates (simkit.estimators.infonce.GapEstimator); KL per anchor by importance sampling from pi
-           (E_pi[q log q]) and by direct sampling from Q(x, .) (E_Q log q), each with its MCSE.
-Performance  Every exact per-anchor KL against 2/tau (a deterministic check of the proved bound); max
-           over anchors of KL_hat - z MCSE against 2/tau; CE Monte Carlo against exact (t test,
-           Bonferroni over the grid); monotonicity of the expansion scale and |c1(tau_min)| against
-           |c1| for tau >= 1/kappa_M; looseness KL/(2/tau); every estimate with its MCSE. These checks
-           are exploratory.
+Over the C1 catalogue's settings (simkit.distributions.designs.RATE_SETTINGS) and a log grid of tau from
+0.02 to 10, the study computes CE, c1, the expansion scales and the per-anchor KL(Q(x, .) || pi) exactly
+where it can (simkit.exact; the closed form of simkit.distributions.softmax_kernel) and by Monte Carlo
+with MCSE, and checks every exact KL against 2/tau (a deterministic check of the proved bound), CE Monte
+Carlo against exact, and the growth of the expansion scale and |c1| as tau falls (exploratory).
 
-Norms clause (confirmatory, protocols/temperature.md; simkit.estimators.norms)
-           Embeddings before normalisation psi(x) = r(x) u_W(x), r(x) = exp(beta e_1.x) fixed, u_W = Wx/|Wx|
-           trained by ERM (pi uniform on S^2, vMF positives, k negatives, n tuples, tau on a grid from 1
-           to 0.02; every tau of a block shares its sample, W0 and fresh tuples). Estimands: the gap G with
-           the normalised effect G tau, and the gap's sensitivity S = dG/deps to the negatives' norms
-           (psi(y_j) -> e^eps psi(y_j)), pathwise and by a finite difference with common random numbers;
-           control variate: the fixed reference psi = r x, whose G and S have mean 0. Rule: one-sided
-           intersection-union test, slope of log E[S] on log tau < NORM_B0 and E[S](tau_min) > 0, each at
-           NORM_ALPHA; controls (the reference's S; the norms changed in a score-ignored component) must
-           not pass it.
+Norms clause (confirmatory, protocols/temperature.md; simkit.estimators.norms): for trained embeddings
+before normalisation psi(x) = r(x) u_W(x), the gap's sensitivity S = dG/deps to the negatives' norms
+must grow as tau falls (one-sided intersection-union test at NORM_ALPHA) while its controls do not pass
+(docs/theory.md section 14). The ADEMP statement is the class attribute ``Temperature.ademp`` (stored in
+the dataset); in full: docs/design.md, "studies/temperature".
 
-Run it: ``simkit run temperature`` or ``python studies/temperature.py`` (same options).
+Run it: ``simkit run temperature`` (or ``python -m simkit run temperature``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ For anchors ``x`` (B, d), negatives ``y`` (K, d), ``1/tau`` and a per-anchor shi
 grid point in one pass over the negatives: common random numbers across k, memory
 O(TILE_A (d + TILE_N) + K d) per thread, never a B x K matrix.
 
-Design (measured on the 2-core AVX-512 machine, see benchmarks/bench_infonce.py):
+Design (timings: benchmarks/bench_infonce.py and docs/performance.md):
 
 * anchors are processed in tiles of ``TILE_A`` rows, in parallel (``prange``); negatives in tiles
   of ``TILE_N`` columns, pre-transposed to ``(n_tiles, d, TILE_N)`` so each tile is contiguous;

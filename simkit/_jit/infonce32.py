@@ -5,51 +5,16 @@ output, float64 shift ``c_i``) from float32 anchors and negatives, with float32 
 exponentials. Not for studies (they use the float64 kernel): it exists for like-for-like
 comparisons with float32 pipelines (``infonce_losses(..., dtype=np.float32)``).
 
-Design (measured on a 2-core machine with AVX2 and without AVX-512: 8 float32 lanes per vector;
-on an AVX-512 machine the same 8-lane code runs, with half the vector width PyTorch's kernels use):
-
-* anchors in tiles of ``TILE_A`` rows in parallel (``prange``); negatives pre-transposed into
-  zero-padded float32 tiles ``(n_tiles, d, TILE_N)`` (:func:`tile_negatives32`); the anchor tile
-  is scaled by ``1/tau`` in float64 and rounded to float32 once;
-* scores in float32, never stored for d <= ``SMALL_D``: formed inside the exponential's loop (x0 y0,
-  then one fused multiply-add per coordinate). For d > SMALL_D a register block of ``ROWS_BIG_D``
-  rows x 16 columns of scores (the register tiling of a gemm micro-kernel; 6 rows, 8 with AVX-512's
-  32 vector registers) is exponentiated as soon as it is formed, across the tile, into a 12-16 KB
-  buffer of the block's rows from which their segment sums are taken. BLAS ``sgemm`` (Numba's ``np.dot`` on float32 arrays does call it)
-  into a score tile followed by the exponential pass measured ~10% slower at d = 32 (the gemm at
-  k = d = 32 runs at ~30 GFLOP/s a core, about what a hand-written C micro-kernel reaches here, 37;
-  and the scores make a round trip through memory). At d = 32 the products take ~70% of the time,
-  the exponentials ~30%; at d = 3 the exponentials ~70%;
-* the columns of a tile are cut at the grid points into segments (shared by all rows). Per row and
-  segment, the float32 sum of ``exp(s_j - m)`` with a float32 reference ``m`` (a multiple of
-  ``M_STEP``), then the row's float64 accumulator gains ``sum * exp(m - c_i)`` (that exp in
-  float64, cached per row), so the caller's shift never meets float32 and no float32 overflow can
-  occur at any tau or shift: ``m`` is kept from segment to segment; where the Cauchy--Schwarz bound
-  |s_j| <= |x_i| max_j |y_j| (per tile) puts every argument in [``ARG_MIN``, ``ARG_HI``] the fast
-  loop (no clamp, no maxima) is used and accepted if the segment's sum is >= exp(``ARG_LO``);
-  otherwise the loop tracks max (s_j - m) and, outside [ARG_LO, ARG_HI], the segment (or, for d >
-  SMALL_D, the row's tile) is recomputed with ``m`` = its largest score rounded up. Accepted
-  segments have every argument <= ARG_HI (sums < 2e31) and their largest term >= exp(ARG_LO) /
-  TILE_N, so arguments clamped at ARG_MIN lose < 1e-15 of a segment. Recomputations are rare (a
-  few per row and call while ``m`` settles on the row's largest scores);
-* ``exp`` is hand-vectorised in float32 (:func:`_exp32`, its vector twin :func:`_emit_vexp`):
-  Cody--Waite reduction with float32 constants, a degree-6 minimax polynomial (relative error
-  6.9e-9 = 0.06 ulp with its float32 coefficients, < 1 ulp in float32 Horner evaluation), ``2**n``
-  from the bits of the rounding carrier ``t = s log2(e) + 1.5 * 2**23`` reinterpreted as int32
-  (a bitcast, ``(bits + 127) << 23``: no memory round trip);
-* each segment's 16-aligned middle is summed in 16 float32 lanes indexed by ``j mod 16`` (two
-  8-wide LLVM vectors), combined in a fixed tree (lane c with c + 8, c + 4, c + 2, c + 1); its head
-  and tail (up to the next and from the last multiple of 16) are added in order. The float64
-  accumulators are updated at every segment end (every tile end and grid point). The result
-  depends only on the inputs, never on the thread count or the anchor tiling.
-
-The vector loops are written in LLVM IR (``@intrinsic``): LLVM's loop vectoriser does not vectorise a
-float reduction without reassociation, and its SLP vectoriser does not vectorise 16 scalar
-accumulators carried around a loop (both checked on this Numba 0.68 / LLVM); a <16 x float> loop
-spilled its accumulators on AVX2's 16 registers. The scalar heads and tails are Numba code with
-the same float32 operations (the exponentials agree bit for bit, tests/jit/test_infonce_f32.py). Float
-constants are module-level ``np.float32`` values: a Python float or a float64 operand would promote
-the arithmetic to float64 and halve the vector width.
+Anchors are processed in parallel tiles of ``TILE_A`` rows against negatives pre-transposed into
+float32 tiles (:func:`tile_negatives32`). Scores are exponentiated as soon as they are formed
+(inside the exponential's loop for d <= ``SMALL_D``, in register blocks of ``ROWS_BIG_D`` rows
+otherwise), never stored; segment sums between grid points are taken in float32 against a float32
+reference and accumulated in float64, so no float32 overflow can occur at any tau or shift. ``exp``
+is hand-vectorised in float32 (:func:`_exp32`, < 1 ulp), and the vector loops are LLVM IR
+(``@intrinsic``) summing in 16 lanes combined in a fixed tree: the result depends only on the
+inputs, never on the thread count or the anchor tiling. Float constants are module-level
+``np.float32`` values (a float64 operand would halve the vector width). The full design and the
+reasons for each choice: docs/design.md, "simkit._jit.infonce32"; timings: docs/performance.md.
 
 Callers must keep ``x_i . y_j / tau - c_i`` within [-600, 600] (the factor ``exp(m - c_i)`` is a
 float64) and d >= 2.
@@ -491,12 +456,9 @@ def _vector_registers() -> int:
 
 #: rows per register block of the d > SMALL_D product (ROWS_BIG_D x 16 scores in 2 ROWS_BIG_D vectors):
 #: 6 (12 accumulators, the two vectors of a negative's coordinate and a broadcast anchor value within
-#: AVX2's 16 registers), 8 with AVX-512's 32. The result does not depend on it (each score is formed
-#: in the same order whatever the blocking). On the 2-vCPU AMD EPYC AVX-512 host, 2026-12-05, the
-#: kernel alone (``prefix_sums32``), both variants loaded in one process and timed in alternate
-#: rounds (best of 5 calls a round, 6-12 rounds), outputs identical: 8 rows against 6 gained a median
-#: 9% at (d, K) = (32, 1024), 18% at (32, 65536), 5% at (16, 1024), 19% at (64, 1024), 22% at (128,
-#: 1024), 0% at (9, 4096); 8 rows ran 1.19-1.37x as fast as 10 (spills) and 1.03-1.07x as fast as 7
+#: AVX2's 16 registers), 8 with AVX-512's 32, the largest block that does not spill (timings in
+#: docs/performance.md, "Measurements behind code choices"). The result does not depend on it (each
+#: score is formed in the same order whatever the blocking).
 ROWS_BIG_D = 8 if _vector_registers() >= 32 else 6
 _rows_exp = _make_rows_exp(ROWS_BIG_D, False)
 _rows_exp_fast = _make_rows_exp(ROWS_BIG_D, True)
@@ -660,10 +622,8 @@ def prefix_sums32(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, log1p_out=Fals
     n_neg = K; inv_tau a float (x * inv_tau is formed in float64, then rounded to float32);
     shift (B,) float64, used in float64 only; k_grid (G,) int64, strictly increasing,
     k_grid[-1] <= K; out (B, G) float64. ``log1p_out``: out holds log1p of the sums (float64
-    math.log1p, in the parallel loop: libm's log1p costs ~20-30 ns an element). On the AVX2 machine
-    this was written on, NumPy's call after the kernel was ~5% of a 1024-negative pass; on an
-    AVX-512 machine NumPy's vectorised log1p is ~5x cheaper than libm's, and ``infonce_losses``
-    (which passes False and calls np.log1p) gained 1.4x at d = 3, K = 1024.
+    math.log1p, in the parallel loop). ``infonce_losses`` passes False and calls NumPy's vectorised
+    log1p, which is cheaper than libm's where the CPU has AVX-512 (docs/performance.md).
     """
     b_total, d = x.shape
     n_tiles = y_tiles.shape[0]

@@ -14,17 +14,14 @@ a_i + kappa u_i . y_j + b_j`` (``b_j = -log pi(y_j)``; ``u_i = x_i`` for the vMF
 ``u_i = R x_i`` for the rotated one, a second "dot product" skipped when ``same_u``), and the
 caller's shift ``h_i - a_i`` bounds ``lm`` above by 0. For the Brownian kernel (``heat_hi``
 non-empty) the profile is ``lm_ij = log h_t(x_i . y_j) + b_j - h_i`` instead
-(:func:`_log_heat_row`): the Gegenbauer series of :mod:`simkit.distributions.heat` summed per pair, in float64
-where its rounding bound is at most ``heat_cut`` (the caller's 1e-12 of the value), in
-double-double arithmetic in the far tail.
+(:func:`_log_heat_row`: the heat-kernel series summed per pair, double-double in the far tail).
 
 It also tracks, for the first ``n_rank`` queries, the running top-``n_top`` sets of the database
 under Q_k (ranked by s) and under M_k (ranked by lm) and writes, at every grid point,
 ``top1[i, g]`` = 1 if the two argmaxes coincide (0 otherwise) and, where ``k >= n_top``,
 ``overlap[i, g]`` = |top-n_top(Q_k) cap top-n_top(M_k)| / n_top. Ties keep the earlier point.
-
-Tiling, the vectorised exponential and the 8-lane sums are those of :mod:`simkit._jit.infonce`
-(its helpers are imported, not copied): results are bit-identical whatever the thread count.
+Tiling, the exponential and the 8-lane sums are :mod:`simkit._jit.infonce`'s (imported, not
+copied): results are bit-identical whatever the thread count.
 Callers keep ``s - c`` and ``lm`` within [-700, 0 + 700].
 """
 

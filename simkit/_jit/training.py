@@ -1,42 +1,28 @@
 """Jitted core of the empirical InfoNCE risk: value and analytic gradient in the parameters.
 
-Embedding families (``fam``; layout of the flat parameter vector ``theta``, row-major):
+Embedding families (``fam``; flat parameter vector ``theta``, row-major): 0, linear, ``h = W x``,
+``theta = W.ravel()``, W (d, p); 1, two-layer, ``h = W2 tanh(W1 x + b1)``,
+``theta = [W1.ravel(), b1, W2.ravel()]``, W1 (m, p), b1 (m,), W2 (d, m); ``phi = h / |h|`` in both.
+NumPy references (tests check agreement): :class:`simkit.embeddings.embedding.Embedding`
+(``__call__``, ``vjp``) and ``simkit.embeddings.training._reference_value_and_grad`` (whole risk).
 
-* 0 -- linear, ``h = W x``: ``theta = W.ravel()``, W (d, p);
-* 1 -- two-layer, ``h = W2 tanh(W1 x + b1)``: ``theta = [W1.ravel(), b1, W2.ravel()]``, W1 (m, p),
-  b1 (m,), W2 (d, m);
+Gradient: ``dl/du = ((p_0 - 1) v + sum_j p_j w_j)/tau``, ``dl/dv = (p_0 - 1) u / tau``,
+``dl/dw_j = p_j u / tau`` (softmax weights p_j; derivation in docs/design.md,
+"simkit.embeddings.training: the gradient"), each pulled back through phi by its family's VJP.
 
-and ``phi = h / |h|`` in both. The NumPy reference of the forward and backward passes is
-:class:`simkit.embeddings.embedding.Embedding` (``__call__``, ``vjp``); ``simkit.embeddings.training._reference_value_and_grad``
-is the reference of the whole risk; tests check agreement.
+Stability: scores are shifted by their maximum and the loss is ``(max - s_0) + log1p(rest)``
+(full relative accuracy when the positive dominates); ``p_0 - 1 = -sum_{j>=1} p_j`` is formed
+without cancellation. No exponential exceeds 1, so any tau > 0 is safe.
 
-Gradient (derivation in :mod:`simkit.embeddings.training`): for one tuple with scores ``s_0 = u.v/tau``,
-``s_j = u.w_j/tau`` (u = phi(x), v = phi(x+), w_j = phi(y_j)) and softmax weights ``p_j`` over
-``j = 0..k``, ``dl/ds_0 = p_0 - 1`` and ``dl/ds_j = p_j``; so ``dl/du = ((p_0 - 1) v + sum_j p_j w_j)/tau``,
-``dl/dv = (p_0 - 1) u / tau``, ``dl/dw_j = p_j u / tau``, each pulled back through phi by the
-vector-Jacobian product of its family.
+Speed: the forward pass reads transposed copies of the weights (``aux``), so that every inner loop
+is an axpy over a contiguous output (vectorised without reassociating sums); ``exp`` and ``tanh``
+(as ``1 - 2/(e^{2a} + 1)``, ~2e-16 absolute) use the vectorised exponential of
+:mod:`simkit._jit.infonce` (timings in docs/performance.md).
 
-Stability: scores are shifted by their maximum; with ``rest = sum_{j != argmax} e^{s_j - max}``
-the loss is ``(max - s_0) + log1p(rest)`` (full relative accuracy when the positive dominates,
-the loss then being tiny), and ``p_0 - 1 = -sum_{j>=1} p_j`` is formed without cancellation.
-No exponential exceeds 1, so any tau > 0 is safe.
-
-Speed: the forward pass reads transposed copies of the weights (``aux``: W^T, or W1^T and W2^T),
-so that every inner loop is an axpy over a contiguous output (vectorised without reassociating
-sums); gradients of W (linear) and W1 are accumulated in the same transposed layout and converted
-once per chunk. ``exp`` of the softmax and ``tanh`` (as ``1 - 2/(e^{2a} + 1)``, accurate to ~2e-16
-absolute) use the vectorised exponential of :mod:`simkit._jit.infonce` (~1 ulp). Measured on the
-shared 2-core machine (n = 4096, k = 64, p = 3, d = 16, two-layer m = 32): 2-3x faster than
-scalar libm calls and reduction-form loops.
-
-Reproducibility: tuples (or shared negatives) are processed in fixed chunks of ``CHUNK`` in
-parallel (``prange``); each chunk writes its own partial gradient row and the rows are summed in a
-fixed order by the caller; no floating-point sum is reassociated. The result is bit-identical
-whatever the number of threads.
-
-Errors: ``error_model="numpy"`` (a zero ``|h|`` gives inf/NaN instead of raising inside a thread);
-each routine returns per-chunk minima of ``|h|`` and the caller raises ``ValueError`` if one is at
-or below the embedding's floor.
+Reproducibility: fixed chunks of ``CHUNK`` tuples in parallel, each writing its own partial
+gradient row, summed in a fixed order by the caller: bit-identical whatever the number of threads.
+Errors: ``error_model="numpy"`` (no raising inside a thread); each routine returns per-chunk
+minima of ``|h|`` and the caller raises ``ValueError`` if one is at or below the embedding's floor.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pre-registered analysis plans (``protocols/<study>.md``, issue 14): provenance and analysis labels.
+"""Pre-registered analysis plans (``protocols/<study>.md``): provenance and analysis labels.
 
 A confirmatory verdict rule is written down in a protocol and committed, in its own commit, before
 the run whose dataset it judges. A study records in its dataset the protocol's path, the SHA-256 of

@@ -2,47 +2,17 @@
 
 :class:`BrownianKernel` ``(t)`` moves x to the position x+ of a Brownian motion started at x and run
 for time t. Its law is rotation invariant, so everything reduces to the law of ``w = x . x+`` on
-[-1, 1]; with ``lambda = (d - 2)/2`` and ``P_l = C^lambda_l / C^lambda_l(1)`` (normalised Gegenbauer,
-``|P_l| <= 1``; Chebyshev T_l for d = 2):
+[-1, 1]: the density is the heat-kernel series ``h_t(w) = sum_l a_l P_l(w)`` (normalised
+Gegenbauer ``P_l``), its CDF is summed term by term, and ``E[w] = exp(-(d - 1) t / 2)``.
 
-* density of M(x, .) w.r.t. the uniform probability measure (the heat kernel)
-  ``h_t(w) = sum_{l>=0} a_l P_l(w)``, ``a_l = exp(-l (l + d - 2) t / 2) N_l``, where
-  ``N_l = (l + lambda)/lambda C^lambda_l(1)`` is the dimension of the degree-l harmonics
-  (d = 2: N_0 = 1, N_l = 2; d = 3: N_l = 2 l + 1);
-* law of w: ``p(w) = c_d (1 - w^2)^{(d-3)/2} h_t(w)``, ``c_d = Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2))``;
-* CDF of w, term by term:
-  ``F(w) = F_0(w) - c_d (1 - w^2)^{lambda + 1/2} sum_{l>=1} beta_l Ct_{l-1}(w)``, where
-  ``F_0(w) = I_{(1+w)/2}((d-1)/2, (d-1)/2)`` is the CDF under the uniform law, ``Ct_k`` the
-  normalised Gegenbauer polynomial of parameter ``lambda + 1`` and
-  ``beta_l = exp(-l (l + d - 2) t / 2) 2 (l + lambda) / (l (l + 2 lambda)) C^{lambda+1}_{l-1}(1)``.
-  This follows from ``d/dw[(1 - w^2)^{lambda+1/2} C^{lambda+1}_{l-1}(w)]
-  = -(l (l + 2 lambda) / (2 lambda)) (1 - w^2)^{lambda-1/2} C^lambda_l(w)``
-  (for d = 2: ``F = 1 - theta/pi - (2/pi) sum_l exp(-l^2 t/2) sin(l theta)/l``, ``w = cos theta``);
-* ``E[w] = exp(-(d - 1) t / 2)``.
-
-Numerics
---------
-The coefficients ``a_l``, ``beta_l`` are built once per dimension, each correctly rounded to
-float64 (the integer parts ``N_l`` and ``C^{lambda+1}_{l-1}(1)`` are binomial coefficients, the
-exponentials are taken in 40-digit decimal arithmetic), and the series are summed with the stable
-three-term recurrences of the normalised polynomials and compensated summation. They are truncated
-where the terms have fallen below 1e-17 of their largest value and are decreasing (the log terms
-are concave in l, so all later terms are smaller still). Their rounding error is bounded by
-``eps sum_l (l + 1) a_l`` (density) and ``eps c_d sum_l (l + 1) beta_l`` (CDF), eps = 2^-53: the
-error of a three-term recurrence grows linearly in l. (Checked against exact arithmetic for
-d = 2 .. 1024: the observed error never exceeded the bound; the unweighted ``1e-16 sum_l a_l``
-was exceeded by up to 25 times.)
-
-For t small relative to d the terms are huge (``e^{hundreds}``) and cancel; the kernel then refuses
-the dimension (see :meth:`BrownianKernel.min_time`). In the far tail of the density, where the
-float64 sum is dominated by rounding, it is re-summed exactly in fixed-point integer arithmetic.
-
-Sampling inverts the CDF exactly: a uniform u, a bracket for ``theta = arccos w`` from a table of F
-on 1025 angles, safeguarded Newton iterations in theta on ``F(cos theta) = u`` with the series (to
-``|F - u| < 1e-14``, or until the bracket is a few ulps wide where rounding of F forbids that), and
-a uniform tangent direction (:func:`simkit._jit.sampling.compose_at`). It runs in Numba with the chunked
-streams of :mod:`simkit._jit.rng`, so output is bit-identical for a given ``rng`` whatever the thread
-count. The NumPy functions of this module are the reference for the jitted ones.
+The series coefficients are correctly rounded float64 values, summed with stable three-term
+recurrences and compensated summation, with a certified rounding bound; a dimension whose series
+would cancel (t small relative to d) is refused (:meth:`BrownianKernel.min_time`), and the far tail
+of the density is re-summed exactly in integer arithmetic. Sampling inverts the CDF exactly
+(Newton in the angle from a tabulated bracket) in Numba with the chunked streams of
+:mod:`simkit._jit.rng`, so output is bit-identical for a given ``rng`` whatever the thread count.
+The NumPy functions of this module are the reference for the jitted ones. Formulas (CDF series and
+its derivation), error bounds and the sampler: docs/design.md, "simkit.distributions.heat".
 """
 
 from __future__ import annotations
@@ -523,44 +493,19 @@ class BrownianKernel(MarkovKernel):
     ``M(x, y) = h_t(x . y) / |S^{d-1}|``, ``h_t(w) = sum_l exp(-l (l + d - 2) t / 2) N_l P_l(w)``
     (see :mod:`simkit.distributions.heat`); ``E[x . x+] = exp(-(d - 1) t / 2)`` (docs/theory.md section 4).
 
-    *Admissible times.* In float64 the series cancels badly when t is small relative to d: its
-    terms reach ``e^{hundreds}`` while the CDF is O(1). At the first use of a dimension d the
-    kernel bounds the rounding error of its CDF series by ``eps c_d sum_l (l + 1) beta_l``
-    (eps = 2^-53); if that exceeds 1e-10, or the series needs more than 20000 terms, a
-    ``ValueError`` names ``'t'`` and gives the smallest admissible t, :meth:`min_time` ``(d)``:
+    *Admissible times.* In float64 the series cancels when t is small relative to d. At the first
+    use of a dimension d the kernel bounds the rounding error of its CDF series; if that exceeds
+    1e-10, or the series needs more than 20000 terms, a ``ValueError`` names ``'t'`` and gives the
+    smallest admissible t, :meth:`min_time` ``(d)`` (a table in docs/design.md, "BrownianKernel"):
+    in high dimension only diffuse kernels are available.
 
-    ======  =========  =========================
-    d       min t      E[x . x+] at min t
-    ======  =========  =========================
-    2       7.08e-7    1.000
-    3       7.88e-5    1.000
-    4       6.87e-4    0.999
-    8       0.0120     0.959
-    16      0.0350     0.769
-    32      0.0463     0.488
-    64      0.0423     0.264
-    256     0.0215     0.064
-    1024    0.00811    0.016
-    ======  =========  =========================
-
-    So in high dimension only diffuse kernels are available. Above the limit the CDF is accurate
-    to the bound (in practice to ~1e-15) and the sampler inverts it to ``|F - u| < 1e-14``, or,
-    where rounding of F forbids that (near the limit), to the last ulp of theta.
-
-    *Tails of the density.* Where the rounding bound of the density series,
-    ``eps sum_l (l + 1) a_l``, exceeds 1e-10 of its value (the far tail ``x . y -> -1`` for small
-    t), :meth:`logpdf` and :meth:`pdf_cosine` re-sum the series exactly in fixed-point integer
-    arithmetic at a precision chosen from the size of the terms and the depth of the tail. This
-    is exact but slow: ~0.1-1 ms per point for moderate t, up to seconds per point deep in the
-    tail of a concentrated kernel (e.g. 0.5 s at x . y = -1 for d = 3, t = 1e-3, where the density
-    is e^-4924). Points whose exact evaluation would exceed a fixed work budget (a few seconds;
-    e.g. d = 3, t < ~3e-4 near x . y = -1) raise ``ValueError`` rather than return an inaccurate
-    value. Elsewhere ``logpdf`` is accurate to ~1e-10 absolute (typically 1e-15 relative).
+    *Tails of the density.* Where the density series' rounding bound exceeds 1e-10 of its value,
+    :meth:`logpdf` and :meth:`pdf_cosine` re-sum it exactly in integer arithmetic (slow deep in the
+    tail of a concentrated kernel); points beyond a fixed work budget raise ``ValueError`` rather
+    than return an inaccurate value. Elsewhere ``logpdf`` is accurate to ~1e-10 absolute.
     :meth:`pdf_angle` is the density of the angle, finite at both ends for every d (use it for
-    quadrature; ``pdf_cosine`` is infinite at w = +-1 for d = 2).
-
-    For t >= 1e3 the kernel equals the uniform distribution to machine precision and the series
-    reduce to their first term.
+    quadrature; ``pdf_cosine`` is infinite at w = +-1 for d = 2). For t >= 1e3 the kernel equals the
+    uniform distribution to machine precision.
     """
 
     def __init__(self, t: float):

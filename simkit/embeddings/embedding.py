@@ -11,18 +11,14 @@ Two parametric families, each Lipschitz in its parameters on the domain stated b
   1-Lipschitz, so ``h(x) = W2 tanh(W1 x + b1)`` is Lipschitz in (x, theta) uniformly on the sphere
   and ``|h| <= ||W2||_2 sqrt(m)``.
 
-Objects are frozen (scipy.stats style): parameters are validated once, stored read-only, and a new
-object is made for new parameters (:meth:`Embedding.with_params`). Every embedding has a flat
-parameter vector ``params`` (C-order concatenation, documented per class), constructors from a flat
-vector and shapes (``from_vector``), and random initialisation (``random``, ``random_like``; keyword
-only ``rng``, SPEC 7).
+Objects are frozen (scipy.stats style): parameters are validated once and stored read-only
+(:meth:`Embedding.with_params` makes a new object). Every embedding has a flat parameter vector
+``params``, ``from_vector`` and random initialisation (``random``, ``random_like``; keyword ``rng``, SPEC 7).
 
-Domain. ``phi = h / ||h||`` is undefined where ``h(x) = 0`` and its Lipschitz constant in x is
-``sup ||Dh|| / ||h||``, so it blows up near such points. For the linear family ``||W x|| >=
-sigma_min(W) > 0`` on the whole sphere when W has full column rank, which the constructor checks
-(hence d >= p); the Lipschitz constant is then ``sigma_max / sigma_min``. The two-layer family has
-no such global guarantee; every evaluation checks ``||h(x)|| > NORM_FLOOR * bound`` (``bound`` the
-a-priori upper bound of ``||h||``) and raises ``ValueError`` naming ``x`` otherwise.
+Domain. ``phi = h / ||h||`` is undefined, and not Lipschitz near, where ``h(x) = 0``. The linear
+family is safe on the whole sphere when W has full column rank (checked; Lipschitz constant
+``sigma_max / sigma_min``); the two-layer family checks ``||h(x)|| > NORM_FLOOR * bound`` at every
+evaluation and raises ``ValueError`` naming ``x`` otherwise.
 
 Points are on the last axis: ``phi(x)`` takes ``(n, p)`` or ``(p,)`` and returns ``(n, d)`` or
 ``(d,)``. The NumPy methods here (``__call__``, :meth:`Embedding.vjp`) are the reference for the

@@ -3,38 +3,22 @@
 Claim C6 (docs/theory.md section 3) says that the generalisation bounds carry no explicit dependence on
 the embedding dimension d: they depend on the class through its parameter count and its Lipschitz
 constant in the parameters (and on tau, n, k). Testing it needs a family in which those stay
-*exactly* the same while d changes the problem. Two obvious designs fail:
-
-* a linear lift ``phi = L g_theta`` with a fixed isometry L leaves every score ``phi(x).phi(y)``
-  unchanged, so G is the same at every d by construction (a vacuous test);
-* a nonlinear lift such as ``normalize(tanh(A_d W x + c_d))`` changes the problem, but also its
-  Lipschitz constant (measured: the sup over x of ``||d phi / d W||`` falls by 2.5x from d = 3 to
-  d = 64), so a trend in G could come from the bound's own constants.
+*exactly* the same while d changes the problem: a linear lift by a fixed isometry changes no score
+(a vacuous test), and a nonlinear lift such as ``normalize(tanh(A_d W x + c_d))`` also changes its
+Lipschitz constant (docs/design.md, "simkit.embeddings.lifted").
 
 :class:`FourierEmbedding` is a random-Fourier-feature lift that is an *isometric immersion* in the
 parameters' image::
 
     phi_W(x) = ( cos(A W x), sin(A W x) ) / sqrt(m),   d = 2 m,
 
-with trainable ``W`` in R^{3 x p} (9 parameters for p = 3, as the linear family) and a fixed frame
-``A`` in R^{m x 3} (rows = frequencies). Then ``|phi_W(x)| = 1`` exactly (no normalisation) and the
-Jacobian in ``u = W x`` satisfies ``J^T J = A^T A / m``. For a tight frame, ``A^T A = (m/3) I``,
-this is ``I/3`` at *every* u, so ``|d phi| = |dW x| / sqrt(3)``: the Lipschitz constant in the
-parameters is ``1/sqrt(3)`` for every d, W and x (:meth:`FourierEmbedding.param_lipschitz`).
-What changes with d is the score kernel
-
-    phi_W(x).phi_W(y) = K_d(W(x - y)),   K_d(v) = (1/m) sum_j cos(a_j . v),
-
-which agrees with ``1 - |v|^2/6`` to second order for every tight frame but differs in its higher
-orders: for m = 3 it is a sum of three cosines along orthogonal axes (a periodic, anisotropic
-kernel); as m grows it tends to the radial kernel ``E_a cos(a . v)``. The image of phi spans d
-dimensions. A flat 3-dimensional parameter image needs m >= 3 frequencies spanning R^3, so d >= 6
-(and d even): d = 3, 4 or 5 cannot carry this structure.
-
-:meth:`FourierEmbedding.frame` builds the nested design of ``studies/generalisation.py``: ``A_m`` is
-the Parseval-scaled polar factor ``G_m (G_m^T G_m)^{-1/2} sqrt(m/3)`` of the first m rows ``G_m`` of
-one fixed Gaussian matrix (for m = 3 an orthogonal matrix). The family is NumPy only (no jitted
-routine): :class:`LiftedRisk` computes its empirical risk and gradient in O(d) per point.
+with trainable ``W`` in R^{3 x p} (9 parameters for p = 3, as the linear family) and a fixed tight
+frame ``A`` in R^{m x 3}: then ``|phi_W(x)| = 1`` exactly and the Lipschitz constant in the parameters
+is ``1/sqrt(3)`` for every d, W and x (:meth:`FourierEmbedding.param_lipschitz`), while the score
+kernel ``K_d(W(x - y))`` changes with d (d >= 6, even). :meth:`FourierEmbedding.frame` builds the
+nested frames of ``studies/generalisation.py``. The family is NumPy only (no jitted routine):
+:class:`LiftedRisk` computes its empirical risk and gradient in O(d) per point. The derivation and the
+frame's construction: docs/design.md, "simkit.embeddings.lifted".
 """
 
 from __future__ import annotations
@@ -104,7 +88,7 @@ class FourierEmbedding(Embedding):
 
     @classmethod
     def frame(cls, p: int, d: int, *, W: ArrayLike | None = None, seed: int = LIFT_SEED) -> FourierEmbedding:
-        """The nested tight frame of the module notes: d = 2m even, m >= r = p (``A^T A = (m/p) I``).
+        """The nested tight frame of docs/design.md: d = 2m even, m >= r = p (``A^T A = (m/p) I``).
 
         ``W`` defaults to ``I_p``. The frame's rows come from ``default_rng([seed, 0])`` row by row,
         so the design at d is built from the first d/2 rows of the design at any larger d.
@@ -172,7 +156,7 @@ def lifted_value_and_grad(phi: Embedding, sample: TrainingSample, tau: float, we
                           want_grad: bool = True) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
     """Per-tuple InfoNCE losses and the gradient of ``(1/n) sum_i w_i l_i`` in NumPy, one forward pass.
 
-    The formulas of :mod:`simkit.embeddings.training` (module notes) with every point embedded once; any
+    The gradient of :mod:`simkit.embeddings.training` (docs/design.md) with every point embedded once; any
     embedding with ``_hidden``/``_normalise``/``_backward`` works (independent or shared
     negatives). Cost O(n k d).
     """

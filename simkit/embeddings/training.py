@@ -15,30 +15,14 @@ docs/theory.md sections 1 and 3 (claim C3): for a fixed training sample of n tup
 * :class:`EmpiricalRisk` -- value, per-tuple losses and the analytic gradient in theta, computed in
   Numba (:mod:`simkit._jit.training`), parallel over tuples and bit-reproducible for any thread
   count; a pure-NumPy reference (:func:`_reference_value_and_grad`) is kept for the tests.
-  Optional per-tuple weights (``(1/n) sum_i w_i l_i``; Rademacher signs give the empirical
-  Rademacher process of the loss class) and the softmax weights p_ij over positive and negatives
-  (the averaging weights of claim C4).
+  Optional per-tuple weights (Rademacher signs give the empirical Rademacher process of the loss
+  class) and the softmax weights p_ij (the averaging weights of claim C4).
 * :func:`train` -- L-BFGS-B (scipy) from a given initialisation, optional random restarts, and a
   :class:`ConvergenceReport` per start.
 
-Gradient
---------
-Write u = phi(x), v = phi(x+), w_j = phi(y_j) and ``p_j = e^{s_j} / sum_{i=0..k} e^{s_i}`` (softmax over
-the positive, j = 0, and the k negatives). Since ``l_k = -s_0 + LSE(s_0..s_k)``,
-
-    dl/ds_0 = p_0 - 1 (= -sum_{j>=1} p_j),    dl/ds_j = p_j (j >= 1),
-
-and with ``s_0 = u.v/tau``, ``s_j = u.w_j/tau``:
-
-    dl/du = ((p_0 - 1) v + sum_j p_j w_j) / tau,   dl/dv = (p_0 - 1) u / tau,   dl/dw_j = p_j u / tau.
-
-For phi = h/|h|, ``d phi = (I - phi phi^T) dh / |h|``, so an upstream gradient g becomes
-``g_h = (g - (phi.g) phi) / |h|``; then ``dL/dW = g_h x^T`` (linear, h = W x) or, with
-``t = tanh(W1 x + b1)``, ``dL/dW2 = g_h t^T``, ``g_a = (W2^T g_h) * (1 - t^2)``, ``dL/dW1 = g_a x^T``,
-``dL/db1 = g_a`` (two-layer). The gradient of R_hat is the sum of these contributions over all
-n (k + 2) points (anchors, positives, negatives), divided by n. With shared negatives,
-``dR_hat/dw_j = sum_i p_ij u_i / (n tau)`` collects all tuples. Validation: central finite
-differences to 1e-6 relative and the NumPy reference to ~1e-13 (tests/embeddings/test_training.py).
+The gradient (chain rule through the softmax, the normalisation phi = h/|h| and the linear or
+two-layer map) is derived in docs/design.md, "simkit.embeddings.training"; it is validated by
+central finite differences to 1e-6 relative and the NumPy reference to ~1e-13 (tests/embeddings/test_training.py).
 """
 
 from __future__ import annotations

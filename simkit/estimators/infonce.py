@@ -79,12 +79,9 @@ def _log1p_prefix32(x: NDArray, y: NDArray, tau: float, shift: NDArray, grid: ND
     """log1p of :func:`_prefix` with float32 scores and exponentials (simkit._jit.infonce32); the
     sums and their log1p in float64.
 
-    The log1p is NumPy's, after the kernel, not the kernel's own (libm's ``math.log1p`` per grid
-    point in the parallel loop): measured at d = 3, K = 1024, 4096 anchors and the 11-point
-    doubling grid, in-kernel log1p took the pass from 4.0 to 2.8 G pairs/s on this 2-core AVX-512
-    machine, where NumPy's vectorised log1p costs 0.18 ms for the 45 056 values; on the AVX2 path
-    (NPY_DISABLE_CPU_FEATURES=X86_V4) NumPy's takes 0.49 ms, the same as the kernel's on two
-    threads."""
+    The log1p is NumPy's vectorised one, after the kernel, not the kernel's own (libm's
+    ``math.log1p`` per grid point in the parallel loop), which was slower with AVX-512 and no faster
+    without (docs/performance.md, "Measurements behind code choices")."""
     out = np.empty((x.shape[0], grid.size))
     tiles = tile_negatives32(y)  # the negatives' one conversion to float32
     prefix_sums32(np.ascontiguousarray(x, dtype=np.float32), tiles, y.shape[0], 1.0 / tau,
@@ -191,7 +188,7 @@ class GapEstimator:
     k_max : int
         Negatives per block (a power of two); the k grid is 1, 2, 4, ..., k_max.
     constant_scale : mapping, optional, keyword-only
-        TESTING HOOK for negative controls (issue 11), not for studies: multiplies the exact
+        TESTING HOOK for negative controls, not for studies: multiplies the exact
         constants used to centre the control variates, ``{"m1": 1.05}`` (inside B_k) and/or
         ``{"Z2": 1.05}`` (inside C_k), so that the estimator is deliberately biased. Default None:
         the constants are used as computed (bit-identical to an estimator without the hook).

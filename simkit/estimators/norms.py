@@ -1,8 +1,8 @@
 """Embeddings before normalisation: the InfoNCE gap's sensitivity to the norms of the negatives' embeddings (C5).
 
-docs/theory.md section 3, claim C5: as tau -> 0 the generalisation gap grows and becomes sensitive to the
-norms of the negatives' embeddings. With unit-norm embeddings (every other module of simkit) the norms
-are all 1 and the clause cannot be tested. Here the embedding keeps a norm:
+docs/theory.md sections 3 and 14, claim C5: as tau -> 0 the generalisation gap grows and becomes sensitive
+to the norms of the negatives' embeddings. With unit-norm embeddings (every other module of simkit) the
+norms are all 1 and the clause cannot be tested. Here the embedding keeps a norm:
 
     psi(x) = r(x) u(x),   u = phi_W(x) = W x / |W x|  (a :class:`simkit.embeddings.embedding.LinearEmbedding`),
     r(x) = exp(beta a.x)  (a fixed :class:`NormProfile`, varying across points),
@@ -11,22 +11,11 @@ are all 1 and the clause cannot be tested. Here the embedding keeps a norm:
 The norm profile is fixed, not trained: if the norms were free parameters (an unnormalised linear map
 W x), the trained scale would absorb 1/tau and the temperature would have no effect on the class.
 
-Perturbation of the negatives' norms. ``psi_eps(y_j) = e^eps psi(y_j)`` for the k negatives only (anchor
-and positive unchanged), so ``s_j -> e^eps s_j`` (j >= 1) and
-
-    l^eps = -s_0 + log(e^{s_0} + sum_j e^{e^eps s_j}),   dl^eps/deps at 0 = sum_{j>=1} p_j s_j,
-
-with p_j the softmax weight of negative j (:func:`loss_derivative`): the softmax-weighted *average* of
-the negatives' scores (the Gateaux derivative of claim C4 along psi(y_j) itself). For an embedding
-phi_hat trained on a sample, the gap at eps is ``G^eps = R_k^eps(phi_hat) - R_hat^eps(phi_hat)`` and the
-**sensitivity** is ``S = dG^eps/deps`` at 0 = E[sum p_j s_j] (fresh tuples) - mean over the training
-tuples; :func:`gap_sensitivity` estimates it per training sample, exactly (pathwise) and by a central
-finite difference with common random numbers (same phi_hat, same tuples at +h and -h).
-
-Control: the same perturbation of the norms applied to a component the score ignores
-(``mode="ignored"``): every point carries an extra coordinate z(x) = r(x) that the score's bilinear form
-projects out, and the negatives' z is changed so that their norms are multiplied by e^eps exactly as
-in ``mode="scale"``; the scores, hence S, do not change (S = 0 exactly).
+Scaling the k negatives' embeddings by e^eps gives ``dl^eps/deps = sum_{j>=1} p_j s_j`` at 0
+(:func:`loss_derivative`), a softmax average; the **sensitivity** ``S = dG^eps/deps`` of a trained
+phi_hat's gap is estimated by :func:`gap_sensitivity`, pathwise and by a central finite difference with
+common random numbers. Control (``mode="ignored"``): the same change of the norms in a component the
+score ignores, so S = 0 exactly. Derivation: docs/design.md, "simkit.estimators.norms".
 
 Points on the last axis: x of shape (n, p), negatives (n, k, p).
 """

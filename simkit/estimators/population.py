@@ -11,36 +11,14 @@ and, for a fixed training sample (an :class:`~simkit.embeddings.training.Empiric
 gap ``G = R_k(phi) - R_hat_{n,k}(phi)`` and the excess ``E = CE(phi) - (R_hat_{n,k}(phi) - log k)``
 of claim C3 (``E = G - gap_k``).
 
-Estimators (fresh data, independent of any training sample: pass a separate ``rng``)
--------------------------------------------------------------------------------------
-N anchors ``x_i ~ pi``, each with L positives ``x+_il ~ M(x_i, .)`` and, for each positive, k fresh
-negatives. The unit of replication is the anchor: ``a_i = mean_l l_k(x_i, x+_il, y_il.)`` and
-``b_i = -mean_l s(x_i, x+_il) + log Z(x_i)``; both are unbiased per anchor, i.i.d. across anchors,
-and the MCSE is their standard deviation over sqrt(N). L > 1 averages the positive's variability
-at the price of L k extra negatives, while ``log Z(x_i)`` (the costly part) is computed once per
-anchor.
-
-``log Z(x)`` (``z_method``):
-
-* ``"quadrature"`` -- :func:`simkit.exact.quadrature.log_partition` with the general embedding (pi a vMF
-  mixture on S^1 or S^2, i.e. p <= 3), to ``quad_tol`` (1e-9 relative in Z: negligible against
-  any MCSE). 1-10 ms per anchor, more for strongly anisotropic phi.
-* ``"exact"`` -- Discrete pi: the finite sum (the same function's exact branch), any p and d.
-* ``"pool"`` -- otherwise: ``log Z_hat(x) = log mean_{l<=P} e^{s(x, y_l)}`` over one pool of P
-  i.i.d. ``y_l ~ pi`` shared by all anchors, split into B blocks. Two errors, both stated:
-  a bias ``E log Z_hat - log Z = -(Z2/Z^2 - 1)/(2P) + O(P^-2)`` (Jensen, delta method) estimated by
-  the delete-one-block jackknife and reported as ``pool_bias`` (not subtracted); and a random
-  error common to all anchors, of order P^{-1/2}, whose jackknife variance over the blocks is added
-  to the MCSE (``pool_mcse``).
-* ``"auto"`` -- quadrature if p <= 3 and pi is continuous, exact if Discrete, pool otherwise.
-
-Control variate (``control``). Where ``CE`` of phi = identity is exact (:func:`simkit.exact.cross_entropy`
-returns a float: uniform or single-vMF or Discrete pi, any simkit kernel), the per-anchor
-``c_i = -mean_l x_i.x+_il/tau + log Z_id(x_i) - CE_id`` has mean exactly 0 and is used as a
-regression control variate for a_i and b_i (coefficient fitted by least squares on the same
-anchors: an O(1/N) bias, negligible against the MCSE; Owen 2013, ch. 8). It removes the
-positive's variability that phi shares with the identity: for a phi close to an isometry the MCSE
-of CE drops by orders of magnitude.
+The estimators use fresh data, independent of any training sample (pass a separate ``rng``); the
+unit of replication is the anchor (L positives each, k fresh negatives per positive), so the MCSE
+is the standard deviation over anchors over sqrt(N). ``log Z(x)`` is exact where it can be
+(``z_method``: quadrature for p <= 3, the finite sum for a Discrete pi) and otherwise estimated
+from a shared pool whose bias and random error are both reported (``pool_bias``, ``pool_mcse``).
+Where CE of the identity is exact, a zero-mean regression control variate removes the positive's
+variability that phi shares with the identity. Details of each: docs/design.md,
+"simkit.estimators.population".
 """
 
 from __future__ import annotations
@@ -208,7 +186,7 @@ def population(phi: Embedding, pi: SphereDistribution, kernel: MarkovKernel, tau
                n_anchors: int = 2048, n_positives: int = 4, z_method: str = "auto",
                pool_size: int = 1 << 16, pool_blocks: int = 16, control: bool | str = "auto",
                quad_tol: float = 1e-9, rng=None) -> PopulationEstimate:
-    """Estimate ``R_k(phi)``, ``CE(phi)`` and ``gap_k(phi)`` on fresh data (see the module notes).
+    """Estimate ``R_k(phi)``, ``CE(phi)`` and ``gap_k(phi)`` on fresh data (module docstring; docs/design.md).
 
     Parameters
     ----------

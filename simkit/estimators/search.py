@@ -14,30 +14,12 @@ and ``CE(M_k, Q_k) = -sum_j M_k(x, y_j) log Q_k(x, y_j) = log S_k - V_k / W_k`` 
 ``V_k = sum_{i<=k} m_i s_i``: every term is a prefix sum, so one streaming pass over K_max points
 gives every k of a grid (common random numbers across k). With a positive ``x+ ~ M(x, .)``
 (score s0) and the InfoNCE risk ``R_k = E[-s0 + log(e^{s0} + S_k)]``, claim C2 concerns
-
-    D_k = R_k - E CE(M_k, Q_k) = E log(1 + e^{s0}/S_k) + E[V_k/W_k - s0] = O(1/k).
-
-*Derived here* (first-order delta method, one term per piece):
-``D_k = d1/k + O(1/k^2)``, ``d1 = E_x[ m1(x)/Z(x) - E_{y~M(x)} m(x,y) (s(x,y) - mu_s(x)) ]`` with
-``mu_s(x) = E[s(x, x+) | x]``: the positive's softmax weight minus the bias of the
-self-normalised estimate V_k/W_k of mu_s(x).
-
-Variance reduction (every control variate has conditional mean exactly zero given x, so the
-estimator stays unbiased; :data:`CONTROL_VARIATES`):
-
-* the positive's score s0 in the second term is replaced by ``mu_s(x)`` (exact,
-  :func:`simkit.exact.mean_score`): ``T2 = V_k/W_k - mu_s(x)``; the plain estimator keeps s0;
-* ``B_k = (e^{s0} - m1(x)) / (k Z(x))``; ``F_k = e^{s0} A_k / (k Z(x))``; ``A_k = S_k/(k Z) - 1``
-  (x+ is independent of the database given x, and E[e^{s_j}] = Z(x) exactly);
-* ``U_k = (1/k) sum_j m_j (s_j - mu_s)`` (E_pi m = 1 and E_pi[m s] = mu_s); ``Wc_k = W_k/k - 1``;
-* ``G_k = (1/k^2) sum_{i != j} m_i (s_i - mu_s)(m_j - 1)``: the second-order cross term of the
-  ratio, centred exactly because y_i and y_j are independent for i != j.
-
-The coefficients, one set per k, come from an independent pilot (:meth:`SearchEstimator.calibrate`,
-least squares with an intercept, as :meth:`simkit.estimators.infonce.GapEstimator.calibrate`, guarded by a
-held-out comparison with the Taylor values and with no control variate, because heavy-tailed m can
-make a small pilot's fit add variance), never from the blocks they are applied to. The Taylor
-values are ``B: 1, F: -1, U: 1, G: -1`` (others 0).
+``D_k = R_k - E CE(M_k, Q_k) = E log(1 + e^{s0}/S_k) + E[V_k/W_k - s0] = d1/k + O(1/k^2)``, d1 derived
+in docs/theory.md section 11 (:func:`search_constants`).
+Control variates with conditional mean exactly zero given x (:data:`CONTROL_VARIATES`) reduce the
+variance without bias; their coefficients, one set per k, come from an independent pilot
+(:meth:`SearchEstimator.calibrate`), never from the blocks they are applied to. Their definitions
+and the pilot's safeguards: docs/design.md, "simkit.estimators.search".
 
 Retrieval quality: ``top1`` is 1 when argmax_j Q_k(x, y_j) = argmax_j M_k(x, y_j); ``recall`` is
 the overlap of the two top-``n_top`` sets divided by ``n_top`` (defined for k >= n_top).
@@ -353,7 +335,7 @@ class SearchEstimator:
     -----
     A block draws ``k_max`` database points, then ``n_anchors`` queries and their positives; the
     database is shared by the block's queries (each query's statistics stay unbiased; the Monte
-    Carlo error comes from independent blocks). Per query and k (module docstring):
+    Carlo error comes from independent blocks). Per query and k (docs/design.md, "simkit.estimators.search"):
     ``T1 = log(1 + e^{s0}/S_k)``, ``T2 = V_k/W_k - mu_s(x)``, and the estimator
     ``T1 + T2 - sum_c b_c CV_c`` with pilot coefficients b. References: docs/theory.md claim C2.
     """

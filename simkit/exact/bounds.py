@@ -1,42 +1,20 @@
 """The value of a Theorem-1-type generalisation bound for a class Lipschitz in its parameters (claim C3).
 
-docs/theory.md section 3 (claim C3, Theorem 1) states the bound only through its rates: for an ERM
-embedding phi_hat over a class Lipschitz in its parameters,
-``E = CE(phi_hat) - (R_hat_{n,k}(phi_hat) - log k)`` is at most a sample-variability term
-O(n^{-1/2}) (independent of k), a complexity term O(n^{-1/2}) that stabilises as k -> infinity,
-and the finite-k bias O(1/k) of C1. It gives **no constants**. This module evaluates the bound of
-that structure with constants derived here (standard symmetrisation, an epsilon-net and Massart's
-finite-class lemma, McDiarmid), so that the realised gap of a study can be set beside a number:
-
-* **loss Lipschitz constant (k-free).** If ``|phi(x) - psi(x)| <= L_phi ||theta - theta'||`` for every
-  x, then every score moves by at most ``2 L_phi ||theta - theta'|| / tau`` and, since the
-  log-sum-exp is 1-Lipschitz in the max norm (the averaging of claim C4),
-  ``|l_k(theta) - l_k(theta')| <= |ds_0| + max_j |ds_j| <= L_loss ||theta - theta'||`` with
-  ``L_loss = 4 L_phi / tau`` -- for every k.
-* **range (k-free).** ``l_k = log(1 + sum_j e^{s_j - s_0})`` with ``|s_j - s_0| <= 2/tau`` lies in
-  ``[log(1 + k e^{-2/tau}), log(1 + k e^{2/tau})]``, an interval of length at most ``D = 4/tau``.
-* **complexity term.** For a parameter set inside a Euclidean ball of radius rho in R^P, an internal
-  epsilon-net has at most ``(1 + 4 rho / eps)^P`` points, and (Massart, losses centred at any fixed
-  member of the class) the empirical Rademacher complexity is at most
-  ``Rad_n <= min(D, inf_eps [L_loss eps + D sqrt(2 P log(1 + 4 rho / eps) / n)])``.
-  Symmetrisation: ``E sup_theta (R_k - R_hat) <= 2 Rad_n``, so ``E[G] <= 2 Rad_n`` for the ERM.
-* **sample variability.** Replacing one of the n tuples moves ``sup_theta (R_k - R_hat)`` by at most
-  D/n, so (McDiarmid) with probability >= 1 - eta it exceeds its mean by at most
-  ``D sqrt(log(1/eta) / (2 n))``. It has mean zero, so it enters the bound on G per training set,
-  not the bound on E[G].
-* **finite-k bias.** ``E - G = -gap_k(phi_hat)``. docs/theory.md gives the leading constant c1 of
-  ``gap_k = c1/k + O(1/k^2)`` (derived there, exact for phi = identity) but no bound with a
-  constant on ``|gap_k(phi)|`` over the class, nor on the O(1/k^2) remainder. The 1/k term is
-  therefore reported as the plug-in value ``|c1(identity)| / k``, which is **not** a bound: a bound on
-  E is not fully specified, a bound on G (which has no bias term) is.
+docs/theory.md section 3 (claim C3, Theorem 1) states the bound only through its rates and gives **no
+constants**. This module evaluates a bound of that structure with constants derived in docs/theory.md
+section 13 (symmetrisation, an epsilon-net and Massart's finite-class lemma, McDiarmid), so that the
+realised gap of a study can be set beside a number: a k-free loss Lipschitz constant
+``L_loss = 4 L_phi / tau`` and range ``D = 4/tau``; the complexity term
+``Rad_n <= min(D, inf_eps [L_loss eps + D sqrt(2 P log(1 + 4 rho / eps) / n)])`` with
+``E[G] <= 2 Rad_n`` for the ERM; the sample-variability term ``D sqrt(log(1/eta) / (2 n))`` (per
+training set, not in the bound on E[G]); and the finite-k bias reported as the plug-in
+``|c1(identity)| / k``, which is **not** a bound (a bound on G is fully specified, one on E is not).
 
 The linear family ``phi_W(x) = W x / |W x|`` is scale-invariant and not Lipschitz near singular W.
 :func:`linear_class_constants` gives the constants of its compact subclass
-``Theta_s = {W : ||W||_op = 1, sigma_min(W) >= s}`` (p x p, P = p^2 parameters, inside the Frobenius
-ball of radius sqrt(p)): with a net point V in Theta_s, ``|W x/|W x| - V x/|V x|| <= 2 |(W - V) x| /
-|V x| <= (2/s) ||W - V||_F``, so ``L_phi = 2/s`` from the net's centres (all the epsilon-net argument
-needs). A trained phi_hat belongs to Theta_s when ``sigma_min/sigma_max >= s`` of its W; the ERM over
-the full family is then also the ERM over Theta_s.
+``Theta_s = {W : ||W||_op = 1, sigma_min(W) >= s}`` (P = p^2 parameters, Frobenius radius sqrt(p),
+``L_phi = 2/s``). A trained phi_hat belongs to Theta_s when ``sigma_min/sigma_max >= s`` of its W;
+the ERM over the full family is then also the ERM over Theta_s.
 """
 
 from __future__ import annotations
@@ -111,7 +89,7 @@ def rademacher_bound(n: int, n_params: int, radius: float, loss_lipschitz: float
 def linear_class_constants(p: int, s: float) -> dict[str, float]:
     """Constants of ``Theta_s = {W (p x p): ||W||_op = 1, sigma_min(W) >= s}`` for ``phi_W = W x / |W x|``.
 
-    Returns ``{"n_params": p^2, "radius": sqrt(p), "phi_lipschitz": 2/s}`` (module notes).
+    Returns ``{"n_params": p^2, "radius": sqrt(p), "phi_lipschitz": 2/s}`` (docs/theory.md section 13).
     """
     p = check_int("p", p, low=2)
     s = check_scalar("s", s, low=0.0, high=1.0, low_inclusive=False)
@@ -147,7 +125,7 @@ class Theorem1Bound:
 
 def theorem1_bound(n: int, k: int, tau: float, *, n_params: int, radius: float, phi_lipschitz: float,
                    eta: float = 0.05, c1: float = float("nan")) -> Theorem1Bound:
-    """Evaluate the Theorem-1-type bound of the module notes.
+    """Evaluate the Theorem-1-type bound of docs/theory.md section 13.
 
     Parameters
     ----------

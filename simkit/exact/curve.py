@@ -1,16 +1,9 @@
 """The exact finite-k InfoNCE gap curve, from a Laplace-transform (Frullani) identity.
 
-For a positive score ``S0`` and i.i.d. negative scores ``S_1, ..., S_k`` (given the anchor),
-
-    E log(e^{S0} + sum_{i<=k} e^{S_i}) = log mu_k + E log(Y_k / mu_k),
-    Y_k = e^{S0} + sum_{i<=k} e^{S_i},   mu_k = E Y_k = m0 + k m,
-
-and, since ``log y = int_0^inf (e^{-t} - e^{-y t}) dt / t``,
-
-    E log(Y_k / mu_k) = int_0^inf ( e^{-mu_k t} - L0(t) L(t)^k ) dt / t,
-
-with ``L0(t) = E e^{-t e^{S0}}`` and ``L(t) = E e^{-t e^{S}}`` (independence of the negatives).
-Public functions:
+For a positive score ``S0`` and i.i.d. negative scores ``S_1, ..., S_k`` (given the anchor), with
+``Y_k = e^{S0} + sum_{i<=k} e^{S_i}`` and ``mu_k = E Y_k``, Frullani's integral gives
+``E log(Y_k / mu_k) = int_0^inf ( e^{-mu_k t} - L0(t) L(t)^k ) dt / t`` with the Laplace transforms
+``L0``, ``L`` of ``e^{S0}``, ``e^{S}`` (derivation: docs/theory.md section 10). Public functions:
 
 * :func:`expected_log_sum` -- that expectation per anchor, for scores with finitely many values
   (the building block; also used by :mod:`simkit.diagnose` for finite data sets);
@@ -512,27 +505,20 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
     rng : numpy Generator or int, optional
         Required where the expectation over x is Monte Carlo (vMF mixtures with two or more
         components; the rotated kernel over a vMF pi); no default seed.
-    n_mc : int
-        Monte Carlo anchors with the exact inner integrals (stratified by mixture component,
-        proportional allocation). Their per-anchor expansion ``c1(x)/k + c2(x)/k^2`` is subtracted
-        as a control variate and its mean estimated from ``n_cv`` further anchors (closed forms,
-        cheap); the MCSE combines both independent parts. The per-anchor terms are heavy-tailed
-        where tau is small or pi concentrated (rare anchors with large c2(x)), so the MCSE is only
-        trustworthy for n_mc of a few hundred or more (with n_mc = 32 it was seen to under-state
-        the error by a factor ~3).
-    n_cv : int
-        Anchors of the control variate's mean.
+    n_mc, n_cv : int
+        Monte Carlo anchors with exact inner integrals (stratified by mixture component), and the
+        anchors of the mean of their control variate ``c1(x)/k + c2(x)/k^2``. The per-anchor terms
+        are heavy-tailed where tau is small or pi concentrated: use n_mc of a few hundred or more
+        (with n_mc = 32 the MCSE under-stated the error ~3x).
     embedding : callable, optional
-        ``phi``: (n, p) unit vectors -> (n, d) unit vectors (e.g. a :mod:`simkit.embeddings.embedding` object),
-        for Discrete pi on S^1 or S^2 only (scores ``phi(x).phi(y)/tau``; the negatives stay exact
-        in any output dimension d, the positive's law uses ``sphere_rule(p, n_sphere)``). Default:
-        phi = identity.
+        ``phi``: (n, p) -> (n, d) unit vectors, for Discrete pi on S^1 or S^2 only (the positive's
+        law uses ``sphere_rule(p, n_sphere)``). Default: phi = identity.
     n_sphere : int
         Size parameter of that rule (2 n^2 nodes on S^2).
     n_panels, n_outer_panels : int, optional
-        Panels (16 Gauss--Legendre nodes each) of the rule in the angle of the inner cosine laws
-        and of the outer angle ``arccos(mu.x)`` (single vMF pi). Defaults scale with 1/tau and
-        sqrt(kappa); tests show that doubling them changes gap_k by < 1e-9 relative.
+        Panels (16 Gauss--Legendre nodes each) in the angle of the inner cosine laws and of
+        ``arccos(mu.x)`` (single vMF pi). Defaults scale with 1/tau and sqrt(kappa); doubling them
+        changes gap_k by < 1e-9 relative.
 
     Returns
     -------
@@ -540,17 +526,10 @@ def gap_curve(pi: SphereDistribution, kernel: MarkovKernel, tau: float, ks: Arra
 
     Notes
     -----
-    Given x, ``R_k(x) - log k - l_inf(x) = log1p(m1/(kZ)) + E log(Y_k / E Y_k)`` with the exact m1
-    and Z of :mod:`simkit.exact` and the second term from :func:`expected_log_sum_parts` applied to
-    the cosine laws of the positive and of one negative, discretised by the product rule in their
-    angle from x (the Frullani integral is exact for the discretised laws; the discretisation
-    error is that of a smooth product-rule integral). The law of ``x.y`` for y ~ vMF(mu, kappa)
-    given ``x.mu`` has the Bessel density of :func:`_log_cosine_density_vmf`, so the negative's
-    transform is a 1-D integral (the (mu.y, x.y) integral done in closed form in one variable).
-    Then over x: one anchor (uniform pi, isotropic kernel), a composite rule in ``arccos(mu.x)``
-    (single vMF pi, isotropic kernel), a rule in ``x.Rx`` (uniform pi, rotated kernel whose
-    symmetric part has two eigenvalues, e.g. a rotation in one plane), the atoms (Discrete pi), or
-    stratified Monte Carlo (vMF mixtures; the rotated kernel over a vMF pi).
+    Given x, ``R_k(x) - log k - l_inf(x) = log1p(m1/(kZ)) + E log(Y_k / E Y_k)``, the second term by
+    Frullani's integral over the cosine laws of the positive and of one negative (docs/theory.md
+    section 10), then integrated over x by a rule suited to pi and the kernel, or by stratified Monte
+    Carlo for vMF mixtures (details: docs/design.md, "simkit.exact.curve: gap_curve").
     """
     pi = check_pi(pi)
     kernel = check_kernel(kernel)

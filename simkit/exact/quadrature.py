@@ -5,13 +5,10 @@ The softmax normaliser ``Z(x) = E_{y~pi} exp(phi(x).phi(y)/tau)`` has a closed f
 (p = 3) it is computed here by quadrature to ~1e-12 relative accuracy, in log space; for a
 ``Discrete`` pi every expectation is an exact finite sum, in any dimension.
 
-Public functions
-----------------
-* :func:`sphere_rule` -- the product rules themselves (trapezoid on S^1; Gauss--Legendre in
-  cos(theta) x trapezoid in longitude on S^2), with the pole rotated to any unit vector.
-* :func:`expect` -- ``E_{y~pi} g(y)``.
-* :func:`log_expect_exp` -- ``log E_{y~pi} exp(h(y))``.
-* :func:`log_partition` -- ``log Z(x)`` for each anchor ``x``.
+Public functions: :func:`sphere_rule` (the product rules: trapezoid on S^1; Gauss--Legendre in
+cos(theta) x trapezoid in longitude on S^2, pole rotated to any unit vector), :func:`expect`
+(``E_{y~pi} g(y)``), :func:`log_expect_exp` (``log E_{y~pi} exp(h(y))``) and :func:`log_partition`
+(``log Z(x)`` for each anchor ``x``).
 
 Method
 ------
@@ -731,13 +728,9 @@ def log_partition(pi: SphereDistribution, x: ArrayLike, tau: float,
     Discrete pi: ``log Z(x) = logsumexp_i(log w_i + phi(x).phi(y_i)/tau)``, exact.
 
     Continuous pi: ``log Z = 1/tau + log sum_j w_j E_j exp(-|phi(x) - phi(y)|^2 / (2 tau))``,
-    the 1/tau taken out so that nothing of size 1/tau cancels. Each (x, j) integral uses a rule
-    centred at the peak of its integrand. For phi = identity that peak is known:
-    ``exp(x.y/tau) C e^{kappa_j mu_j.y}`` is proportional to a vMF density with mean direction
-    ``nu = (kappa_j mu_j + x/tau) / K`` and concentration ``K = |kappa_j mu_j + x/tau|``. For a
-    general phi the rule starts there (or at x or mu_j, whichever has the larger integrand) and
-    is moved to the integrand's mean direction, sized from its spread. The closed form for
-    phi = identity, ``log sum_j w_j C(kappa_j) / C(K_j)``, is the test of this routine.
+    the 1/tau taken out so that nothing of size 1/tau cancels; each (x, j) integral uses a rule
+    centred at the peak of its integrand (how it is found: docs/design.md,
+    "simkit.exact.quadrature: log_partition"). The closed form for phi = identity is its test.
     """
     pi = check_pi(pi)
     tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)

@@ -170,7 +170,7 @@ def calibration_report(source: str | os.PathLike | dict[str, xr.Dataset], path: 
     def build(doc: ReportDocument) -> None:
         doc.heading("simkit calibration: demonstrated false-failure rates", size=16.0)
         doc.text("Every claim check states a false-failure rate; here each is demonstrated by running the study at "
-                 "many independent seeds (issue 13). Studies: " + (", ".join(
+                 "many independent seeds. Studies: " + (", ".join(
                      f"{k} ({v.sizes['seed']} seeds)" for k, v in datasets.items()) or "none calibrated yet") + ".")
         for ds in datasets.values():
             doc.finish_page()

@@ -22,8 +22,8 @@ from simkit.report.document import (COLORS, MINUS, ReportDocument, _fit_mask, _l
 __all__ = ["hard_regime_sections"]
 
 C1_TEXT = (
-    "Claim C1 (finite-k bias, rate 1/k): gap_k = R_k − log k − CE = c1/k + O(1/k²), not O(1/√k). Until now C1 was "
-    "tested (study rate_k) only where the expansion scale max(E[Z2/Z²], E[m1/Z]) — the k beyond which the 1/k term "
+    "Claim C1 (finite-k bias, rate 1/k): gap_k = R_k − log k − CE = c1/k + O(1/k²), not O(1/√k). The study "
+    "rate_k tests C1 only where the expansion scale max(E[Z2/Z²], E[m1/Z]) — the k beyond which the 1/k term "
     "dominates — is about 10. Here π is uniform on S², M(x,·) = vMF(x, 50) and τ = 0.02 = 1/κ (so Q = M): the scale "
     "is 50, k·gap_k climbs to a maximum near k ≈ 300 before settling to c1 = (κ coth κ + 1)/2 = 25.5, and k runs to "
     "2^20. The verdict uses the rule of rate_k unchanged (simkit.stats.analysis.rate_verdict and truth_verdict), "

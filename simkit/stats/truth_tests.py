@@ -10,7 +10,7 @@
   against its exact value.
 
 The exact curve comes from :func:`simkit.exact.curve.gap_curve`, which uses no control variate,
-so an error in m1 or Z2 inside the estimator's control variates shows up here (issue 11).
+so an error in m1 or Z2 inside the estimator's control variates shows up here.
 """
 
 from __future__ import annotations
@@ -114,31 +114,22 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
         Per-block estimates (independent, identically distributed blocks), one column per k.
     exact : array_like, shape (n_k,)
         The exact curve.
-    exact_mcse : array_like, shape (n_k,), optional
-        Monte Carlo standard errors of the exact curve where it is itself estimated (treated as
-        independent across k unless ``exact_cov`` is given).
-    exact_cov : array_like, shape (n_k, n_k), optional
-        Full covariance of the exact curve's Monte Carlo error (overrides ``exact_mcse``).
+    exact_mcse, exact_cov : array_like, shape (n_k,) and (n_k, n_k), optional
+        Monte Carlo standard errors (independent across k) or full covariance of the exact curve
+        where it is itself estimated; ``exact_cov`` overrides ``exact_mcse``.
     reference : {"F", "chi2", "max-t"}
-        "F" and "chi2" are references of Hotelling's statistic. Where the exact curve has a covariance V
-        (ignored otherwise: then the F form of Hotelling's T^2 is exact for Gaussian blocks), "F"
-        (default) applies the Hotelling F scaling to the combined statistic, exact at V = 0 and
-        conservative as V grows (the statistic's law moves from Hotelling's towards chi-square(p),
-        which it dominates); "chi2" is chi-square(p), a large-n approximation, anti-conservative when
-        n_blocks is not far above p. "max-t": another statistic, :func:`max_t_test` (``rng`` and
-        ``n_boot`` go to it; ``max_columns`` and ``standardise`` do not apply: it inverts no matrix and
-        is invariant under column scaling).
+        References of Hotelling's statistic: "F" (default; exact at V = 0, conservative as the exact
+        curve's covariance V grows) or "chi2" (large-n, anti-conservative when n_blocks is not far
+        above p). "max-t": :func:`max_t_test` instead (``rng`` and ``n_boot`` go to it;
+        ``max_columns`` and ``standardise`` do not apply).
     max_columns : int, optional
         Largest number of columns tested; default ``n_blocks - 2`` for Hotelling (so that S is invertible
         and the F reference has >= 2 denominator df) and ``n_blocks - 1`` for chi-square.
     standardise : bool
-        First multiply every column (blocks and exact curve) by 1 / its between-block sd, and the exact
-        curve's covariance by the same factors on both sides. The statistics are invariant under that
-        rescaling, so the p-values do not change where the plain form works; but the covariance solve
-        refuses a condition number above 1e12, which the columns' scales alone exceed over a long k grid
-        at small tau (block sd ~0.1 at k = 1, ~1e-9 at k = 2^20 for tau = 0.02): standardised, only the
-        correlation structure is left. Merging (below) then merges standardised columns, another fixed
-        linear map of the curve.
+        First scale every column (blocks, exact curve and its covariance) by 1 / its between-block
+        sd. The p-values are invariant, but the covariance solve, which refuses a condition number
+        above 1e12, then sees only the correlation structure (over a long k grid at small tau the
+        columns' scales alone exceed it). Merging (below) then merges standardised columns.
 
     Returns
     -------
@@ -152,10 +143,9 @@ def curve_test(blocks: ArrayLike, exact: ArrayLike, exact_mcse: ArrayLike | None
     covariance ``V``: ``Q = (xbar - mu)' (S/n + V)^{-1} (xbar - mu)`` against the reference chosen
     by ``reference`` (tests/stats/test_truth_tests.py measures the size of both).
 
-    Too many columns (p > max_columns): the k columns are merged into ``max_columns`` contiguous
-    groups and each group replaced by its mean, for both the blocks and the exact curve (and V).
-    That is a fixed linear map of the curve, so the test stays exact for the merged curve; it
-    loses power only against deviations that cancel within a group. ``merged`` reports it.
+    Too many columns (p > max_columns): contiguous groups of columns are replaced by their means
+    (blocks, exact curve and V), a fixed linear map, so the test stays exact for the merged curve
+    and loses power only against deviations that cancel within a group (``merged`` reports it).
     """
     if reference not in ("F", "chi2", "max-t"):
         raise ValueError(f"'reference' must be 'F', 'chi2' or 'max-t', got {reference!r}")
