@@ -465,3 +465,47 @@ def test_errors():
         ib.negatives_in_batch("ntxent", 1)
     with pytest.raises(ValueError, match="'kernel' must be a row-stochastic"):
         mn.ScoreClass(s[None], w, 2 * m)
+
+
+def _icosahedron():
+    """The 12 vertices of the icosahedron: every row of e^{θ x·y} has the same sum, so with uniform π
+    the kernel M ∝ e^{4 x·y} is doubly stochastic (πM = π) and log m = 4 x·y + const: well specified."""
+    p = (1.0 + math.sqrt(5.0)) / 2.0
+    v = [pt for a in (-1.0, 1.0) for b in (-p, p) for pt in ((0.0, a, b), (a, b, 0.0), (b, 0.0, a))]
+    x = np.array(v) / np.linalg.norm(v[0])
+    return x @ x.T
+
+
+def _batch_minimiser(dot, w, m, scheme, k, lo=3.0, hi=6.0):
+    from scipy import optimize
+
+    res = optimize.minimize_scalar(lambda th: ib.finite_curve(th * dot, w, m, scheme, [k]).risk[0],
+                                   bounds=(lo, hi), method="bounded", options={"xatol": 1e-11})
+    return res.x
+
+
+def test_ntxent_moves_a_well_specified_minimiser():
+    """§17.3 needs exchangeable candidates: with πM = π and log m in the class, the i.i.d. and CLIP
+    minimisers stay at θ0 = 4 at every k, while NT-Xent's pairs shift it by −H⁻¹∇c1_NT(θ0)/k (§17.2
+    with c1_NT; here ∇c1 = 0, so the shift is that of the pair term −E[C/(2Z²)])."""
+    dot = _icosahedron()
+    n = dot.shape[0]
+    w = np.full(n, 1.0 / n)
+    m = np.exp(4.0 * dot)
+    m /= m.sum(axis=1, keepdims=True)
+    assert np.max(np.abs(w @ m - w)) < 1e-15
+    for scheme in ("iid", "clip"):
+        for k in (2, 30, 254):
+            assert abs(_batch_minimiser(dot, w, m, scheme, k) - 4.0) < 1e-6  # golden-section precision
+    # prediction from the test's own c1_NT (moments) and CE'' (finite differences)
+    h = 1e-3
+    c1nt = lambda th: _limit_and_c1_by_moments("ntxent", th * dot, w, m)[1]  # noqa: E731
+    ce = lambda th: _ce_c1(dot[None], w, m, np.array([th]))[0]  # noqa: E731
+    g = (8 * (c1nt(4 + h) - c1nt(4 - h)) - (c1nt(4 + 2 * h) - c1nt(4 - 2 * h))) / (12 * h)
+    hess = (ce(4 + h) - 2 * ce(4.0) + ce(4 - h)) / h**2
+    pred = -g / hess
+    ks = np.array([1022.0, 2046.0])
+    shift = ks * (np.array([_batch_minimiser(dot, w, m, "ntxent", k, 3.9, 4.2) for k in ks]) - 4.0)
+    lim = (ks[1] * shift[1] - ks[0] * shift[0]) / (ks[1] - ks[0])  # remove the 1/k term
+    assert abs(lim - pred) < 1e-3 * abs(pred), (lim, pred)
+    assert abs(_batch_minimiser(dot, w, m, "ntxent", 2) - 4.0) > 0.1  # control: a large move at B = 2
