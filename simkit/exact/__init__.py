@@ -3,6 +3,10 @@
 * :mod:`simkit.exact.formulas`: log Z, m1, Q, CE(M, Q), the bias constant c1, the exact gap, expansion
   scales, for φ = identity (re-exported here: ``simkit.exact.cross_entropy`` etc.);
 * :mod:`simkit.exact.curve`: the exact finite-k gap curve and the expansion constants c1, c2;
+* :mod:`simkit.exact.in_batch`: limits, c1, c2 and exact finite-batch risks of NT-Xent and CLIP-style
+  in-batch negatives (docs/theory.md §16);
+* :mod:`simkit.exact.minimiser`: the exact InfoNCE minimiser of a parametric score class on a finite
+  set, its shift and excess constants (docs/theory.md §17);
 * :mod:`simkit.exact.quadrature`: product quadrature on S^1 and S^2;
 * :mod:`simkit.exact.special`: vMF special functions in log space;
 * :mod:`simkit.exact.bounds`: values of the Theorem-1-type generalisation bound.
