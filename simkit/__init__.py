@@ -47,6 +47,7 @@ __all__ = [
     "GeodesicRandomWalk",
     "__version__",
     "diagnose",
+    "Diagnosis",
     "calibrate",
 ]
 
@@ -56,6 +57,10 @@ def __getattr__(name):  # lazy: simkit.diagnose (issue 12) imports xarray and st
         from simkit.diagnose import diagnose
         globals()["diagnose"] = diagnose  # the function, not the submodule of the same name
         return diagnose
+    if name == "Diagnosis":
+        from simkit.diagnose import Diagnosis
+        globals()["Diagnosis"] = Diagnosis
+        return Diagnosis
     if name == "calibrate":  # lazy too (issue 13): the runner, xarray, scipy
         from simkit.calibrate import calibrate
         globals()["calibrate"] = calibrate  # the function, not the submodule of the same name
