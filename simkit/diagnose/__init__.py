@@ -8,8 +8,7 @@ been imported (importing a submodule binds the package to the attribute ``simkit
 import sys as _sys
 import types as _types
 
-from simkit.diagnose._inputs import negatives_for
-from simkit.diagnose.core import diagnose
+from simkit.diagnose.core import diagnose, negatives_for
 from simkit.diagnose.result import Bias, Diagnosis, KNeeded
 
 __all__ = ["diagnose", "Diagnosis", "KNeeded", "Bias", "negatives_for"]

@@ -7,16 +7,57 @@ PyTorch or pandas: a tensor is read through ``.detach()``/``.cpu()`` when it has
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["as_array", "check_real", "normalise", "check_labels", "check_positives", "check_views",
+__all__ = ["check_scalar", "check_int", "check_rng", "as_array", "check_real", "normalise", "check_labels", "check_positives", "check_views",
            "CONVENTIONS", "check_convention", "negatives_for"]
 
 #: how the negatives (and positives) of an anchor are drawn; the first is the default
 CONVENTIONS = ("exclude_anchor", "include_anchor", "exclude_same_label")
 #: largest number of negatives the exact curve is computed for
 K_CAP = 2**40
+
+
+def check_scalar(name: str, value, *, low: float | None = None, low_inclusive: bool = True) -> float:
+    """A finite real number (>= or > ``low``), as ``float``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.ndarray, np.generic)) \
+            or np.asarray(value).dtype.kind not in "iuf" or np.ndim(value) != 0:
+        raise ValueError(f"'{name}' must be a real number, got {value!r}")
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"'{name}' must be finite, got {v!r}")
+    if low is not None and (v < low if low_inclusive else v <= low):
+        raise ValueError(f"'{name}' must be {'>=' if low_inclusive else '>'} {low}, got {v!r}")
+    return v
+
+
+def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (or an integral float) within the bounds."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)) \
+            or not np.isfinite(value) or not float(value).is_integer():
+        raise ValueError(f"'{name}' must be an integer, got {value!r}")
+    v = int(value)
+    if low is not None and v < low:
+        raise ValueError(f"'{name}' must be >= {low}, got {v}")
+    if high is not None and v > high:
+        raise ValueError(f"'{name}' must be <= {high}, got {v}")
+    return v
+
+
+def check_rng(rng) -> np.random.Generator:
+    """``np.random.default_rng(rng)`` (SPEC 7); a Generator is used as is."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (bool, np.bool_, float, complex, str, bytes, np.random.RandomState)):
+        raise ValueError(f"'rng' must be a numpy.random.Generator, a SeedSequence, an int seed or None, got {rng!r}")
+    try:
+        return np.random.default_rng(rng)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"'rng' must be a numpy.random.Generator, a SeedSequence, an int seed or None, "
+                         f"got {rng!r} ({exc})") from None
 
 
 def as_array(name: str, x) -> np.ndarray:

@@ -26,13 +26,13 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit._validation import check_int, check_rng, check_scalar
-from simkit.analysis import fit_rate, mean_mcse
-from simkit.diagnose import _inputs as _in
 from simkit.diagnose._exact import AnchorCurves
-from simkit.diagnose._sampling import Design, systematic_sample
+from simkit.diagnose._inputs import (K_CAP, as_array, check_convention, check_int, check_labels, check_positives,
+                                     check_real, check_rng, check_scalar, check_views, negatives_for, normalise)
+from simkit.diagnose._sampling import systematic_sample
+from simkit.diagnose.result import Diagnosis
 
-__all__ = ["diagnose"]
+__all__ = ["diagnose", "negatives_for"]
 
 #: smallest temperature: scores span up to 2/τ nats and e^{-2/τ} must stay a normal double
 TAU_MIN = 2.0 / 700.0
@@ -101,19 +101,17 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     -------
     Diagnosis
     """
-    from simkit.diagnose.result import Diagnosis
-
     given = [name for name, v in (("labels", labels), ("positives", positives),
                                   ("positive_embeddings", positive_embeddings)) if v is not None]
     if len(given) != 1:
         raise ValueError("exactly one of 'labels', 'positives', 'positive_embeddings' must be given, got "
                          + (", ".join(repr(g) for g in given) if given else "none"))
     kind = given[0]
-    emb = _in.check_real("embeddings", embeddings, 2)
+    emb = check_real("embeddings", embeddings, 2)
     n, d = emb.shape
     if n < 3 or d < 1:
         raise ValueError(f"'embeddings' must have shape (N, d) with N >= 3 and d >= 1, got {emb.shape}")
-    phi = _in.normalise("embeddings", emb)
+    phi = normalise("embeddings", emb)
     del emb
     tau = check_scalar("tau", tau, low=0, low_inclusive=False)
     if tau < TAU_MIN:
@@ -122,12 +120,12 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     eps = check_scalar("eps", eps, low=0, low_inclusive=False)
     if eps < EPS_MIN:
         raise ValueError(f"'eps' must be >= {EPS_MIN:g} nats (the exact curve is accurate to ~1e-13), got {eps!r}")
-    convention = _in.check_convention(convention)
-    k_user, k_how = _in.negatives_for(k=k, batch_size=batch_size, symmetric=bool(symmetric), queue=queue)
+    convention = check_convention(convention)
+    k_user, k_how = negatives_for(k=k, batch_size=batch_size, symmetric=bool(symmetric), queue=queue)
     if k_max is None:
         k_max = max(K_MAX_DEFAULT, k_user or 1)
     else:
-        k_max = check_int("k_max", k_max, low=16, high=_in.K_CAP)
+        k_max = check_int("k_max", k_max, low=16, high=K_CAP)
         if k_user is not None and k_user > k_max:
             raise ValueError(f"'k_max' must be >= the k of the training set-up ({k_user}), got {k_max}")
     grid = _grid(k_grid, k_max, k_user)
@@ -144,11 +142,11 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     lab = pos = views = None
     label_values, label_note = None, ""
     if kind == "labels":
-        lab, label_values, label_note = _in.check_labels(labels, n)
+        lab, label_values, label_note = check_labels(labels, n)
     elif kind == "positives":
-        pos = _in.check_positives(positives, n)
+        pos = check_positives(positives, n)
     else:
-        views = _in.check_views(positive_embeddings, n, d)
+        views = check_views(positive_embeddings, n, d)
     if convention == "exclude_same_label" and lab is None:
         raise ValueError("'convention' 'exclude_same_label' needs 'labels'")
     law = _Laws(n, convention, lab, pos, views)
@@ -185,7 +183,7 @@ def _grid(k_grid, k_max: int, k_user: int | None) -> NDArray[np.int64]:
     if k_grid is None:
         arr = 2 ** np.arange(int(math.floor(math.log2(k_max))) + 1, dtype=np.int64)
     else:
-        arr = _in.as_array("k_grid", k_grid)
+        arr = as_array("k_grid", k_grid)
         if (arr.ndim != 1 or arr.size < 1 or arr.dtype.kind not in "iuf" or not np.all(np.isfinite(arr))
                 or np.any(arr != np.round(arr)) or np.any(arr < 1) or np.any(arr > k_max)):
             raise ValueError(f"'k_grid' must be integers in [1, k_max = {k_max}], got {k_grid!r}")
@@ -349,42 +347,3 @@ def _tuples(row, ps, law, a, reps, k_top, ks, seg_edges, log_z, gen, gap_mc, ris
         gap_mc[blk] += np.sum(lse - np.log(ks)[None, :] - log_z, axis=0)
         risk_mc[blk] += np.sum(lse - s_pos[:, None], axis=0)
         cnt[blk] += nr
-
-
-def constants(st: dict, views: bool) -> dict[str, NDArray]:
-    """Per-anchor CE, c1, c2 (and their within-anchor view variances) from a pass's moments."""
-    sig2 = st["ratio2"] - 1.0
-    kap3 = st["ratio3"] - 3.0 * st["ratio2"] + 2.0
-    out = {"ce": st["log_z"] - st["ms"], "c1": st["mu0"] - 0.5 * sig2,
-           "c2": -0.5 * st["nu0"] + kap3 / 3.0 + sig2 * st["mu0"] - 0.75 * sig2**2}
-    if views:
-        out["ce_w"] = st["var_ms"]
-        out["c1_w"] = st["var_mu0"]
-        out["c2_w"] = 0.25 * st["var_nu0"] + sig2**2 * st["var_mu0"] - sig2 * st["cov_mu_nu"]
-    return out
-
-
-def slope_test(ks: NDArray, blocks: NDArray, scale: float):
-    """The rate test on the Monte Carlo gap, or the reason it is not assessed.
-
-    Assessed only with at least 4 grid points at k >= 16 x the expansion scale where the Monte
-    Carlo gap is at least 4 MCSE away from 0 (a log of the gap means something there).
-    """
-    gap, se = mean_mcse(blocks)
-    k_min = 16.0 * scale
-    sel = ks >= k_min
-    if np.sum(sel) < 4:
-        return None, (f"not assessed: the Monte Carlo grid (k <= {int(ks[-1])}) has fewer than 4 points at "
-                      f"k >= 16 x the expansion scale ({k_min:.4g})")
-    z = np.abs(gap[sel]) / se[sel]
-    if not np.all(np.isfinite(z)) or np.any(z < 4) or not (np.all(gap[sel] > 0) or np.all(gap[sel] < 0)):
-        return None, (f"not assessed: the Monte Carlo gap is within 4 MCSE of 0 at some k >= {int(ks[sel][0])} "
-                      f"(more tuples needed for a rate)")
-    sign = 1.0 if np.all(gap[sel] > 0) else -1.0
-    fit = fit_rate(ks, sign * blocks, int(ks[sel][0]), with_inverse=True)
-    if not np.isfinite(fit.slope):
-        return None, "not assessed: too few blocks for the jackknife"
-    return fit, ("fitted to log gap" if sign > 0 else "fitted to log(-gap): the gap is negative there")
-
-
-__all__ += ["constants", "slope_test", "Design"]

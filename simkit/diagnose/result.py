@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simkit.analysis import mean_mcse
-from simkit.diagnose.core import constants, slope_test
+from simkit.diagnose.estimates import constants, slope_test
 
 __all__ = ["Diagnosis", "KNeeded", "Bias"]
 
