@@ -36,7 +36,8 @@ _SERIES = 0.25
 # E g = E e^z - 1 directly once E e^z >= 1 + 2^-10: at most 10 of 53 bits lost (relative error of
 # c(t) ~1e-13, far below what a gap of size 1/k_max needs); term by term below
 _DIRECT = 1.0 + 2.0**-10
-N_POWERS = 16  # central power sums p = 0..15 (series to z^15: 0.25^16/16! ~ 2e-23 relative)
+N_POWERS = 16
+_PARALLEL_WORK = 1 << 22  # atoms x nodes from which one anchor's cumulants use threads  # central power sums p = 0..15 (series to z^15: 0.25^16/16! ~ 2e-23 relative)
 _INV_FACT = np.array([1.0 / math.factorial(p) for p in range(N_POWERS)])
 
 
@@ -50,52 +51,66 @@ def _g(z, inv_fact):
     return math.expm1(z) - z
 
 
+@njit(cache=True, inline="always")
+def _node(ti, xs, m, dsum, psum, inv_fact, spread, log_n):
+    """``(c(t), log L(t))`` at one node ``t = ti``."""
+    n = xs.size
+    tm = ti * m
+    if ti * spread < _SERIES:
+        acc = 0.0
+        for p in range(N_POWERS - 1, 1, -1):
+            acc = acc * ti + psum[p] * inv_fact[p]
+        c = math.log1p(acc * ti * ti / n)
+        return c, c - tm
+    if tm > 600.0:
+        acc = 0.0
+        for j in range(n):
+            z = ti * (xs[j] - xs[0])
+            if z > 60.0:
+                break
+            acc += math.exp(-z)
+        ll = -ti * xs[0] + math.log(acc) - log_n
+        return ll + tm, ll
+    acc = 0.0
+    for j in range(n):
+        e = math.exp(ti * (m - xs[j]))
+        acc += e
+        if (n - j) * e < 1e-17 * acc:
+            break
+    s = acc / n
+    if s >= _DIRECT:
+        eg = s - 1.0 - ti * dsum / n
+    else:
+        acc = 0.0
+        for j in range(n):
+            acc += _g(ti * (m - xs[j]), inv_fact)
+        eg = acc / n
+    c = math.log1p(eg)
+    return c, c - tm
+
+
 @njit(cache=True, parallel=True)
+def _cumulants_parallel(t, xs, m, dsum, psum, inv_fact, c_out, ll_out):
+    spread = max(m - xs[0], xs[xs.size - 1] - m)
+    log_n = math.log(xs.size)
+    for i in prange(t.size):
+        c_out[i], ll_out[i] = _node(t[i], xs, m, dsum, psum, inv_fact, spread, log_n)
+
+
+@njit(cache=True)
+def _cumulants_serial(t, xs, m, dsum, psum, inv_fact, c_out, ll_out):
+    spread = max(m - xs[0], xs[xs.size - 1] - m)
+    log_n = math.log(xs.size)
+    for i in range(t.size):
+        c_out[i], ll_out[i] = _node(t[i], xs, m, dsum, psum, inv_fact, spread, log_n)
+
+
 def _cumulants(t, xs, m, dsum, psum, inv_fact, c_out, ll_out):
     """``c(t)`` and ``log L(t)`` at the nodes ``t`` for atoms ``xs`` sorted ascending, mean ``m``,
-    ``dsum = sum(m - x)`` and ``psum[p] = sum (m - x)^p``."""
-    n = xs.size
-    spread = max(m - xs[0], xs[n - 1] - m)
-    log_n = math.log(n)
-    for i in prange(t.size):
-        ti = t[i]
-        tm = ti * m
-        if ti * spread < _SERIES:
-            acc = 0.0
-            for p in range(N_POWERS - 1, 1, -1):
-                acc = acc * ti + psum[p] * inv_fact[p]
-            eg = acc * ti * ti / n
-            c = math.log1p(eg)
-            c_out[i] = c
-            ll_out[i] = c - tm
-        elif tm > 600.0:
-            acc = 0.0
-            for j in range(n):
-                z = ti * (xs[j] - xs[0])
-                if z > 60.0:
-                    break
-                acc += math.exp(-z)
-            ll = -ti * xs[0] + math.log(acc) - log_n
-            ll_out[i] = ll
-            c_out[i] = ll + tm
-        else:
-            acc = 0.0
-            for j in range(n):
-                e = math.exp(ti * (m - xs[j]))
-                acc += e
-                if (n - j) * e < 1e-17 * acc:
-                    break
-            s = acc / n
-            if s >= _DIRECT:
-                eg = s - 1.0 - ti * dsum / n
-            else:
-                acc = 0.0
-                for j in range(n):
-                    acc += _g(ti * (m - xs[j]), inv_fact)
-                eg = acc / n
-            c = math.log1p(eg)
-            c_out[i] = c
-            ll_out[i] = c - tm
+    ``dsum = sum(m - x)`` and ``psum[p] = sum (m - x)^p``; threads only where the work pays for a
+    parallel region (its start costs milliseconds when another OpenMP user shares the process)."""
+    fn = _cumulants_parallel if xs.size * t.size >= _PARALLEL_WORK else _cumulants_serial
+    fn(t, xs, m, dsum, psum, inv_fact, c_out, ll_out)
 
 
 @njit(cache=True)
