@@ -56,7 +56,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--k-max", default=None, help="largest k of the exact curve (default 2^20)")
     p.add_argument("--k-grid", default=None, help="comma-separated k values tabulated in --out")
     p.add_argument("--anchors", default="2048", help="anchors for CE, c1, c2 and retrieval (default 2048)")
-    p.add_argument("--exact-anchors", default=None, help="anchors of the exact curve (default: a ~10 s budget)")
+    p.add_argument("--exact-anchors", default=None, help="anchors of the exact curve (default: a budget of 3e9 atom-node evaluations)")
     p.add_argument("--n-tuples", default=str(1 << 15), help="Monte Carlo InfoNCE tuples (default 32768)")
     p.add_argument("--seed", default="0", help="seed of the anchor samples and Monte Carlo (default 0)")
     p.add_argument("--out", default=None, help="write the dataset here (.nc)")

@@ -43,8 +43,8 @@ K_MAX_DEFAULT = 2**20
 #: largest k of the Monte Carlo gap (its cost is tuples x k)
 MC_K_MAX = 1024
 # work of the exact curve per anchor ~ N x nodes atom evaluations; the default anchor count keeps the
-# total near this many (about 10 s on two cores)
-_EXACT_WORK = 6e9
+# total near this many (a few seconds on two cores; docs/diagnose.md has the measurements)
+_EXACT_WORK = 3e9
 
 
 def _nodes(tau: float, k_max: int) -> float:
@@ -85,7 +85,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     n_anchors : int
         Anchors of CE, c1, c2 and retrieval (all rows when N is smaller).
     n_exact_anchors : int, optional
-        Anchors of the exact curve; default as many as fit ~6e9 atom evaluations (about 10 s), at
+        Anchors of the exact curve; default as many as fit 3e9 atom-node evaluations, at
         least 16, all rows when that covers them.
     n_tuples, n_blocks, mc_k_max
         Monte Carlo InfoNCE tuples (k up to ``mc_k_max``) in independent blocks, the check of the
