@@ -221,14 +221,6 @@ class _Laws:
             rows = self.pos[a]
         return rows[rows != a] if self.self_excluded else rows
 
-    def negative_mask(self, a):
-        """Rows excluded from a's negatives (indices), as a slice-able array."""
-        if self.convention == "include_anchor":
-            return np.array([], dtype=np.intp)
-        if self.convention == "exclude_anchor":
-            return np.array([a], dtype=np.intp)
-        return self.members(self.lab[a])
-
     def draw_negatives(self, a, size, gen):
         n = self.n
         if self.convention == "include_anchor":
@@ -264,31 +256,52 @@ def _per_anchor_pass(phi, tau, law, rows_all, bs, gen, ks_mc, n_tuples, n_blocks
         cnt = np.zeros(n_blk)
     n_top = min(10, n - 1)
     stage = "exact curve" if curves is not None else "anchors"
+    retrieval = law.views is None and curves is None
     for b0 in range(0, n_a, bs):
         idx = rows_all[b0:b0 + bs]
+        rows = np.arange(idx.size)
         s = phi[idx] @ phi.T
-        s /= tau
+        s /= tau  # (B, N) scores
+        if law.views is not None:
+            pos_s = [(law.views[a] @ phi[a]) / tau for a in idx]
+        else:
+            pos_s = [s[r, law.positive_rows(a)] for r, a in enumerate(idx)]
+        self_s = s[rows, idx].copy()
+        s[rows, idx] = -np.inf
+        if retrieval:  # the anchor's top rows other than itself
+            top = np.argpartition(s, -n_top, axis=1)[:, -n_top:]
+            best = top[rows, np.argmax(s[rows[:, None], top], axis=1)]
+            for r, a in enumerate(idx):
+                plist = law.positive_rows(a)
+                plist = plist[plist != a]
+                if plist.size:
+                    out["top1"][b0 + r] = float(np.isin(best[r], plist))
+                    out["rec10"][b0 + r] = float(np.any(np.isin(top[r], plist)))
+        if law.convention == "include_anchor":
+            s[rows, idx] = self_s
+            n_neg = np.full(idx.size, float(n))
+        elif law.convention == "exclude_anchor":
+            n_neg = np.full(idx.size, float(n - 1))
+        else:
+            s[law.lab[None, :] == law.lab[idx][:, None]] = -np.inf
+            n_neg = (n - law.counts[law.lab[idx]]).astype(float)
+        masked = law.convention != "include_anchor"
+        shift = np.maximum(s.max(axis=1), [float(p.max()) for p in pos_s])
+        e = np.subtract(s, shift[:, None])
+        np.exp(e, out=e)
+        z1 = e.sum(axis=1)
+        z2 = np.einsum("ij,ij->i", e, e)
+        z3 = np.einsum("ij,ij,ij->i", e, e, e)
+        del e
+        zbar = z1 / n_neg
+        sl = slice(b0, b0 + idx.size)
+        out["log_z"][sl] = np.log(zbar) + shift
+        out["ratio2"][sl] = z2 / n_neg / zbar**2
+        out["ratio3"][sl] = z3 / n_neg / zbar**3
         for r, a in enumerate(idx):
             i = b0 + r
-            row = s[r]
-            if law.views is not None:
-                ps = (law.views[a] @ phi[a]) / tau
-            else:
-                ps = row[law.positive_rows(a)]
-            excl = law.negative_mask(a)
-            saved = row[excl].copy()
-            row[excl] = -np.inf
-            shift = max(float(row.max()), float(ps.max()))
-            e = np.exp(row - shift)
-            n_neg = n - excl.size
-            z1 = e.sum()
-            z2 = float(e @ e)
-            z3 = float(np.dot(e * e, e))
-            zbar = z1 / n_neg
-            w0 = np.exp(ps - shift) / zbar
-            out["log_z"][i] = math.log(zbar) + shift
-            out["ratio2"][i] = z2 / n_neg / zbar**2
-            out["ratio3"][i] = z3 / n_neg / zbar**3
+            ps = pos_s[r]
+            w0 = np.exp(ps - shift[r]) / zbar[r]
             out["mu0"][i] = w0.mean()
             out["nu0"][i] = (w0 * w0).mean()
             out["ms"][i] = ps.mean()
@@ -302,23 +315,13 @@ def _per_anchor_pass(phi, tau, law, rows_all, bs, gen, ks_mc, n_tuples, n_blocks
                 else:
                     out["var_mu0"][i] = out["var_nu0"][i] = out["var_ms"][i] = np.nan
             if curves is not None:
-                neg = row[np.isfinite(row)] if excl.size else row
-                curves.add(ps, neg)
+                curves.add(ps, s[r][np.isfinite(s[r])] if masked else s[r])
+                if (i + 1) % 8 == 0:
+                    report(stage, i + 1, n_a)
             if do_mc:
-                _tuples(row, ps, law, a, per_anchor, k_top, ks_mc, seg_edges, out["log_z"][i], gen,
+                _tuples(s[r], ps, law, a, per_anchor, k_top, ks_mc, seg_edges, out["log_z"][i], gen,
                         gap_mc, risk_mc, cnt, block_of[i])
-            row[excl] = saved
-            if law.views is None and curves is None:  # retrieval: the anchor's top rows other than itself
-                row[a] = -np.inf
-                top = np.argpartition(row, -n_top)[-n_top:]
-                best = top[np.argmax(row[top])]
-                plist = law.positive_rows(a)
-                plist = plist[plist != a]
-                if plist.size:
-                    out["top1"][i] = float(np.isin(best, plist))
-                    out["rec10"][i] = float(np.any(np.isin(top, plist)))
-            if curves is not None and (i + 1) % 8 == 0:
-                report(stage, i + 1, n_a)
+        del s
         report(stage, min(b0 + bs, n_a), n_a)
     if do_mc:
         out["gap_blocks"] = gap_mc / cnt[:, None]
