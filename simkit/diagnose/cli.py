@@ -58,6 +58,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--anchors", default="2048", help="anchors for CE, c1, c2 and retrieval (default 2048)")
     p.add_argument("--exact-anchors", default=None, help="anchors of the exact curve (default: a budget of 3e9 atom-node evaluations)")
     p.add_argument("--n-tuples", default=str(1 << 15), help="Monte Carlo InfoNCE tuples (default 32768)")
+    p.add_argument("--mc-k-max", default="1024", help="largest k of the Monte Carlo gap (default 1024)")
     p.add_argument("--seed", default="0", help="seed of the anchor samples and Monte Carlo (default 0)")
     p.add_argument("--out", default=None, help="write the dataset here (.nc)")
     p.add_argument("--report", default=None, help="write the PDF report here (.pdf)")
@@ -220,6 +221,7 @@ def run(args) -> int:
         n_anchors = _int("--anchors", args.anchors, 2)
         n_exact = _int("--exact-anchors", args.exact_anchors, 1)
         n_tuples = _int("--n-tuples", args.n_tuples, 1, 1 << 30)
+        mc_k_max = _int("--mc-k-max", args.mc_k_max, 1, 1 << 20)
         seed = _int("--seed", args.seed, 0, 2**63)
         convention = args.convention.replace("-", "_")
         if convention not in CONVENTIONS:
@@ -242,7 +244,7 @@ def run(args) -> int:
             raise ValueError("'--tau' is required (or store a scalar 'tau' in the npz)")
         dg = diagnose(emb, **{kind: arr}, tau=tau, k=k, batch_size=batch, symmetric=args.symmetric, queue=queue,
                       eps=eps, convention=convention, k_max=k_max, k_grid=k_grid, n_anchors=n_anchors,
-                      n_exact_anchors=n_exact, n_tuples=n_tuples, rng=seed, progress=progress)
+                      n_exact_anchors=n_exact, n_tuples=n_tuples, mc_k_max=mc_k_max, rng=seed, progress=progress)
         text = dg.summary()
     except (ValueError, MemoryError) as exc:
         progress.close()
