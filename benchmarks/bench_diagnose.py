@@ -48,7 +48,9 @@ def make_data(n: int, d: int, n_classes: int, noise: float = 2.0, seed: int = 20
     means = rng.normal(size=(n_classes, d))
     means /= np.linalg.norm(means, axis=1, keepdims=True)
     labels = rng.integers(0, n_classes, size=n)
-    x = means[labels] + rng.normal(scale=noise / np.sqrt(d), size=(n, d))
+    x = rng.normal(scale=noise / np.sqrt(d), size=(n, d))
+    for lo in range(0, n, 8192):  # in place: no (N, d) temporary in the process's peak
+        x[lo:lo + 8192] += means[labels[lo:lo + 8192]]
     return x, labels
 
 

@@ -96,7 +96,7 @@ def normalise(name: str, x: np.ndarray) -> NDArray[np.float64]:
     """Rows of ``x`` scaled to unit norm, as a new float64 array, without overflow for any finite
     scale: each row is first divided by its largest absolute entry."""
     out = np.array(x, dtype=np.float64)
-    amax = np.max(np.abs(out), axis=-1)
+    amax = np.maximum(out.max(axis=-1), -out.min(axis=-1))  # max |x| without an (N, d) temporary
     if np.any(amax == 0):
         where = np.argwhere(amax == 0)[0]
         raise ValueError(f"'{name}' must have no zero rows (a zero row has no direction), "

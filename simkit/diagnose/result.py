@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from dataclasses import dataclass
 
@@ -20,8 +19,6 @@ _Z = 1.959963984540054  # two-sided 95% normal quantile
 #: k_max >= 16 x the expansion scale
 EXPANSION_RTOL = 0.1
 _K_TOP = 2**50  # the largest k an extrapolated answer may take
-_REFERENCES = ("N. Whiteley (2026), Similarity search generalisation in contrastive learning with InfoNCE loss; "
-               "simkit THEORY.md and docs/diagnose.md")
 
 
 @dataclass(frozen=True)
@@ -267,6 +264,3 @@ class Diagnosis:
         """Write the report (the curve and the answers) as a PDF."""
         from simkit.diagnose.plot import write_pdf
         write_pdf(self, path)
-
-    def created(self) -> str:
-        return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
