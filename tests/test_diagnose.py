@@ -211,6 +211,23 @@ def test_diabetes_knn_answer_is_where_the_exact_curve_is_within_eps(diabetes, co
     assert abs(ref[0]) > 0.01 >= max(abs(ref[1:]))
 
 
+@pytest.mark.deterministic(reason="every row an anchor; checked on a second implementation of the curve")
+def test_k_needed_is_the_last_entry_into_the_band_not_the_first(diabetes):
+    """Anchor included, the diabetes curve enters |gap| <= 0.001 near k = 330, dips to about -0.0015
+    (c1 < 0) and re-enters near k = 1431: the answer is the second entry."""
+    x, pos = diabetes
+    dg = diagnose(x, positives=pos, tau=0.1, eps=0.001, convention="include_anchor", n_tuples=64)
+    kn = dg.k_needed()
+    ks = np.arange(1, kn.k, 3)
+    curve = dg.curve(ks)[0]
+    first, dip = int(ks[np.argmax(np.abs(curve) <= 0.001)]), int(ks[np.argmin(curve)])
+    assert first < dip < kn.k
+    ref = _ref_curve(_scores(x, 0.1), _laws(x.shape[0], "include_anchor", positives=pos),
+                     [first, dip, kn.k - 1, kn.k, 2 * kn.k, 8 * kn.k])
+    assert abs(ref[0]) <= 0.001 and ref[1] < -0.001 and ref[2] < -0.001
+    assert max(abs(ref[3:])) <= 0.001
+
+
 # ----------------------------------------------------------------------------------------------
 # sampled anchors, the expansion beyond k_max
 
