@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--combine", nargs="+", default=None, metavar="PART.nc",
                    help="run nothing: combine finished calibrations of the same design at other seeds into --out "
                         "(a seed in two parts must give the same decisions, numbers within 1e-9 relative)")
-    __import__("simkit.diagnose_cli").diagnose_cli.add_parser(sub)  # simkit diagnose (issue 12)
+    __import__("importlib").import_module("simkit.diagnose.cli").add_parser(sub)  # simkit diagnose
     return p
 
 
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "calibrate":
         return _calibrate(args)
     if args.command == "diagnose":
-        return __import__("simkit.diagnose_cli").diagnose_cli.run(args)
+        return __import__("importlib").import_module("simkit.diagnose.cli").run(args)
     return _list(args)
 
 

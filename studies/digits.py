@@ -528,11 +528,12 @@ class Digits(Study):
         phi = make_encoder(cell["encoder"], cfg, theta)
         emb = phi(split["unit"][test])
         grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
+        # THEORY.md's setting: negatives i.i.d. from pi over all rows, the anchor included
         common = dict(tau=tau, k_grid=grid, n_exact_anchors=cfg["n_exact_anchors"], n_tuples=1, n_blocks=3,
-                      rng=rng)
+                      convention="include_anchor", rng=rng)
         labels = split["labels"][test]
         lab = diagnose(emb, labels=labels, **(common if cell["kernel"] == "label" else
-                                               {**common, "n_exact_anchors": 0, "k_grid": grid[:4]}))
+                                               {**common, "n_exact_anchors": 1, "k_grid": grid[:4]}))
         if cell["kernel"] == "label":
             dg = lab
         else:

@@ -195,7 +195,7 @@ def test_label_ce_c1_and_exact_gap_brute_force(encoder):
     labels = split["labels"][split["test"]]
     ce, c1, gap = _brute(emb, labels, tau)
     ds = diagnose(emb, labels=labels, tau=tau, k_grid=[1, 2, 4, 8], n_exact_anchors=len(labels), n_tuples=1,
-                  n_blocks=3, rng=0)
+                  n_blocks=3, convention="include_anchor", rng=0)
     assert float(ds["ce"]) == pytest.approx(ce, rel=1e-12, abs=1e-12)
     assert float(ds["c1"]) == pytest.approx(c1, rel=1e-12)
     assert float(ds["c1_mcse"]) == 0.0 and float(ds["ce_mcse"]) == 0.0

@@ -178,7 +178,7 @@ def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
     ks = np.array([1, 2, 4, 8, 16, 32, 64])
     mine = encoders.exact_constants(f, log_w, TAU, ks)
     ref = diagnose(f, positives=pos, tau=TAU, k_grid=tuple(ks), n_anchors=n, n_exact_anchors=n, n_tuples=n * 16,
-                   rng=0)
+                   convention="include_anchor", rng=0)
     for name in ("ce", "c1", "c2"):
         assert mine[name] == pytest.approx(float(ref[name]), rel=1e-8, abs=1e-10), name
     np.testing.assert_allclose(mine["gap_exact"], ref["gap_exact"].values, rtol=1e-7, atol=1e-12)
