@@ -320,3 +320,36 @@ def test_no_traceback_for_any_argument_vector(argv, tmp_path, monkeypatch, capsy
     assert "Traceback" not in captured.err
     if code == 2 and not any(a in ("--help", "-h") for a in argv):
         assert len([ln for ln in captured.err.splitlines() if ln.startswith("simkit: error")]) == 1, captured.err
+
+
+# ----------------------------------------------------------------------------------------------
+# a full disk at the final netCDF write: netCDF-C's "NetCDF: HDF error" is a failed write
+
+FULL_DISK = ("import resource, signal, sys\n"
+             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead\n"
+             "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))\n"
+             "from simkit.cli import main\n"
+             "sys.exit(main(sys.argv[2:]))\n")
+
+
+def test_full_disk_at_the_netcdf_write_hdf_error_is_one_line_exit_1_then_resumes(reference, tmp_path, capsys):
+    """Reproduction: ``simkit run rate_k ...`` in a process whose files may not grow beyond 32 KiB
+    (RLIMIT_FSIZE; the checkpoints are ~2 KiB, the dataset ~90 KiB), so that netCDF-C fails inside
+    HDF5 and raises ``RuntimeError: NetCDF: HDF error`` (a 56-line traceback before). Now: one line,
+    exit 1, no dataset or temporary file, every task kept, and the same command writes the reference."""
+    out = tmp_path / "rate_k.nc"
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(32 * 1024), *argv], capture_output=True, text=True,
+                          env=_env(), timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "NetCDF: HDF error" in lines[0] and f"all {N_TASKS} tasks are kept" in lines[0]
+    assert "run the same command again" in lines[0]
+    assert _leftovers(tmp_path) == sorted(p.name for p in tmp_path.glob(".rate_k.nc.*.partial/*"))  # no .nc, no lock
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    assert len(list(partial.glob("*.npz"))) == N_TASKS
+    assert main(argv) == 0
+    ds = read_dataset(out)
+    assert ds.attrs["resumed_tasks"] == N_TASKS and _same(reference, ds)
+    capsys.readouterr()

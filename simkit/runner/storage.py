@@ -127,10 +127,38 @@ class RunLock:
         self.release()
 
 
+def _write_error(exc: BaseException) -> str | None:
+    """The reason of a failed write, or None if ``exc`` is not one: an OSError (no space left, I/O
+    error, permissions), or the RuntimeError netCDF-C raises when the HDF5 layer below it cannot
+    write (``NetCDF: HDF error`` on a full disk)."""
+    if isinstance(exc, OSError):
+        return _describe(exc)
+    if isinstance(exc, RuntimeError) and str(exc).startswith("NetCDF:"):
+        return str(exc)
+    return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable; a file system that cannot sync a directory is let be."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | os.PathLike, writer: Callable[[str], None], suffix: str = "") -> None:
     """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
 
-    On any error the temporary file is removed and ``path`` is untouched.
+    The file is synced before the rename and the directory after it, so that after a power cut
+    ``path`` is the old file or the whole new one. On any error the temporary file is removed and
+    ``path`` is untouched; a failed write (:func:`_write_error`) raises :class:`WriteFailed`.
     """
     path = Path(path)
     tmp = None
@@ -142,12 +170,20 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[str], None], suffix:
         umask = os.umask(0o022)  # mkstemp creates 0600; give the file the usual permissions
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(path.parent)
     except BaseException as exc:
         if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, WriteFailed):  # no space left, I/O error, ...
-            raise WriteFailed(f"could not write {str(path)!r} ({_describe(exc)}); nothing partial was left") from None
+        reason = None if isinstance(exc, WriteFailed) else _write_error(exc)
+        if reason is not None:
+            raise WriteFailed(f"could not write {str(path)!r} ({reason}); nothing partial was left") from None
         raise
 
 
