@@ -66,6 +66,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -441,7 +442,9 @@ def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[tup
     result = ckpt.load(name)
     if result is None:
         with RunLock(out):  # OutputBusy while another process runs this output
-            ckpt.open()
+            note = ckpt.open()  # a damaged manifest is rebuilt from the task files
+            if note:
+                print(f"simkit: {note}", file=sys.stderr)
             result = ckpt.load(name)
             if result is None:
                 for _, result, exc in executor.run([(("block", 0, 0), (meta, cfg, cell, 1, 0, {}), None)],

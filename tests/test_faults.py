@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -353,3 +354,93 @@ def test_full_disk_at_the_netcdf_write_hdf_error_is_one_line_exit_1_then_resumes
     ds = read_dataset(out)
     assert ds.attrs["resumed_tasks"] == N_TASKS and _same(reference, ds)
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------
+# a damaged checkpoint manifest: rebuilt from the task files, which carry their own checksums
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbled", "task"])
+def test_damaged_manifest_is_rebuilt_from_the_task_files_and_the_run_resumes(reference, tmp_path, capsys, damage):
+    """Reproduction: interrupt a run after 5 tasks, then empty, truncate or garble its checkpoint
+    ``manifest.json`` (what a power cut before a sync can leave) and run the same command: a traceback
+    and the advice to remove the directory before. Now: one line saying the manifest was rebuilt, exit 0,
+    every task that passes its CRC-32 resumed ("task": one task file damaged too, removed and rerun), and
+    the reference dataset."""
+    out = tmp_path / "rate_k.nc"
+    res = run_study(STUDY, _cfg(), out, progress=False, stop_after=5)
+    assert not res.completed
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    manifest = partial / "manifest.json"
+    text = manifest.read_bytes()
+    manifest.write_bytes({"empty": b"", "truncated": text[:len(text) // 2], "garbled": b"\x00\xff" * 40,
+                          "task": b"{"}[damage])
+    kept = 5
+    if damage == "task":  # flip the last data byte of one task file's first array: its CRC-32 no longer matches
+        import zipfile
+        victim = sorted(partial.glob("*.npz"))[0]
+        with zipfile.ZipFile(victim) as z:
+            info = z.infolist()[0]
+        data = bytearray(victim.read_bytes())
+        name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)  # the local file header
+        data[info.header_offset + 30 + name_len + extra_len + info.file_size - 1] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        kept = 4
+    capsys.readouterr()
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert "manifest" in err[0] and f"rebuilt it: {kept} task file(s) passed their checksums" in err[0]
+    assert ("1 damaged one(s) removed" in err[0]) == (damage == "task")
+    ds = read_dataset(out)
+    assert ds.attrs["resumed_tasks"] == kept and _same(reference, ds)
+
+
+def test_manifest_of_another_configuration_is_one_line_exit_2_nothing_removed(tmp_path, capsys):
+    """A readable manifest whose configuration hashes to the directory's name but is not this run's (a
+    hash collision, simulated by renaming another configuration's directory to this one's): one line
+    naming the directory, exit 2, its task files left alone."""
+    out = tmp_path / "rate_k.nc"
+    run_study(STUDY, _cfg(n_blocks=9), out, progress=False, stop_after=3)
+    (other,) = tmp_path.glob(".rate_k.nc.*.partial")
+    ours = runner.Checkpoint(out, STUDY.name, _cfg())
+    other.rename(ours.dir)
+    capsys.readouterr()
+    from simkit.runner import storage
+    real = storage._config_hash
+    with pytest.MonkeyPatch.context() as mp:  # the other manifest hashes to this directory's name
+        mp.setattr(storage, "_config_hash", lambda study, cfg: ours.hash)
+        argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out",
+                str(out)]
+        assert main(argv) == 2
+    assert real is storage._config_hash
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another configuration" in err[0] and str(ours.dir) in err[0]
+    assert len(list(ours.dir.glob("*.npz"))) == 3 and not out.exists()
+    assert not (tmp_path / f".{out.name}.lock").exists()
+
+
+def test_checkpoint_writes_are_synced_file_then_directory(tmp_path, monkeypatch):
+    """A task file and the manifest reach the disk before they are renamed into place, and the rename
+    itself is synced (the directory), so that a power cut leaves the old state or the new one."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src), str(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    ckpt = runner.Checkpoint(tmp_path / "x.nc", "rate_k", {"seed": 1})
+    ckpt.open()
+    ckpt.save("task", {"a": np.arange(3.0)})
+    for name in ("manifest.json", "task.npz"):
+        (i,) = [j for j, e in enumerate(events) if e[0] == "replace" and e[2] == str(ckpt.dir / name)]
+        src = events[i][1]
+        assert events[i - 1] == ("fsync", src), events  # the file's data, before the rename
+        assert events[i + 1] == ("fsync", str(ckpt.dir)), events  # the rename, after it

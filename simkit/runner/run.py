@@ -216,11 +216,13 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
     ckpt = Checkpoint(out, study.name, cfg)
     try:
-        ckpt.open()
+        note = ckpt.open()  # a damaged manifest is rebuilt from the task files
     except BaseException:
         if owned:
             executor.close()
         raise
+    if note:
+        print(f"simkit: {note}", file=sys.stderr)
     n_blocks = study.n_blocks(cfg)
     preps: dict[int, dict] = {}
     parts: dict[tuple[int, int], dict | None] = {}  # None: done, not loaded (its cell is prepared)

@@ -31,7 +31,7 @@ import xarray as xr
 
 from simkit.runner.seeds import canonical
 
-__all__ = ["atomic_write", "Checkpoint", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS",
+__all__ = ["atomic_write", "Checkpoint", "CheckpointMismatch", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS",
            "OutputBusy", "WriteFailed", "RunLock", "check_writable"]
 
 #: attributes that describe a run rather than its results (excluded when comparing datasets)
@@ -187,26 +187,72 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[str], None], suffix:
         raise
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint directory holds the (readable) manifest of another study or configuration."""
+
+
+def _config_hash(study_name: str, cfg) -> str:
+    return hashlib.sha256(canonical({"study": study_name, "cfg": cfg}).encode()).hexdigest()[:12]
+
+
 class Checkpoint:
-    """One ``.npz`` file per finished task in a directory keyed by the study and configuration."""
+    """One ``.npz`` file per finished task in a directory keyed by the study and configuration.
+
+    ``manifest.json`` records the study and configuration the directory's name is the hash of.
+    Each task file is a zip archive whose members carry their CRC-32, checked when a task is
+    loaded, so a damaged manifest (empty or garbled after a crash) is rebuilt by :meth:`open`
+    from the task files that pass their checksums.
+    """
 
     def __init__(self, out: Path, study_name: str, cfg: dict):
-        h = hashlib.sha256(canonical({"study": study_name, "cfg": cfg}).encode()).hexdigest()[:12]
-        self.dir = Path(out).parent / f".{Path(out).name}.{h}.partial"
+        self.hash = _config_hash(study_name, cfg)
+        self.dir = Path(out).parent / f".{Path(out).name}.{self.hash}.partial"
         self.manifest = {"study": study_name, "config": cfg}
 
-    def open(self) -> None:
+    def open(self) -> str | None:
+        """Create the directory and its manifest, or check an existing one. Returns None, or one line
+        saying that a damaged manifest was rebuilt (the caller shows it); :class:`CheckpointMismatch`
+        when the manifest is readable and that of another configuration."""
         self.dir.mkdir(parents=True, exist_ok=True)
         mpath = self.dir / "manifest.json"
-        if mpath.exists():
-            try:
-                old = json.loads(mpath.read_text())
-            except (OSError, json.JSONDecodeError):
-                old = None
-            if old != json.loads(canonical(self.manifest)):
-                raise RuntimeError(f"checkpoint directory {self.dir} belongs to another configuration; remove it")
-        else:
-            atomic_write(mpath, lambda p: Path(p).write_text(canonical(self.manifest)), ".json")
+        want = json.loads(canonical(self.manifest))
+        if not mpath.exists():
+            self._write_manifest()
+            return None
+        try:
+            old = json.loads(mpath.read_bytes().decode())
+        except (OSError, ValueError):  # empty, truncated, garbled (UnicodeDecodeError is a ValueError)
+            old = None
+        if old == want:
+            return None
+        if (isinstance(old, dict) and set(old) == {"study", "config"}
+                and _config_hash(old["study"], old["config"]) == self.hash):
+            raise CheckpointMismatch(f"checkpoint directory {str(self.dir)!r} holds the manifest of another "
+                                     f"configuration of study {old['study']!r} with the same hash; move it away "
+                                     "or choose another --out")
+        # not a manifest whose hash is this directory's name: the file is damaged, the tasks are not
+        kept, removed = self.verify()
+        self._write_manifest()
+        return (f"the checkpoint manifest {str(mpath)!r} was unreadable or damaged; rebuilt it: {kept} task "
+                f"file(s) passed their checksums and are kept" + (f", {removed} damaged one(s) removed" if removed
+                                                                    else ""))
+
+    def _write_manifest(self) -> None:
+        atomic_write(self.dir / "manifest.json", lambda p: Path(p).write_text(canonical(self.manifest)), ".json")
+
+    def verify(self) -> tuple[int, int]:
+        """Read every task file in full (checking each member's CRC-32); remove those that fail.
+        Returns (kept, removed)."""
+        kept = removed = 0
+        for path in sorted(self.dir.glob("*.npz")):
+            if path.name.startswith("."):
+                continue  # a temporary file of a write that never finished
+            if self.load(path.stem) is None:
+                path.unlink(missing_ok=True)
+                removed += 1
+            else:
+                kept += 1
+        return kept, removed
 
     def load(self, name: str) -> dict | None:
         path = self.dir / f"{name}.npz"
