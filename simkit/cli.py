@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -388,9 +390,44 @@ def _list(args) -> int:
     return 0
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it is handled the same way."""
+
+
+#: exit status after SIGTERM (128 + the signal's number, as if the signal had ended the process)
+TERMINATED = 128 + signal.SIGTERM
+_sigterms: list[int] = []  # SIGTERMs received during this call of main()
+
+
+def _on_sigterm(signum, frame):
+    _sigterms.append(signum)
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``simkit`` console script; returns the exit status."""
+    """Entry point of the ``simkit`` console script; returns the exit status.
+
+    SIGTERM (a batch scheduler's or ``kill``'s stop) is handled as Ctrl-C is: finished tasks are kept
+    and reported in one line, the output's lock is released, and the same command resumes; the status
+    is then 143 where Ctrl-C gives 130.
+    """
     args = _parser().parse_args(argv)
+    installed = threading.current_thread() is threading.main_thread()  # handlers can only be set there
+    if installed:
+        _sigterms.clear()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = _dispatch(args)
+    except _Terminated:  # a command with no Ctrl-C handling of its own: one line, no traceback either
+        print("simkit: terminated (SIGTERM)", file=sys.stderr)
+        code = TERMINATED
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous)
+    return TERMINATED if code == 130 and _sigterms else code
+
+
+def _dispatch(args) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "report":

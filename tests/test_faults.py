@@ -444,3 +444,45 @@ def test_checkpoint_writes_are_synced_file_then_directory(tmp_path, monkeypatch)
         src = events[i][1]
         assert events[i - 1] == ("fsync", src), events  # the file's data, before the rename
         assert events[i + 1] == ("fsync", str(ckpt.dir)), events  # the rename, after it
+
+
+# ----------------------------------------------------------------------------------------------
+# SIGTERM is handled as Ctrl-C
+
+SIGTERM_AT = ("import os, signal, sys\n"
+              "from studies.rate_k import STUDY\n"
+              "real, calls = type(STUDY).generate, []\n"
+              "def generate(self, *args):\n"
+              "    calls.append(1)\n"
+              "    if len(calls) == int(sys.argv[1]):  # a real SIGTERM, from the kernel, during this block\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    return real(self, *args)\n"
+              "type(STUDY).generate = generate\n"
+              "from simkit.cli import main\n"
+              "sys.exit(main(sys.argv[2:]))\n")
+
+
+def test_sigterm_keeps_finished_tasks_in_one_line_exit_143_releases_the_lock_and_resumes(reference, tmp_path,
+                                                                                          capsys):
+    """Reproduction: ``kill -TERM`` a running ``simkit run rate_k ...`` (here the process signals itself
+    during its 5th block, so that the signal lands mid-run on every machine): exit 143 with no "tasks kept"
+    line and the lock file left behind before. Now, as for Ctrl-C: one line naming the tasks kept, exit 143,
+    the lock file removed, no dataset, and the same command resumes to the reference dataset."""
+    out = tmp_path / "rate_k.nc"
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_AT, "5", *argv], capture_output=True, text=True,
+                          env=_env(), timeout=600, cwd=REPO_ROOT)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    m = re.fullmatch(rf"simkit: interrupted; (\d+)/{N_TASKS} tasks are kept in (\S+); run the same command again "
+                     "to resume", lines[0])
+    assert m, lines[0]
+    (partial,) = tmp_path.glob(".rate_k.nc.*.partial")
+    kept = len(list(partial.glob("*.npz")))
+    assert int(m.group(1)) == kept == 2 + 4  # both preparations and the 4 blocks before the signalled one
+    assert not out.exists() and not (tmp_path / f".{out.name}.lock").exists()
+    assert main(argv) == 0
+    ds = read_dataset(out)
+    assert ds.attrs["resumed_tasks"] == kept and _same(reference, ds)
+    capsys.readouterr()
