@@ -259,6 +259,7 @@ class Calibration(Study):
 
     cell_dim = "seed"
     schema = SCHEMA
+    optional_vars = frozenset({"block"})  # the dataset is the summary over seeds, without the raw blocks
 
     def __init__(self, target: Study, target_cfg: dict, seeds: Sequence[int], *,
                  alternative: Alternative | None = None, names: Sequence[str] | None = None,

@@ -199,14 +199,19 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from simkit.runner import WriteFailed, check_writable, get_study, read_dataset
+    from simkit.runner import WriteFailed, check_dataset, check_writable, get_study, read_dataset
     try:
         ds = read_dataset(args.dataset)
         calibration = str(ds.attrs["study"]).startswith("calibrate-") and "target_study" in ds.attrs
+        named = ds.attrs["target_study"] if calibration else ds.attrs["study"]
         try:
-            study = None if calibration else get_study(ds.attrs["study"])
+            study = get_study(named)
         except ValueError:
-            raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
+            raise ValueError(f"'{args.dataset}' names an unknown study {named!r}") from None
+        if calibration:
+            from simkit.calibrate import Calibration
+            study = Calibration(study, {}, [])
+        check_dataset(study, ds, f"'{args.dataset}'")  # before drawing: the study's declared schema
         out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
         check_writable("--out", out)
     except ValueError as exc:

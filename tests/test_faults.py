@@ -486,3 +486,83 @@ def test_sigterm_keeps_finished_tasks_in_one_line_exit_143_releases_the_lock_and
     ds = read_dataset(out)
     assert ds.attrs["resumed_tasks"] == kept and _same(reference, ds)
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------
+# simkit report checks the dataset against its study's declared schema before drawing
+
+def _damaged(reference, tmp_path: Path, damage: str) -> Path:
+    from simkit.runner import storage
+    cf = storage._to_cf(reference)
+    if damage in ("gap", "verdict", "setting_label"):
+        cf = cf.drop_vars(damage)
+    elif damage == "study":
+        cf.attrs["study"] = "search_ce"
+    elif damage == "dims":
+        cf["gap"] = cf["gap"].transpose()
+    path = tmp_path / f"{damage}.nc"
+    cf.to_netcdf(path, engine=storage.ENGINE,
+                 encoding={n: {"_FillValue": None} for n in cf.coords if cf[n].dtype.kind == "f"})
+    return path
+
+
+@pytest.mark.parametrize("damage", ["gap", "verdict", "setting_label", "study", "dims"])
+def test_report_of_a_dataset_not_matching_its_schema_is_one_line_exit_2(reference, tmp_path, capsys, damage):
+    """Reproduction: ``simkit report`` of a rate_k dataset without ``gap``, ``verdict`` or ``setting_label``,
+    with another study's ``study`` attribute (search_ce), or with ``gap``'s dimensions swapped: a traceback
+    and exit 1 before. Now: one line naming the file and what does not match, exit 2, no PDF drawn, the
+    dataset untouched."""
+    path = _damaged(reference, tmp_path, damage)
+    before = path.read_bytes()
+    pdf = tmp_path / "r.pdf"
+    assert main(["report", str(path), "--out", str(pdf)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"simkit: error: '{path}' ") and "Traceback" not in err[0], err
+    expected = {"gap": "lacks 'gap'", "verdict": "lacks 'verdict'", "setting_label": "lacks 'setting_label'",
+                "study": "schema of study 'search_ce'", "dims": "'gap' ('k', 'setting') (declared ('setting', 'k'))"}
+    assert expected[damage] in err[0], err[0]
+    assert not pdf.exists() and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    assert path.read_bytes() == before
+
+
+def test_report_of_the_intact_dataset_passes_the_schema_check(reference, tmp_path, capsys):
+    """The positive control of the test above: the same file, undamaged, gives its report (exit 0)."""
+    path = _damaged(reference, tmp_path, "none")
+    assert main(["report", str(path), "--out", str(tmp_path / "r.pdf")]) == 0
+    assert (tmp_path / "r.pdf").read_bytes().startswith(b"%PDF")
+    capsys.readouterr()
+
+
+def _committed() -> list[Path]:
+    data = REPO_ROOT / "data"
+    return sorted(p for p in [*data.glob("*.nc"), *data.glob("calibration/**/*.nc")]
+                  if not p.name.startswith("validation") and p.name != "claims.nc")
+
+
+def test_every_committed_dataset_passes_the_schema_check_of_simkit_report():
+    """No dataset simkit wrote is refused: every study's committed run and every calibration (archived
+    ones included) matches its study's declared schema."""
+    from simkit.calibrate import Calibration
+    from simkit.runner import check_dataset, get_study
+    paths = _committed()
+    assert len(paths) >= 11
+    for path in paths:
+        ds = read_dataset(path)
+        name = str(ds.attrs["study"])
+        study = (Calibration(get_study(ds.attrs["target_study"]), {}, []) if name.startswith("calibrate-")
+                 else get_study(name))
+        check_dataset(study, ds, str(path))
+
+
+def test_a_design_without_some_sweeps_passes_one_without_a_summary_does_not():
+    """generalisation's quick design runs four of its eight sweeps (no pre-registered NI sweep, no C3
+    conclusion): declared optional, not refused; a summary every design writes is required."""
+    from simkit.runner import check_dataset, get_study
+    study = get_study("generalisation")
+    ds = read_dataset(REPO_ROOT / "data" / "generalisation.nc")
+    ni = [n for n in ds.data_vars if n.startswith(("kprim_", "kctl_", "krot_", "kbrown_")) or n == "c3_conclusion"]
+    assert len(ni) == 45
+    check_dataset(study, ds.drop_vars(ni), "quick-like")
+    with pytest.raises(ValueError, match=r"^quick-like does not match the schema of study 'generalisation' "
+                                         r"\(its 'study' attribute\): it lacks 'gap_cv'$"):
+        check_dataset(study, ds.drop_vars("gap_cv"), "quick-like")

@@ -29,7 +29,7 @@ from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, tas
 from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
-__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
+__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "check_dataset", "ENGINE_SCHEMA", "dataset_attrs"]
 
 #: variables every study's dataset has, declared by the runner
 ENGINE_SCHEMA = {
@@ -104,6 +104,40 @@ def apply_schema(ds: xr.Dataset, schema: dict[str, Var], cell_dim: str) -> xr.Da
     for n in names:
         ds[n].attrs = full[n].attrs
     return ds
+
+
+def _names(names, limit: int = 8) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(repr(n) for n in names[:limit]) + more
+
+
+def check_dataset(study: Study, ds: xr.Dataset, source: str = "the dataset") -> None:
+    """ValueError, one line naming ``source``, unless ``ds`` is a dataset of ``study`` as its schema
+    declares one: its ``study`` attribute names the study, every variable and coordinate is declared
+    (by the study or the runner) with the declared dimensions, and every declared summary is there
+    but those in the study's ``optional_vars``. The raw ``raw_*`` and ``prep_*`` variables are not
+    required: they are what the tasks returned, which may differ between a design's cells (e.g. a
+    constant only a trained encoder has). ``simkit report`` checks this before drawing."""
+    named = ds.attrs.get("study")
+    if named != study.name:
+        raise ValueError(f"{source} is not a {study.name} dataset: its 'study' attribute is {named!r}")
+    full = {**{k: v.like(tuple(study.cell_dim if d is None else d for d in v.dims)) for k, v in ENGINE_SCHEMA.items()},
+            **{k: v.like(tuple(study.cell_dim if d is None else d for d in v.dims)) for k, v in study.schema.items()}}
+    present = set(ds.variables)
+    undeclared = present - set(full)
+    optional = set(getattr(study, "optional_vars", ()) or ())
+    missing = {n for n in full if not n.startswith(("raw_", "prep_"))} - present - optional
+    if undeclared or missing:
+        what = "; ".join(part for part in (
+            f"it lacks {_names(missing)}" if missing else "",
+            f"it has {_names(undeclared)}, which the schema does not declare" if undeclared else "") if part)
+        raise ValueError(f"{source} does not match the schema of study {study.name!r} (its 'study' attribute): {what}")
+    wrong = [f"{n!r} {tuple(ds[n].dims)} (declared {full[n].dims})" for n in sorted(present)
+             if tuple(ds[n].dims) != full[n].dims]
+    if wrong:
+        raise ValueError(f"{source} does not match the schema of study {study.name!r}: other dimensions than declared: "
+                         f"{'; '.join(wrong[:4])}{f' and {len(wrong) - 4} more' if len(wrong) > 4 else ''}")
 
 
 def _merge(raw: xr.Dataset, summary, schema: dict[str, Var], cell_dim: str) -> xr.Dataset:

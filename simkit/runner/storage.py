@@ -294,8 +294,12 @@ def _to_cf(ds: xr.Dataset) -> xr.Dataset:
     return out
 
 
-def _from_cf(ds: xr.Dataset) -> xr.Dataset:
+def _from_cf(ds: xr.Dataset, source: str = "the dataset") -> xr.Dataset:
     labelled = str(ds.attrs.get(LABELLED_DIMS, "")).split()
+    lost = [f"{d}_label" for d in labelled if f"{d}_label" not in ds.variables or ds[f"{d}_label"].dims != (d,)]
+    if lost:
+        raise ValueError(f"{source} lacks {', '.join(map(repr, lost))}, the labels of its dimension(s) "
+                         f"{', '.join(map(repr, [n[:-6] for n in lost]))} (attribute {LABELLED_DIMS})")
     for d in labelled:
         attrs = dict(ds[f"{d}_label"].attrs)
         ds = ds.assign_coords({d: ((d,), ds[f"{d}_label"].values.astype(str), attrs)}).drop_vars(f"{d}_label")
@@ -344,7 +348,7 @@ def read_dataset(path: str | os.PathLike) -> xr.Dataset:
         raise ValueError(f"'{p}' is not a readable netCDF dataset ({type(exc).__name__})") from None
     if "study" not in ds.attrs or "simkit_version" not in ds.attrs:
         raise ValueError(f"'{p}' is not a simkit dataset (no 'study' attribute)")
-    return _from_cf(ds)
+    return _from_cf(ds, f"'{p}'")
 
 
 def results_identical(a: xr.Dataset, b: xr.Dataset) -> bool:

@@ -146,6 +146,10 @@ class Study:
     params: dict[str, Param] = {}
     schema: dict[str, Var] = {}
     checks: tuple[Check, ...] = ()
+    #: declared summaries a complete dataset may lack (written by some designs only); ``simkit report``
+    #: refuses a dataset that lacks any other declared variable but raw_* and prep_* ones
+    #: (:func:`simkit.runner.run.check_dataset`)
+    optional_vars: frozenset[str] = frozenset()
     cell_dim: str = "cell"
     default_seed: int = 20261130
 
