@@ -271,6 +271,7 @@ class Calibration(Study):
         self.names = None if names is None else tuple(names)
         self.scratch = None if scratch is None else str(scratch)
         self.quick = bool(quick)
+        self._resumed = 0  # target tasks resumed by the seeds run in this process (their own checkpoints)
         self.name = f"calibrate-{target.name}"
         self.claim = target.claim
         self.title = f"Calibration of the checks of {target.name} ({target.claim}) over independent seeds"
@@ -306,13 +307,18 @@ class Calibration(Study):
         if self.scratch is None:
             with tempfile.TemporaryDirectory(prefix="simkit-calibrate-") as d:
                 res = run_study(self.target, cfg, Path(d) / f"{self.target.name}-seed{seed}.nc", progress=False,
-                                write=False)
+                                write=False, quiet=True)
         else:
             out = Path(self.scratch) / f"{self.target.name}-seed{seed}.nc"
-            res = run_study(self.target, cfg, out, progress=False, write=False)  # checks use the returned dataset
+            # checks use the returned dataset; an interruption is reported once, by calibrate's caller
+            res = run_study(self.target, cfg, out, progress=False, write=False, quiet=True)
         if not res.completed:
             raise KeyboardInterrupt
+        self._resumed += int(res.dataset.attrs["resumed_tasks"])
         return res.dataset, len(res.errors)
+
+    def nested_resumed(self) -> int:
+        return self._resumed
 
     def generate(self, cell, cfg, prep, rng):
         seed = int(cell["seed"])
@@ -528,7 +534,7 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
         cfg = meta.config(first_seed)
         meta.names, first_s, first_n = _first_names(meta, cfg, out, ex)
         res = run_study(meta, cfg, out, executor=ex, progress=progress, keep_checkpoint=keep_checkpoint,
-                        stop_after=stop_after, prior=(first_s, first_n))
+                        stop_after=stop_after, prior=(first_s, first_n), quiet=True)  # the caller says it
     finally:
         if owned:
             ex.close()

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -203,15 +204,17 @@ def _report(args) -> int:
     try:
         ds = read_dataset(args.dataset)
         calibration = str(ds.attrs["study"]).startswith("calibrate-") and "target_study" in ds.attrs
-        named = ds.attrs["target_study"] if calibration else ds.attrs["study"]
-        try:
-            study = get_study(named)
-        except ValueError:
-            raise ValueError(f"'{args.dataset}' names an unknown study {named!r}") from None
-        if calibration:
+        if calibration:  # drawn from the calibration's own variables: its target need not be installed
             from simkit.calibrate import Calibration
-            study = Calibration(study, {}, [])
-        check_dataset(study, ds, f"'{args.dataset}'")  # before drawing: the study's declared schema
+            study = None
+            schema = SimpleNamespace(name=ds.attrs["study"], schema=Calibration.schema, cell_dim=Calibration.cell_dim,
+                                     optional_vars=Calibration.optional_vars)
+        else:
+            try:
+                study = schema = get_study(ds.attrs["study"])
+            except ValueError:
+                raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
+        check_dataset(schema, ds, f"'{args.dataset}'")  # before drawing: the study's declared schema
         out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
         check_writable("--out", out)
     except ValueError as exc:

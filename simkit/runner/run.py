@@ -113,8 +113,8 @@ def _names(names, limit: int = 8) -> str:
 
 
 def check_dataset(study: Study, ds: xr.Dataset, source: str = "the dataset") -> None:
-    """ValueError, one line naming ``source``, unless ``ds`` is a dataset of ``study`` as its schema
-    declares one: its ``study`` attribute names the study, every variable and coordinate is declared
+    """ValueError, one line naming ``source``, unless ``ds`` is a dataset of ``study`` (a Study, or any
+    object with its ``name``, ``schema``, ``cell_dim`` and ``optional_vars``) as its schema declares one: its ``study`` attribute names the study, every variable and coordinate is declared
     (by the study or the runner) with the declared dimensions, and every declared summary is there
     but those in the study's ``optional_vars``. The raw ``raw_*`` and ``prep_*`` variables are not
     required: they are what the tasks returned, which may differ between a design's cells (e.g. a
@@ -196,7 +196,8 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
 
 def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,
               executor=None, scheduler=None, progress: bool = True, keep_checkpoint: bool = False,
-              stop_after: int | None = None, write: bool = True, prior: tuple[float, int] = (0.0, 0)) -> RunResult:
+              stop_after: int | None = None, write: bool = True, prior: tuple[float, int] = (0.0, 0),
+              quiet: bool = False) -> RunResult:
     """Run (or resume) a study and write its dataset.
 
     Parameters
@@ -224,6 +225,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         Work the caller did in this invocation through the same checkpoint before this call (``simkit
         calibrate`` runs its first seed first): the seconds are added to ``wall_time_s`` and the tasks are
         not counted as resumed from an earlier invocation.
+    quiet : bool
+        No line on stderr when interrupted: for a caller that reports it (``simkit calibrate`` runs a
+        seed's study inside a task).
     """
     if isinstance(study, str):
         study = get_study(study)
@@ -236,13 +240,13 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     lock = RunLock(out)
     lock.acquire()  # OutputBusy while another process runs the same output
     try:
-        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write, prior)
+        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write, prior, quiet)
     finally:
         lock.release()
 
 
 def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write=True,
-                prior=(0.0, 0)) -> RunResult:
+                prior=(0.0, 0), quiet=False) -> RunResult:
     t0 = time.perf_counter() - float(prior[0])
     owned = executor is None or not hasattr(executor, "run")
     cells = study.cells(cfg)
@@ -344,8 +348,9 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         if owned:
             executor.close()
         done = len(preps) + len(parts) + len(blocks)
-        print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
-              f"run the same command again to resume", file=sys.stderr)
+        if not quiet:
+            print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
+                  f"run the same command again to resume", file=sys.stderr)
         return RunResult(None, out, False, n_tasks, done, errors, time.perf_counter() - t0)
     except (WriteFailed, ExecutorLost) as exc:  # keep every finished task; the same command resumes
         if bar is not None:
@@ -377,7 +382,8 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             f"{done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command again to retry "
             "the failed ones") from None
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
-                                  resumed=max(resumed - int(prior[1]), 0), errors=errors))
+                                  resumed=max(resumed - int(prior[1]), 0) + int(study.nested_resumed()),
+                                  errors=errors))
     try:
         if write:
             write_dataset(ds, out)

@@ -191,6 +191,12 @@ class Study:
         """Study-specific global attributes of the dataset (e.g. a verdict's ``alpha``)."""
         return {}
 
+    def nested_resumed(self) -> int:
+        """Tasks that this study's tasks resumed from checkpoints of their own in this process (a study
+        whose tasks run another study through the runner, as the seeds of ``simkit calibrate`` do); the
+        runner adds them to the dataset's ``resumed_tasks``."""
+        return 0
+
     def summary_text(self, ds: xr.Dataset) -> str:
         return ""
 
