@@ -29,12 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from simkit import exact
 from simkit._blas import single_threaded_blas
-from simkit._infonce_jit import prefix_sums, tile_negatives
+from simkit._infonce_jit import SMALL_D, TILE_A, prefix_sums, tile_negatives
 from simkit._infonce_jit32 import prefix_sums32, tile_negatives32
 from simkit._validation import check_int, check_points, check_rng, check_scalar
 from simkit.kernels import MarkovKernel
@@ -66,12 +67,29 @@ def _check_grid(grid, n_neg: int) -> NDArray[np.int64]:
     return g
 
 
+#: multiply-adds (anchors x negatives x max(d, SMALL_D)) per call of the prefix kernel: Python runs a
+#: signal handler (Ctrl-C, SIGTERM) only between calls, so a large block is cut into calls of a
+#: fraction of a second each
+CALL_WORK = 1 << 28
+
+
+def _rows_per_call(n_neg: int, d: int) -> int:
+    """Anchors per call of :func:`prefix_sums`: a multiple of its tile, so that every tile (zero-padded
+    the same way) and so every result is the one a single call would give; at least 4 tiles per thread."""
+    rows = max(CALL_WORK // (max(n_neg, 1) * max(d, SMALL_D)), 4 * TILE_A * numba.get_num_threads())
+    return -(-rows // TILE_A) * TILE_A
+
+
 def _prefix(x: NDArray, y: NDArray, tau: float, shift: NDArray, grid: NDArray) -> NDArray:
+    x, shift = np.ascontiguousarray(x), np.ascontiguousarray(shift)
     out = np.empty((x.shape[0], grid.size))
     tiles = tile_negatives(y)
+    step = _rows_per_call(int(grid[-1]), x.shape[1])
     # BLAS runs single-threaded inside the parallel loop: the parallelism is over anchor tiles
     with single_threaded_blas():
-        prefix_sums(np.ascontiguousarray(x), tiles, y.shape[0], 1.0 / tau, np.ascontiguousarray(shift), grid, out)
+        for lo in range(0, x.shape[0], step):  # between calls, a pending Ctrl-C or SIGTERM is raised
+            hi = min(lo + step, x.shape[0])
+            prefix_sums(x[lo:hi], tiles, y.shape[0], 1.0 / tau, shift[lo:hi], grid, out[lo:hi])
     return out
 
 

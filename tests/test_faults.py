@@ -566,3 +566,74 @@ def test_a_design_without_some_sweeps_passes_one_without_a_summary_does_not():
     with pytest.raises(ValueError, match=r"^quick-like does not match the schema of study 'generalisation' "
                                          r"\(its 'study' attribute\): it lacks 'gap_cv'$"):
         check_dataset(study, ds.drop_vars("gap_cv"), "quick-like")
+
+
+# ----------------------------------------------------------------------------------------------
+# Ctrl-C within a long block: the prefix kernel runs in calls of bounded work, signals act between them
+
+@pytest.mark.parametrize("d", [3, 16])  # the small-d path and the BLAS path of the kernel
+def test_a_block_cut_into_kernel_calls_is_bit_identical_to_one_call(monkeypatch, d):
+    """The anchors of a block go to the prefix kernel in calls of whole tiles: every result is bit for
+    bit the single call's, remainder tile included (1000 anchors = 31 tiles of 32 + 8 rows)."""
+    from simkit import infonce
+    from simkit._blas import single_threaded_blas
+    from simkit._infonce_jit import prefix_sums, tile_negatives
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((1000, d)), rng.standard_normal((4096, d))
+    shift, grid, tau = rng.standard_normal(1000), 2 ** np.arange(13, dtype=np.int64), 0.7
+    one = np.empty((1000, grid.size))
+    with single_threaded_blas():
+        prefix_sums(x, tile_negatives(y), 4096, 1.0 / tau, shift, grid, one)
+    calls = []
+    monkeypatch.setattr(infonce, "CALL_WORK", 1)  # the fewest rows per call: 4 tiles per thread
+    monkeypatch.setattr(infonce, "prefix_sums", lambda x, *a: calls.append(len(x)) or prefix_sums(x, *a))
+    cut = infonce._prefix(x, y, tau, shift, grid)
+    assert len(calls) > 1 and all(n % 32 == 0 for n in calls[:-1]) and sum(calls) == 1000
+    assert np.array_equal(cut, one)
+
+
+CTRL_C_IN_BLOCK = ("import atexit, os, signal, sys\n"
+                   "signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it\n"
+                   "from simkit import infonce\n"
+                   "from studies.rate_k import STUDY\n"
+                   "infonce.CALL_WORK = 1  # many calls per block, however small the design\n"
+                   "real_prefix, real_generate, calls = infonce.prefix_sums, type(STUDY).generate, []\n"
+                   "def prefix(x, *args):\n"
+                   "    if calls:\n"
+                   "        calls[-1] += 1\n"
+                   "        if calls == [2]:  # Ctrl-C while the kernel runs, in the first block's second call\n"
+                   "            os.kill(os.getpid(), signal.SIGINT)\n"
+                   "    return real_prefix(x, *args)\n"
+                   "def generate(self, *args):\n"
+                   "    calls.append(0)\n"
+                   "    return real_generate(self, *args)\n"
+                   "infonce.prefix_sums, type(STUDY).generate = prefix, generate\n"
+                   "atexit.register(lambda: print(f'calls {calls} of {1024 // infonce._rows_per_call(256, 3)}'))\n"
+                   "from simkit.cli import main\n"
+                   "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_ctrl_c_during_a_long_block_takes_effect_at_the_next_kernel_call(tmp_path, capsys):
+    """Reproduction: Ctrl-C during a block of ``block_anchors=2^20`` took effect only when the block's
+    one kernel call returned (64 s). Here SIGINT arrives during the second of the first block's kernel
+    calls (1024 anchors cut into 8 calls of 128, one Numba thread): the block stops there — 2 calls, not
+    8 —, the run ends with its one line and exit 130, and the same command resumes to the dataset of an
+    uninterrupted run."""
+    big = {**TINY, "block_anchors": 1024}
+    args = [a for n, v in big.items() for a in ("--set", f"{n}={v}")]
+    out = tmp_path / "rate_k.nc"
+    argv = ["run", "rate_k", "--no-progress", "--no-report", *args, "--seed", str(SEED), "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_BLOCK, *argv], capture_output=True, text=True,
+                          env={**_env(), "NUMBA_NUM_THREADS": "1"}, timeout=600, cwd=REPO_ROOT)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "calls [2] of 8", proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(rf"simkit: interrupted; 2/{N_TASKS} tasks are kept in \S+; run the "
+                                            "same command again to resume", lines[0]), proc.stderr[-3000:]
+    assert not out.exists() and not (tmp_path / f".{out.name}.lock").exists()
+    assert main(argv) == 0
+    ds = read_dataset(out)
+    assert ds.attrs["resumed_tasks"] == 2
+    clean = run_study(STUDY, resolve_config(STUDY, big, seed=SEED), tmp_path / "clean" / "rate_k.nc", progress=False)
+    assert _same(clean.dataset, ds)
+    capsys.readouterr()
