@@ -79,6 +79,7 @@ from scipy import stats
 
 from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, canonical, check_writable, execute_task,
                            get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
+from simkit.runner.memory import check_memory
 from simkit.runner.provenance import git_commit
 from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
@@ -320,6 +321,9 @@ class Calibration(Study):
     def nested_resumed(self) -> int:
         return self._resumed
 
+    def peak_memory(self, cfg):
+        return self.target.peak_memory({**self.target_cfg, "seed": int(cfg["seed"])})
+
     def generate(self, cell, cfg, prep, rng):
         seed = int(cell["seed"])
         ds, n_err = self._run_target(seed)
@@ -532,6 +536,8 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
         meta = Calibration(target, tcfg, range(int(first_seed), int(first_seed) + int(seeds)),
                            alternative=alternative, scratch=scratch, quick=quick)
         cfg = meta.config(first_seed)
+        if isinstance(ex, InProcessExecutor):
+            check_memory(meta, cfg)  # before the first seed runs: the target's largest task must fit
         meta.names, first_s, first_n = _first_names(meta, cfg, out, ex)
         res = run_study(meta, cfg, out, executor=ex, progress=progress, keep_checkpoint=keep_checkpoint,
                         stop_after=stop_after, prior=(first_s, first_n), quiet=True)  # the caller says it

@@ -154,8 +154,8 @@ def _connect(address: str | None):
 
 
 def _run(args) -> int:
-    from simkit.runner import (CheckpointMismatch, ExecutorLost, OutputBusy, SummaryFailed, WriteFailed,
-                               check_writable, get_study, resolve_config, run_study)
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
+                               WriteFailed, check_writable, get_study, resolve_config, run_study)
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
@@ -170,7 +170,7 @@ def _run(args) -> int:
         return 2
     try:
         result = run_study(study, cfg, out, executor=executor, progress=not args.no_progress)
-    except (OutputBusy, CheckpointMismatch) as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
@@ -234,7 +234,8 @@ def _report(args) -> int:
 
 
 def _validate(args) -> int:
-    from simkit.runner import CheckpointMismatch, ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
+                               WriteFailed, check_writable)
     from simkit.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
@@ -256,7 +257,7 @@ def _validate(args) -> int:
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
-    except (OutputBusy, CheckpointMismatch) as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
@@ -324,8 +325,8 @@ def _combine(args) -> int:
 
 def _calibrate(args) -> int:
     from simkit.calibrate import ALTERNATIVES, calibrate
-    from simkit.runner import (CheckpointMismatch, ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study,
-                               resolve_config)
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, WriteFailed,
+                               check_writable, get_study, resolve_config)
     if args.combine is not None:
         return _combine(args)
     try:  # every argument is validated before anything runs or is written
@@ -356,7 +357,7 @@ def _calibrate(args) -> int:
         print("simkit: calibration interrupted; finished seeds are kept, run the same command to resume",
               file=sys.stderr)
         return 130
-    except (OutputBusy, CheckpointMismatch) as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, RuntimeError) as exc:

@@ -637,3 +637,95 @@ def test_ctrl_c_during_a_long_block_takes_effect_at_the_next_kernel_call(tmp_pat
     clean = run_study(STUDY, resolve_config(STUDY, big, seed=SEED), tmp_path / "clean" / "rate_k.nc", progress=False)
     assert _same(clean.dataset, ds)
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------
+# a design that cannot fit in memory is refused before any task
+
+MEMORY_CAP = ("import resource, sys\n"
+              "cap = int(sys.argv[1])\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))  # the address space this process may use\n"
+              "from simkit.cli import main\n"
+              "sys.exit(main(sys.argv[2:]))\n")
+
+
+def test_design_too_large_for_memory_is_refused_before_any_task_exit_2(reference, tmp_path):
+    """Reproduction: ``simkit run rate_k --set dim=4096 --set n_mc=16777216 --set settings=mixture-d16``
+    under a 10 GiB cap (here RLIMIT_AS): 16 preparation parts of 12.8 GiB each were attempted over 51 s,
+    then exit 1 with a line opening ``KeyError 'prep_rho'`` (without a cap, the OOM killer). Now: one
+    line naming the parameters that drive the largest task and its estimate, exit 2, nothing written; the
+    small design runs under the same cap to the reference dataset."""
+    cap = str(10 * 2**30)
+    out = tmp_path / "rate_k.nc"
+    big = ["run", "rate_k", "--set", "dim=4096", "--set", "n_mc=16777216", "--set", "settings=mixture-d16",
+           "--out", str(out), "--no-progress"]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", MEMORY_CAP, cap, *big], capture_output=True, text=True, env=_env(),
+                          timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert time.monotonic() - t0 < 60  # refused at once, not after the tasks
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    m = re.fullmatch(r"simkit: error: the design needs about ([\d.]+) GiB for a Monte Carlo preparation part of "
+                     r"mixture-d16 \(n_mc=16777216, prep_parts=16, dim=4096, k_max=65536\), more than the "
+                     r"([\d.]+) GiB this process may use; choose a design that fits with --set", lines[0])
+    assert m, lines[0]
+    assert float(m.group(1)) > 12.8 and float(m.group(2)) <= 10.0
+    assert _leftovers(tmp_path) == []
+    small = ["run", "rate_k", "--no-progress", "--no-report", *_tiny_args(), "--seed", str(SEED), "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", MEMORY_CAP, cap, *small], capture_output=True, text=True,
+                          env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _same(reference, read_dataset(out))
+
+
+def test_memory_check_refuses_only_what_does_not_fit():
+    """check_memory against a given amount: the default and quick designs fit in 1 GiB; the issue's
+    design does not fit in 10 GiB; a study without an estimate is never refused."""
+    from simkit.runner import InsufficientMemory, Study, check_memory
+    for quick in (False, True):
+        est = check_memory(STUDY, resolve_config(STUDY, quick=quick), available=2**30)
+        assert 0 < est.bytes < 2**30
+    big = resolve_config(STUDY, {"dim": 4096, "n_mc": 1 << 24, "settings": "mixture-d16"})
+    with pytest.raises(InsufficientMemory, match=r"n_mc=16777216, prep_parts=16, dim=4096"):
+        check_memory(STUDY, big, available=10 * 2**30)
+    assert check_memory(Study(), {}, available=0) is None
+
+
+PEAK = ("import json, sys\n"
+        "import numpy as np\n"
+        "from studies.rate_k import STUDY\n"
+        "from simkit.runner import resolve_config\n"
+        "def hwm():\n"
+        "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) * 1024\n"
+        "def rss():\n"
+        "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) * 1024\n"
+        "out = []\n"
+        "for over, part in json.loads(sys.argv[1]):\n"
+        "    cfg = resolve_config(STUDY, over)\n"
+        "    cell = STUDY.cells(cfg)[0]\n"
+        "    small = resolve_config(STUDY, {'settings': over['settings'], 'block_anchors': 64, 'k_max': 256,\n"
+        "                                   'n_mc': 4096, 'pilot_blocks': 1, 'prep_parts': 2})\n"
+        "    task = (lambda c, g, r: STUDY.prepare_part(c, g, 1, r)) if part else STUDY.prepare\n"
+        "    task(STUDY.cells(small)[0], small, np.random.default_rng(0))  # compiled and warm\n"
+        "    open('/proc/self/clear_refs', 'w').write('5')  # the peak restarts from here\n"
+        "    base = rss()\n"
+        "    task(cell, cfg, np.random.default_rng(1))\n"
+        "    out.append([hwm() - base, STUDY.peak_memory(cfg).bytes])\n"
+        "print(json.dumps(out))\n")
+
+
+def test_rate_k_memory_estimate_bounds_the_measured_peak():
+    """The estimate is an upper bound of the peak resident memory the largest task adds, and not a loose
+    one: the preparation of uniform-d3 (its pilot of 4 blocks of 2^16 anchors, k_max 256) and a Monte
+    Carlo preparation part (mixture-d16, d = 128, half of n_mc = 2^18 anchors), ~200 MB each, measured
+    in a fresh process (VmHWM after a reset)."""
+    designs = [[{"settings": "uniform-d3", "block_anchors": 1 << 16, "k_max": 256, "pilot_blocks": 4}, False],
+               [{"settings": "mixture-d16", "n_mc": 1 << 18, "prep_parts": 2, "dim": 128, "block_anchors": 256,
+                 "k_max": 4096}, True]]
+    proc = subprocess.run([sys.executable, "-c", PEAK, json.dumps(designs)], capture_output=True, text=True,
+                          env=_env(), timeout=600, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (measured, estimate), (over, _) in zip(json.loads(proc.stdout), designs):
+        assert measured > 100 * 2**20, (over, measured)  # the task's arrays, not the allocator's noise
+        assert measured <= estimate <= 2.0 * measured, (over, measured, estimate)

@@ -3,13 +3,15 @@ executors (in-process, Dask) and the run itself.
 
 Modules: :mod:`~simkit.runner.params` (``Param``, ``resolve_config``), :mod:`~simkit.runner.study`
 (``Study``, ``Var``, ``Check``, entry-point registry), :mod:`~simkit.runner.seeds`,
-:mod:`~simkit.runner.storage` (atomic writes, checkpoints, CF netCDF), :mod:`~simkit.runner.provenance`,
-:mod:`~simkit.runner.executors` and :mod:`~simkit.runner.dask`, :mod:`~simkit.runner.run`.
+:mod:`~simkit.runner.storage` (atomic writes, checkpoints, CF netCDF), :mod:`~simkit.runner.memory` (the
+memory check of a design), :mod:`~simkit.runner.provenance`, :mod:`~simkit.runner.executors` and
+:mod:`~simkit.runner.dask`, :mod:`~simkit.runner.run`.
 """
 
 from __future__ import annotations
 
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
+from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memory, check_memory
 from simkit.runner.params import Param, resolve_config
 from simkit.runner.run import (RunResult, apply_schema, check_dataset, execute_task, make_executor, run_study,
                                summarise_dataset)
@@ -23,5 +25,6 @@ __all__ = [
     "ENTRY_POINT_GROUP", "run_study", "summarise_dataset", "RunResult", "execute_task", "apply_schema", "check_dataset", "cell_key", "task_seed",
     "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset", "write_dataset", "results_identical",
     "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "SummaryFailed", "make_executor",
-    "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch",
+    "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
+    "available_memory", "check_memory",
 ]

@@ -23,6 +23,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
+from simkit.runner.memory import check_memory
 from simkit.runner.params import resolve_config
 from simkit.runner.provenance import git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
@@ -211,7 +212,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     executor : executor, str or distributed.Client, optional
         Where tasks run: None (in-process), an executor (:mod:`simkit.runner.executors`), the address
         of a Dask distributed scheduler, or a client of one (left open). An unusable address raises
-        ValueError before anything is written. ``scheduler`` is an alias.
+        ValueError before anything is written. ``scheduler`` is an alias. In-process, a design whose
+        largest task the study estimates (:meth:`Study.peak_memory`) to need more memory than the
+        process may use raises :class:`~simkit.runner.memory.InsufficientMemory` before any task.
     progress : bool
         Show a progress bar on stderr.
     keep_checkpoint : bool
@@ -237,6 +240,8 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         executor = scheduler
     out = Path(out) if out is not None else Path("data") / f"{study.name}.nc"
     check_writable("--out", out)  # before anything runs or is written
+    if executor is None or isinstance(executor, InProcessExecutor):  # a cluster's workers have their own memory
+        check_memory(study, cfg)  # InsufficientMemory (a ValueError) before any task
     lock = RunLock(out)
     lock.acquire()  # OutputBusy while another process runs the same output
     try:

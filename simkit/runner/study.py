@@ -191,6 +191,13 @@ class Study:
         """Study-specific global attributes of the dataset (e.g. a verdict's ``alpha``)."""
         return {}
 
+    def peak_memory(self, cfg: dict):
+        """An estimate of the memory of the largest task of this design, a
+        :class:`simkit.runner.memory.PeakMemory`, or None (the default: not estimated). Before any task
+        of an in-process run, the runner refuses a design whose estimate exceeds the memory the process
+        may use (:func:`simkit.runner.memory.check_memory`); studies with large arrays declare it."""
+        return None
+
     def nested_resumed(self) -> int:
         """Tasks that this study's tasks resumed from checkpoints of their own in this process (a study
         whose tasks run another study through the runner, as the seeds of ``simkit calibrate`` do); the
