@@ -1,7 +1,9 @@
-"""Faults of a run (issue 15): a second run of the same output, unwritable outputs, failed writes
-(no space left, I/O error) of a checkpoint, the dataset and the report, a Dask scheduler lost
-mid-run, and a property test over argument vectors of every subcommand. Every check here is
-deterministic (no statistical assertion)."""
+"""Faults of a run: a second run of the same output, unwritable outputs, failed writes (no space
+left, I/O error, netCDF-C's HDF error on a full disk) of a checkpoint, the dataset and the report, a
+Dask scheduler lost mid-run, a damaged checkpoint manifest, SIGTERM, Ctrl-C within a long block, a
+design too large for memory, ``simkit report`` of a dataset that does not match its schema, and a
+property test over argument vectors of every subcommand. Every check here is deterministic (no
+statistical assertion)."""
 
 from __future__ import annotations
 

@@ -352,7 +352,9 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             bar = None
         if owned:
             executor.close()
-        done = len(preps) + len(parts) + len(blocks)
+        # the files on disk: a signal landing between a task file's rename (and the sync of its
+        # directory) and its bookkeeping here keeps one file more than the dicts count
+        done = max(len(preps) + len(parts) + len(blocks), ckpt.count())
         if not quiet:
             print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
                   f"run the same command again to resume", file=sys.stderr)

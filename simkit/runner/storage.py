@@ -265,6 +265,10 @@ class Checkpoint:
             # a corrupt file cannot come from an atomic write; treat the task as not done
             return None
 
+    def count(self) -> int:
+        """Task files in the directory (temporary files of unfinished writes excluded)."""
+        return sum(1 for p in self.dir.glob("*.npz") if not p.name.startswith("."))
+
     def save(self, name: str, data: dict) -> None:
         arrays = {k: np.asarray(v) for k, v in data.items()}
         atomic_write(self.dir / f"{name}.npz", lambda p: np.savez(p, **arrays), ".npz")
