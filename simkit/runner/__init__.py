@@ -22,9 +22,9 @@ from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVaria
 
 __all__ = [
     "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
-    "ENTRY_POINT_GROUP", "run_study", "summarise_dataset", "RunResult", "execute_task", "apply_schema", "check_dataset", "cell_key", "task_seed",
+    "ENTRY_POINT_GROUP", "run_study", "summarise_dataset", "RunResult", "execute_task", "apply_schema", "cell_key", "task_seed",
     "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset", "write_dataset", "results_identical",
     "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "SummaryFailed", "make_executor",
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
-    "available_memory", "check_memory",
+    "available_memory", "check_memory", "check_dataset",
 ]

@@ -30,7 +30,8 @@ from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, tas
 from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
-__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "check_dataset", "ENGINE_SCHEMA", "dataset_attrs"]
+__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "ENGINE_SCHEMA",
+           "dataset_attrs", "check_dataset"]
 
 #: variables every study's dataset has, declared by the runner
 ENGINE_SCHEMA = {
@@ -115,9 +116,10 @@ def _names(names, limit: int = 8) -> str:
 
 def check_dataset(study: Study, ds: xr.Dataset, source: str = "the dataset") -> None:
     """ValueError, one line naming ``source``, unless ``ds`` is a dataset of ``study`` (a Study, or any
-    object with its ``name``, ``schema``, ``cell_dim`` and ``optional_vars``) as its schema declares one: its ``study`` attribute names the study, every variable and coordinate is declared
-    (by the study or the runner) with the declared dimensions, and every declared summary is there
-    but those in the study's ``optional_vars``. The raw ``raw_*`` and ``prep_*`` variables are not
+    object with its ``name``, ``schema``, ``cell_dim`` and ``optional_vars``) as its schema declares
+    one: its ``study`` attribute names the study, every variable and coordinate is declared (by the
+    study or the runner) with the declared dimensions, and every declared summary is there but those
+    in the study's ``optional_vars``. The raw ``raw_*`` and ``prep_*`` variables are not
     required: they are what the tasks returned, which may differ between a design's cells (e.g. a
     constant only a trained encoder has). ``simkit report`` checks this before drawing."""
     named = ds.attrs.get("study")

@@ -31,8 +31,8 @@ import xarray as xr
 
 from simkit.runner.seeds import canonical
 
-__all__ = ["atomic_write", "Checkpoint", "CheckpointMismatch", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS",
-           "OutputBusy", "WriteFailed", "RunLock", "check_writable"]
+__all__ = ["atomic_write", "Checkpoint", "write_dataset", "read_dataset", "results_identical", "VOLATILE_ATTRS",
+           "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch"]
 
 #: attributes that describe a run rather than its results (excluded when comparing datasets)
 VOLATILE_ATTRS = ("created", "wall_time_s", "engine", "n_workers", "resumed_tasks", "history")
