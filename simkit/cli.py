@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -34,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="simkit", description="Monte Carlo evidence for the InfoNCE theory (docs/theory.md)")
+    p = _Parser(prog="simkit", description="Monte Carlo evidence for the InfoNCE theory (THEORY.md)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run (or resume) a study; writes data/STUDY.nc and reports/STUDY.pdf")
     r.add_argument("study")
@@ -151,8 +154,8 @@ def _connect(address: str | None):
 
 
 def _run(args) -> int:
-    from simkit.runner import (ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable, get_study,
-                               resolve_config, run_study)
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
+                               WriteFailed, check_writable, get_study, resolve_config, run_study)
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
@@ -167,7 +170,7 @@ def _run(args) -> int:
         return 2
     try:
         result = run_study(study, cfg, out, executor=executor, progress=not args.no_progress)
-    except OutputBusy as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
@@ -197,14 +200,21 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from simkit.runner import WriteFailed, check_writable, get_study, read_dataset
+    from simkit.runner import WriteFailed, check_dataset, check_writable, get_study, read_dataset
     try:
         ds = read_dataset(args.dataset)
         calibration = str(ds.attrs["study"]).startswith("calibrate-") and "target_study" in ds.attrs
-        try:
-            study = None if calibration else get_study(ds.attrs["study"])
-        except ValueError:
-            raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
+        if calibration:  # drawn from the calibration's own variables: its target need not be installed
+            from simkit.claims.calibrate import Calibration
+            study = None
+            schema = SimpleNamespace(name=ds.attrs["study"], schema=Calibration.schema, cell_dim=Calibration.cell_dim,
+                                     optional_vars=Calibration.optional_vars)
+        else:
+            try:
+                study = schema = get_study(ds.attrs["study"])
+            except ValueError:
+                raise ValueError(f"'{args.dataset}' names an unknown study {ds.attrs['study']!r}") from None
+        check_dataset(schema, ds, f"'{args.dataset}'")  # before drawing: the study's declared schema
         out = _check_path("--out", args.out, ".pdf") or Path("reports") / f"{Path(args.dataset).stem}.pdf"
         check_writable("--out", out)
     except ValueError as exc:
@@ -224,7 +234,8 @@ def _report(args) -> int:
 
 
 def _validate(args) -> int:
-    from simkit.runner import ExecutorLost, OutputBusy, SummaryFailed, WriteFailed, check_writable
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
+                               WriteFailed, check_writable)
     from simkit.claims.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
@@ -246,7 +257,7 @@ def _validate(args) -> int:
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
-    except OutputBusy as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
@@ -314,7 +325,8 @@ def _combine(args) -> int:
 
 def _calibrate(args) -> int:
     from simkit.claims.calibrate import ALTERNATIVES, calibrate
-    from simkit.runner import (ExecutorLost, OutputBusy, WriteFailed, check_writable, get_study, resolve_config)
+    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, WriteFailed,
+                               check_writable, get_study, resolve_config)
     if args.combine is not None:
         return _combine(args)
     try:  # every argument is validated before anything runs or is written
@@ -345,7 +357,7 @@ def _calibrate(args) -> int:
         print("simkit: calibration interrupted; finished seeds are kept, run the same command to resume",
               file=sys.stderr)
         return 130
-    except OutputBusy as exc:
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     except (WriteFailed, ExecutorLost, RuntimeError) as exc:
@@ -387,9 +399,44 @@ def _list(args) -> int:
     return 0
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it is handled the same way."""
+
+
+#: exit status after SIGTERM (128 + the signal's number, as if the signal had ended the process)
+TERMINATED = 128 + signal.SIGTERM
+_sigterms: list[int] = []  # SIGTERMs received during this call of main()
+
+
+def _on_sigterm(signum, frame):
+    _sigterms.append(signum)
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``simkit`` console script; returns the exit status."""
+    """Entry point of the ``simkit`` console script; returns the exit status.
+
+    SIGTERM (a batch scheduler's or ``kill``'s stop) is handled as Ctrl-C is: finished tasks are kept
+    and reported in one line, the output's lock is released, and the same command resumes; the status
+    is then 143 where Ctrl-C gives 130.
+    """
     args = _parser().parse_args(argv)
+    installed = threading.current_thread() is threading.main_thread()  # handlers can only be set there
+    if installed:
+        _sigterms.clear()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = _dispatch(args)
+    except _Terminated:  # a command with no Ctrl-C handling of its own: one line, no traceback either
+        print("simkit: terminated (SIGTERM)", file=sys.stderr)
+        code = TERMINATED
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous)
+    return TERMINATED if code == 130 and _sigterms else code
+
+
+def _dispatch(args) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "report":

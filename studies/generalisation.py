@@ -828,6 +828,9 @@ class Generalisation(Study):
                        "(one-sided, power); tau-slope < 0 (one-sided); d-trend = 0 (two-sided, power); runtimes",
     }
     schema = SCHEMA
+    # a sweep's fit and verdict variables exist when the design runs that sweep (--set sweeps)
+    optional_vars = frozenset([*(k for s in OLD_SWEEPS for k in _sweep_schema(s)),
+                               *(k for s in NI_SWEEPS for k in _ni_schema(s)), "c3_conclusion"])
     checks = CHECKS + NI_CHECKS + (BOUND_CHECK,)
     params = {
         "sweeps": Param("sweeps", str, ",".join(SWEEPS), "comma-separated sweeps to run (the quick design runs the "

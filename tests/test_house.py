@@ -173,9 +173,8 @@ DOCSTRING_TOTAL = 60
 _REFERENCE_SECTIONS = {"Parameters", "Returns", "Yields", "Raises", "Attributes", "Other Parameters", "Warns"}
 #: files whose hits are left to their own maintainers (the command line, calibration, diagnose and the
 #: runner); an entry must be removed once its file is clean (test_exemptions_are_still_needed fails otherwise)
-HISTORY_EXEMPT = {"simkit/claims/calibrate.py", "simkit/runner/storage.py",
-                  "simkit/runner/_malloc.py"}
-DOCSTRING_EXEMPT = {"simkit/claims/calibrate.py:<module>"}
+HISTORY_EXEMPT: set[str] = set()
+DOCSTRING_EXEMPT: set[str] = set()
 
 
 def _sources():

@@ -1,4 +1,4 @@
-"""Calibration of claim checks over many independent seeds (issue 13): ``simkit calibrate``.
+"""Calibration of claim checks over many independent seeds: ``simkit calibrate``.
 
 A check states a false-failure rate; calibration demonstrates it. :func:`calibrate` runs a study at
 seeds ``first_seed, ..., first_seed + seeds - 1`` -- each seed a complete, independent run of the
@@ -10,53 +10,14 @@ rejection rate with its Clopper--Pearson 95% interval beside the nominal rate, a
 Kolmogorov--Smirnov test of each p-value column against Uniform(0, 1) (one-sided for a bound: only
 an excess of small p-values refutes it).
 
-Design
-------
-*The seeds are runner tasks.* :class:`Calibration` is a meta-:class:`~simkit.runner.Study` named
-``calibrate-<study>``: one cell per seed, no preparation, one block per cell. The block's
-``generate`` runs the target study at that seed with :func:`simkit.runner.run_study` -- the
-target's own runner call, in-process inside the task (its dataset is evaluated, not written) -- so seed ``s`` of a
-calibration is exactly ``simkit run <study> --seed s`` (same task seeds, same dataset), and then
-evaluates the target's checks on that dataset. So the calibration is checkpointed per seed,
-resumes after an interruption, runs on Dask (``executor``: one seed per worker task) and its
-dataset is identical whatever the engine (:func:`simkit.runner.results_identical`). In-process,
-the scratch directory ``.<out>.seeds/`` beside the output keeps the target's own checkpoints, so
-even the seed that was running when a run was interrupted resumes block by block; on Dask each
-task uses a temporary directory on its worker.
-
-*The checkpoint does not depend on the number of seeds.* The meta-study's configuration is the
-target's configuration (without its seed), the first seed and the alternative, never ``seeds``:
-a run with ``--seeds 200`` interrupted after 57 seeds, then ``--seeds 57``, writes the dataset
-of those 57 at once; ``--seeds 400`` later extends a finished 200 (with ``keep_checkpoint``).
-
-*Calibrations combine.* :func:`combine` (``simkit calibrate STUDY --combine A.nc B.nc``) takes the
-union of finished calibrations of one design run at other first seeds (two streams, another machine)
-and recomputes every summary with this module's code; a seed present in two parts must give the same
-decisions and numbers within :data:`OVERLAP_RTOL` (a seed is bit-identical only on one machine).
-
-*The check dimension is fixed by the first seed.* Test names come from ``Check.pvalues`` and may
-depend on the design (rate_k names them ``<setting>:<test>``), so they are read from the result
-of seed ``first_seed``, which runs first, alone, as a task of the same meta-study through the same
-executor and checkpoint (so it never runs twice). Every other seed must produce the same names in
-the same order; a seed that does not is recorded as an error of that seed.
-
-Rows of the ``check`` dimension, labelled ``<check>:<test>`` and ``<check>:verdict``, where
-``<check>`` is the claim (``C1``), or ``C5.2`` for the second of several checks of one claim:
-
-* ``test``: a component test; ``statistic`` is its p-value, ``nominal_rate`` its alpha;
-* ``bound-test``: a component test of a one-sided bound (``Check.pvalues`` entry ``(p, alpha,
-  "bound")``), e.g. H0 slope <= -1/2 where the truth may be steeper: the p-value is Uniform(0, 1)
-  only at the boundary, so its KS test is one-sided (``alternative="greater"``: the empirical CDF
-  above the uniform one, too many small p-values) and so is its binomial test (empirical > nominal);
-* ``verdict``: a check's verdict; ``statistic`` is the check's estimate, ``nominal_rate`` its
-  stated false-failure rate (mean over seeds when it depends on the dataset; NaN for a
-  deterministic check);
-* ``power-test``/``power-verdict``/``power-bound-test`` (with ``alternative``): the same under an alternative pushed
-  through the real estimator (:data:`ALTERNATIVES`); ``empirical_rate`` is then the power.
+The seeds are runner tasks of a meta-study (one cell per seed), so a calibration is checkpointed per
+seed, resumes, runs on Dask with an identical dataset, and combines with calibrations of the same
+design run at other seeds (:func:`combine`). The design and the rows of the ``check`` dimension are
+described in docs/design.md, "simkit.claims.calibrate".
 
 References
 ----------
-Clopper & Pearson (1934), Biometrika 26, 404; docs/theory.md section 3 (claims C1--C7); issue 13.
+Clopper & Pearson (1934), Biometrika 26, 404; docs/theory.md section 3 (claims C1--C7).
 """
 
 from __future__ import annotations
@@ -66,6 +27,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -78,6 +40,7 @@ from scipy import stats
 
 from simkit.runner import (Checkpoint, InProcessExecutor, RunLock, Study, Var, canonical, check_writable, execute_task,
                            get_study, make_executor, read_dataset, resolve_config, run_study, task_name)
+from simkit.runner.memory import check_memory
 from simkit.runner.provenance import git_commit
 from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
@@ -258,6 +221,7 @@ class Calibration(Study):
 
     cell_dim = "seed"
     schema = SCHEMA
+    optional_vars = frozenset({"block"})  # the dataset is the summary over seeds, without the raw blocks
 
     def __init__(self, target: Study, target_cfg: dict, seeds: Sequence[int], *,
                  alternative: Alternative | None = None, names: Sequence[str] | None = None,
@@ -269,6 +233,7 @@ class Calibration(Study):
         self.names = None if names is None else tuple(names)
         self.scratch = None if scratch is None else str(scratch)
         self.quick = bool(quick)
+        self._resumed = 0  # target tasks resumed by the seeds run in this process (their own checkpoints)
         self.name = f"calibrate-{target.name}"
         self.claim = target.claim
         self.title = f"Calibration of the checks of {target.name} ({target.claim}) over independent seeds"
@@ -304,13 +269,21 @@ class Calibration(Study):
         if self.scratch is None:
             with tempfile.TemporaryDirectory(prefix="simkit-calibrate-") as d:
                 res = run_study(self.target, cfg, Path(d) / f"{self.target.name}-seed{seed}.nc", progress=False,
-                                write=False)
+                                write=False, quiet=True)
         else:
             out = Path(self.scratch) / f"{self.target.name}-seed{seed}.nc"
-            res = run_study(self.target, cfg, out, progress=False, write=False)  # checks use the returned dataset
+            # checks use the returned dataset; an interruption is reported once, by calibrate's caller
+            res = run_study(self.target, cfg, out, progress=False, write=False, quiet=True)
         if not res.completed:
             raise KeyboardInterrupt
+        self._resumed += int(res.dataset.attrs["resumed_tasks"])
         return res.dataset, len(res.errors)
+
+    def nested_resumed(self) -> int:
+        return self._resumed
+
+    def peak_memory(self, cfg):
+        return self.target.peak_memory({**self.target_cfg, "seed": int(cfg["seed"])})
 
     def generate(self, cell, cfg, prep, rng):
         seed = int(cell["seed"])
@@ -441,7 +414,9 @@ def _first_names(meta: Calibration, cfg: dict, out: Path, executor) -> tuple[tup
     result = ckpt.load(name)
     if result is None:
         with RunLock(out):  # OutputBusy while another process runs this output
-            ckpt.open()
+            note = ckpt.open()  # a damaged manifest is rebuilt from the task files
+            if note:
+                print(f"simkit: {note}", file=sys.stderr)
             result = ckpt.load(name)
             if result is None:
                 for _, result, exc in executor.run([(("block", 0, 0), (meta, cfg, cell, 1, 0, {}), None)],
@@ -522,9 +497,11 @@ def calibrate(study: Study | str, *, seeds: int, first_seed: int = 1, quick: boo
         meta = Calibration(target, tcfg, range(int(first_seed), int(first_seed) + int(seeds)),
                            alternative=alternative, scratch=scratch, quick=quick)
         cfg = meta.config(first_seed)
+        if isinstance(ex, InProcessExecutor):
+            check_memory(meta, cfg)  # before the first seed runs: the target's largest task must fit
         meta.names, first_s, first_n = _first_names(meta, cfg, out, ex)
         res = run_study(meta, cfg, out, executor=ex, progress=progress, keep_checkpoint=keep_checkpoint,
-                        stop_after=stop_after, prior=(first_s, first_n))
+                        stop_after=stop_after, prior=(first_s, first_n), quiet=True)  # the caller says it
     finally:
         if owned:
             ex.close()

@@ -3,18 +3,21 @@ executors (in-process, Dask) and the run itself.
 
 Modules: :mod:`~simkit.runner.params` (``Param``, ``resolve_config``), :mod:`~simkit.runner.study`
 (``Study``, ``Var``, ``Check``, entry-point registry), :mod:`~simkit.runner.seeds`,
-:mod:`~simkit.runner.storage` (atomic writes, checkpoints, CF netCDF), :mod:`~simkit.runner.provenance`,
-:mod:`~simkit.runner.executors` and :mod:`~simkit.runner.dask`, :mod:`~simkit.runner.run`.
+:mod:`~simkit.runner.storage` (atomic writes, checkpoints, CF netCDF), :mod:`~simkit.runner.memory` (the
+memory check of a design), :mod:`~simkit.runner.provenance`, :mod:`~simkit.runner.executors` and
+:mod:`~simkit.runner.dask`, :mod:`~simkit.runner.run`.
 """
 
 from __future__ import annotations
 
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
+from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memory, check_memory
 from simkit.runner.params import Param, resolve_config
-from simkit.runner.run import RunResult, apply_schema, execute_task, make_executor, run_study, summarise_dataset
+from simkit.runner.run import (RunResult, apply_schema, check_dataset, execute_task, make_executor, run_study,
+                               summarise_dataset)
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
-from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, OutputBusy, RunLock, WriteFailed, check_writable,
-                                   read_dataset, results_identical, write_dataset)
+from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatch, OutputBusy, RunLock, WriteFailed,
+                                   check_writable, read_dataset, results_identical, write_dataset)
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
 
 __all__ = [
@@ -22,5 +25,6 @@ __all__ = [
     "ENTRY_POINT_GROUP", "run_study", "summarise_dataset", "RunResult", "execute_task", "apply_schema", "cell_key", "task_seed",
     "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset", "write_dataset", "results_identical",
     "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "SummaryFailed", "make_executor",
-    "OutputBusy", "WriteFailed", "RunLock", "check_writable",
+    "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
+    "available_memory", "check_memory", "check_dataset",
 ]

@@ -5,10 +5,9 @@ Dask's nanny starts every worker process with ``MALLOC_TRIM_THRESHOLD_=65536``
 Setting any of glibc's malloc thresholds turns off its dynamic mmap threshold, so every allocation
 above 128 KiB becomes a fresh ``mmap`` (and page faults on first touch), and every free of one an
 ``munmap``. simkit's preparations allocate many NumPy temporaries of that size: rate_k's vmf-d8
-preparation took 1.62 s with that setting against 0.63 s without it, in one process, single-threaded
-(2026-12-04; 1.63 s on a Dask worker). :func:`tune_malloc` sets the thresholds to the values that
-glibc's dynamic rule reaches for such a program (mmap above 32 MiB, trim above 64 MiB): 0.59 s in the
-same measurement. Results do not change (allocation never changes a computed value); a worker keeps
+preparation took 2.6 times as long with that setting (docs/performance.md). :func:`tune_malloc` sets
+the thresholds to the values that glibc's dynamic rule reaches for such a program (mmap above 32 MiB,
+trim above 64 MiB), which restores the speed. Results do not change (allocation never changes a computed value); a worker keeps
 up to 64 MiB of freed memory at the top of its heap.
 """
 

@@ -23,13 +23,15 @@ import numpy as np
 import xarray as xr
 
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
+from simkit.runner.memory import check_memory
 from simkit.runner.params import resolve_config
 from simkit.runner.provenance import git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
 from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
 
-__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "ENGINE_SCHEMA", "dataset_attrs"]
+__all__ = ["RunResult", "run_study", "execute_task", "make_executor", "summarise_dataset", "apply_schema", "ENGINE_SCHEMA",
+           "dataset_attrs", "check_dataset"]
 
 #: variables every study's dataset has, declared by the runner
 ENGINE_SCHEMA = {
@@ -106,6 +108,41 @@ def apply_schema(ds: xr.Dataset, schema: dict[str, Var], cell_dim: str) -> xr.Da
     return ds
 
 
+def _names(names, limit: int = 8) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(repr(n) for n in names[:limit]) + more
+
+
+def check_dataset(study: Study, ds: xr.Dataset, source: str = "the dataset") -> None:
+    """ValueError, one line naming ``source``, unless ``ds`` is a dataset of ``study`` (a Study, or any
+    object with its ``name``, ``schema``, ``cell_dim`` and ``optional_vars``) as its schema declares
+    one: its ``study`` attribute names the study, every variable and coordinate is declared (by the
+    study or the runner) with the declared dimensions, and every declared summary is there but those
+    in the study's ``optional_vars``. The raw ``raw_*`` and ``prep_*`` variables are not
+    required: they are what the tasks returned, which may differ between a design's cells (e.g. a
+    constant only a trained encoder has). ``simkit report`` checks this before drawing."""
+    named = ds.attrs.get("study")
+    if named != study.name:
+        raise ValueError(f"{source} is not a {study.name} dataset: its 'study' attribute is {named!r}")
+    full = {**{k: v.like(tuple(study.cell_dim if d is None else d for d in v.dims)) for k, v in ENGINE_SCHEMA.items()},
+            **{k: v.like(tuple(study.cell_dim if d is None else d for d in v.dims)) for k, v in study.schema.items()}}
+    present = set(ds.variables)
+    undeclared = present - set(full)
+    optional = set(getattr(study, "optional_vars", ()) or ())
+    missing = {n for n in full if not n.startswith(("raw_", "prep_"))} - present - optional
+    if undeclared or missing:
+        what = "; ".join(part for part in (
+            f"it lacks {_names(missing)}" if missing else "",
+            f"it has {_names(undeclared)}, which the schema does not declare" if undeclared else "") if part)
+        raise ValueError(f"{source} does not match the schema of study {study.name!r} (its 'study' attribute): {what}")
+    wrong = [f"{n!r} {tuple(ds[n].dims)} (declared {full[n].dims})" for n in sorted(present)
+             if tuple(ds[n].dims) != full[n].dims]
+    if wrong:
+        raise ValueError(f"{source} does not match the schema of study {study.name!r}: other dimensions than declared: "
+                         f"{'; '.join(wrong[:4])}{f' and {len(wrong) - 4} more' if len(wrong) > 4 else ''}")
+
+
 def _merge(raw: xr.Dataset, summary, schema: dict[str, Var], cell_dim: str) -> xr.Dataset:
     if isinstance(summary, xr.Dataset):
         return summary
@@ -162,7 +199,8 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
 
 def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,
               executor=None, scheduler=None, progress: bool = True, keep_checkpoint: bool = False,
-              stop_after: int | None = None, write: bool = True, prior: tuple[float, int] = (0.0, 0)) -> RunResult:
+              stop_after: int | None = None, write: bool = True, prior: tuple[float, int] = (0.0, 0),
+              quiet: bool = False) -> RunResult:
     """Run (or resume) a study and write its dataset.
 
     Parameters
@@ -176,7 +214,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
     executor : executor, str or distributed.Client, optional
         Where tasks run: None (in-process), an executor (:mod:`simkit.runner.executors`), the address
         of a Dask distributed scheduler, or a client of one (left open). An unusable address raises
-        ValueError before anything is written. ``scheduler`` is an alias.
+        ValueError before anything is written. ``scheduler`` is an alias. In-process, a design whose
+        largest task the study estimates (:meth:`Study.peak_memory`) to need more memory than the
+        process may use raises :class:`~simkit.runner.memory.InsufficientMemory` before any task.
     progress : bool
         Show a progress bar on stderr.
     keep_checkpoint : bool
@@ -190,6 +230,9 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         Work the caller did in this invocation through the same checkpoint before this call (``simkit
         calibrate`` runs its first seed first): the seconds are added to ``wall_time_s`` and the tasks are
         not counted as resumed from an earlier invocation.
+    quiet : bool
+        No line on stderr when interrupted: for a caller that reports it (``simkit calibrate`` runs a
+        seed's study inside a task).
     """
     if isinstance(study, str):
         study = get_study(study)
@@ -199,16 +242,18 @@ def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLik
         executor = scheduler
     out = Path(out) if out is not None else Path("data") / f"{study.name}.nc"
     check_writable("--out", out)  # before anything runs or is written
+    if executor is None or isinstance(executor, InProcessExecutor):  # a cluster's workers have their own memory
+        check_memory(study, cfg)  # InsufficientMemory (a ValueError) before any task
     lock = RunLock(out)
     lock.acquire()  # OutputBusy while another process runs the same output
     try:
-        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write, prior)
+        return _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write, prior, quiet)
     finally:
         lock.release()
 
 
 def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after, write=True,
-                prior=(0.0, 0)) -> RunResult:
+                prior=(0.0, 0), quiet=False) -> RunResult:
     t0 = time.perf_counter() - float(prior[0])
     owned = executor is None or not hasattr(executor, "run")
     cells = study.cells(cfg)
@@ -216,11 +261,13 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
     executor = make_executor(executor)  # a bad scheduler fails here, before anything is written
     ckpt = Checkpoint(out, study.name, cfg)
     try:
-        ckpt.open()
+        note = ckpt.open()  # a damaged manifest is rebuilt from the task files
     except BaseException:
         if owned:
             executor.close()
         raise
+    if note:
+        print(f"simkit: {note}", file=sys.stderr)
     n_blocks = study.n_blocks(cfg)
     preps: dict[int, dict] = {}
     parts: dict[tuple[int, int], dict | None] = {}  # None: done, not loaded (its cell is prepared)
@@ -307,9 +354,12 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             bar = None
         if owned:
             executor.close()
-        done = len(preps) + len(parts) + len(blocks)
-        print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
-              f"run the same command again to resume", file=sys.stderr)
+        # the files on disk: a signal landing between a task file's rename (and the sync of its
+        # directory) and its bookkeeping here keeps one file more than the dicts count
+        done = max(len(preps) + len(parts) + len(blocks), ckpt.count())
+        if not quiet:
+            print(f"simkit: interrupted; {done}/{n_tasks} tasks are kept in {ckpt.dir}; "
+                  f"run the same command again to resume", file=sys.stderr)
         return RunResult(None, out, False, n_tasks, done, errors, time.perf_counter() - t0)
     except (WriteFailed, ExecutorLost) as exc:  # keep every finished task; the same command resumes
         if bar is not None:
@@ -341,7 +391,8 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
             f"{done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command again to retry "
             "the failed ones") from None
     ds.attrs.update(dataset_attrs(study, cfg, wall_time_s=time.perf_counter() - t0, executor=executor,
-                                  resumed=max(resumed - int(prior[1]), 0), errors=errors))
+                                  resumed=max(resumed - int(prior[1]), 0) + int(study.nested_resumed()),
+                                  errors=errors))
     try:
         if write:
             write_dataset(ds, out)

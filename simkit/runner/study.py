@@ -146,6 +146,10 @@ class Study:
     params: dict[str, Param] = {}
     schema: dict[str, Var] = {}
     checks: tuple[Check, ...] = ()
+    #: declared summaries a complete dataset may lack (written by some designs only); ``simkit report``
+    #: refuses a dataset that lacks any other declared variable but raw_* and prep_* ones
+    #: (:func:`simkit.runner.run.check_dataset`)
+    optional_vars: frozenset[str] = frozenset()
     cell_dim: str = "cell"
     default_seed: int = 20261130
 
@@ -186,6 +190,19 @@ class Study:
     def attrs(self, cfg: dict) -> dict[str, Any]:
         """Study-specific global attributes of the dataset (e.g. a verdict's ``alpha``)."""
         return {}
+
+    def peak_memory(self, cfg: dict):
+        """An estimate of the memory of the largest task of this design, a
+        :class:`simkit.runner.memory.PeakMemory`, or None (the default: not estimated). Before any task
+        of an in-process run, the runner refuses a design whose estimate exceeds the memory the process
+        may use (:func:`simkit.runner.memory.check_memory`); studies with large arrays declare it."""
+        return None
+
+    def nested_resumed(self) -> int:
+        """Tasks that this study's tasks resumed from checkpoints of their own in this process (a study
+        whose tasks run another study through the runner, as the seeds of ``simkit calibrate`` do); the
+        runner adds them to the dataset's ``resumed_tasks``."""
+        return 0
 
     def summary_text(self, ds: xr.Dataset) -> str:
         return ""

@@ -397,6 +397,45 @@ def test_cli_ctrl_c_exits_130_keeping_finished_seeds(tmp_path, capsys, monkeypat
     assert int(again.attrs["resumed_tasks"]) == 4  # seed 1 (first), prep 2, seed 2, prep 3
 
 
+def test_resumed_calibration_counts_the_tasks_its_seeds_resumed(tmp_path, capsys, monkeypatch):
+    """Reproduction: Ctrl-C while a seed's own run is half done (here: KeyboardInterrupt in the target's
+    second block of the second seed), then the same ``simkit calibrate`` command: the seed's run resumed
+    its finished tasks from ``.<out>.seeds/`` but the dataset recorded only the calibration's own resumed
+    tasks, and the interruption printed two lines. Now: one line, exit 130; the resumed calibration's
+    ``resumed_tasks`` counts every checkpoint file left on disk (its own and its seeds'), and the dataset
+    is that of an uninterrupted calibration."""
+    import simkit.claims.calibrate as cal
+    real_calibrate, real_generate = cal.calibrate, TinyT.generate
+    calls = []
+
+    def interrupted(self, cell, cfg, prep, rng):
+        calls.append(1)
+        if len(calls) == 4:  # the first seed's two blocks, then the second seed's first block are done
+            raise KeyboardInterrupt
+        return real_generate(self, cell, cfg, prep, rng)
+
+    out = tmp_path / "cal" / "c.nc"
+    argv = ["calibrate", "rate_k", "--seeds", "3", "--out", str(out), "--report", str(tmp_path / "r.pdf"),
+            "--no-progress"]
+    monkeypatch.setattr(cal, "calibrate", lambda study, **kw: real_calibrate(STUDY, **kw))
+    monkeypatch.setattr(TinyT, "generate", interrupted)
+    capsys.readouterr()
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("simkit: calibration interrupted; finished seeds are kept"), err
+    assert not out.exists()
+    own = [p for p in out.parent.glob(".c.nc.*.partial/*.npz")]
+    seeds = [p for p in out.parent.glob(".c.nc.seeds/.*.partial/*.npz")]
+    assert len(seeds) == 2  # the second seed's run: its preparation and first block
+    monkeypatch.setattr(TinyT, "generate", real_generate)
+    assert main(argv) == 0
+    ds = read_dataset(out)
+    assert int(ds.attrs["resumed_tasks"]) == len(own) + len(seeds)
+    ref = real_calibrate(STUDY, seeds=3, first_seed=1, quick=False, out=tmp_path / "ref" / "c.nc", progress=False)
+    assert _same(ds, ref)
+    capsys.readouterr()
+
+
 def test_simkit_report_of_a_calibration_dataset(calibrated, tmp_path, capsys):
     _, out = calibrated
     pdf = tmp_path / "cal.pdf"
