@@ -361,6 +361,7 @@ def test_full_disk_at_the_netcdf_write_hdf_error_is_one_line_exit_1_then_resumes
 # ----------------------------------------------------------------------------------------------
 # a damaged checkpoint manifest: rebuilt from the task files, which carry their own checksums
 
+@pytest.mark.deterministic(reason="fixed seeds; the resumed dataset must equal the reference exactly")
 @pytest.mark.parametrize("damage", ["empty", "truncated", "garbled", "task"])
 def test_damaged_manifest_is_rebuilt_from_the_task_files_and_the_run_resumes(reference, tmp_path, capsys, damage):
     """Reproduction: interrupt a run after 5 tasks, then empty, truncate or garble its checkpoint
@@ -508,6 +509,7 @@ def _damaged(reference, tmp_path: Path, damage: str) -> Path:
     return path
 
 
+@pytest.mark.deterministic(reason="schema checks on committed and edited datasets: no random numbers are compared")
 @pytest.mark.parametrize("damage", ["gap", "verdict", "setting_label", "study", "dims"])
 def test_report_of_a_dataset_not_matching_its_schema_is_one_line_exit_2(reference, tmp_path, capsys, damage):
     """Reproduction: ``simkit report`` of a rate_k dataset without ``gap``, ``verdict`` or ``setting_label``,
@@ -596,7 +598,7 @@ def test_a_block_cut_into_kernel_calls_is_bit_identical_to_one_call(monkeypatch,
 
 CTRL_C_IN_BLOCK = ("import atexit, os, signal, sys\n"
                    "signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it\n"
-                   "from simkit import infonce\n"
+                   "from simkit.estimators import infonce\n"
                    "from studies.rate_k import STUDY\n"
                    "infonce.CALL_WORK = 1  # many calls per block, however small the design\n"
                    "real_prefix, real_generate, calls = infonce.prefix_sums, type(STUDY).generate, []\n"
