@@ -11,7 +11,7 @@
 * :mod:`simkit.exact.special`: vMF special functions in log space;
 * :mod:`simkit.exact.bounds`: values of the Theorem-1-type generalisation bound;
 * :mod:`simkit.exact.divergence`: H = -E KL(M(x,.) || pi) and the largest KL(Q(x,.) || pi) over x;
-* :mod:`simkit.exact.continuity`: the loss-difference bounds of claim C4 (averaging and max).
+* :mod:`simkit.exact.loss_bounds`: the loss-difference bounds of claim C4 (averaging and max).
 """
 
 from __future__ import annotations

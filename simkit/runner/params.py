@@ -45,9 +45,10 @@ class Param:
 
     ``multi=True`` makes the value a comma-separated list: of ``choices`` (str), or of numbers (int,
     float), kept as its text in the configuration and read with :meth:`values`. A list of numbers has
-    at least ``min_items`` distinct items, each within ``low``/``high`` and a multiple of
-    ``multiple_of``; ``items_doc`` says what an item is in the error ("even dimensions >= 6");
-    :meth:`values` sorts them, descending if ``descending``.
+    at least ``min_items`` distinct items (0: the empty text is the empty list), each within
+    ``low``/``high``, a multiple of ``multiple_of`` and, with ``power_of_two``, a power of two;
+    ``items_doc`` says what an item is in the error ("even dimensions >= 6"); :meth:`values` sorts
+    them (descending if ``descending``) unless ``sort=False`` keeps the given order.
     """
 
     name: str
@@ -64,6 +65,7 @@ class Param:
     min_items: int = 1
     multiple_of: int | None = None
     descending: bool = False
+    sort: bool = True
     items_doc: str | None = None
 
     def parse(self, text: str) -> Any:
@@ -137,7 +139,7 @@ class Param:
         return self.multi and self.kind in (int, float)
 
     def values(self, text: str) -> list:
-        """The sorted numbers of a list parameter's text (``multi`` with kind int or float), checked.
+        """The numbers of a list parameter's text (``multi`` with kind int or float), checked and sorted.
 
         Raises ``ValueError`` with one line naming the parameter: "'ds' must list at least three
         distinct even dimensions >= 6, got '6,7,8'".
@@ -155,13 +157,15 @@ class Param:
                 return False
             if self.low is not None and (v <= self.low if self.low_open else v < self.low):
                 return False
+            if self.power_of_two and (v < 1 or int(v) & (int(v) - 1)):
+                return False
             return self.multiple_of is None or v % self.multiple_of == 0
 
         if len(vals) < self.min_items or len(set(vals)) != len(vals) or not all(ok(v) for v in vals):
-            count = _WORDS.get(self.min_items, str(self.min_items))
-            raise ValueError(f"'{self.name}' must list at least {count} distinct {self.items_doc or what}, "
+            count = f"at least {_WORDS.get(self.min_items, str(self.min_items))} " if self.min_items > 1 else ""
+            raise ValueError(f"'{self.name}' must list {count}distinct {self.items_doc or what}, "
                              f"got {show_value(text)}")
-        return sorted(vals, reverse=self.descending)
+        return sorted(vals, reverse=self.descending) if self.sort else vals
 
     def _validate_number(self, value: Any) -> int | float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):

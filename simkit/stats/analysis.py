@@ -22,6 +22,7 @@ from scipy import stats
 __all__ = [
     "mean_mcse",
     "jackknife",
+    "ratio_of_means",
     "RateFit",
     "fit_rate",
     "CurveFit",
@@ -82,6 +83,22 @@ def jackknife(statistic, blocks: NDArray[np.float64]) -> tuple[NDArray[np.float6
     reps = np.array([np.atleast_1d(statistic((total - b[i]) / (n - 1))) for i in range(n)], dtype=float)
     se = np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
     return full, se, reps
+
+
+def ratio_of_means(num: ArrayLike, den: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Ratio of block means ``mean(num) / mean(den)`` with its delete-one-block jackknife MCSE.
+
+    ``num`` and ``den`` have shape ``(n_blocks, ...)``; blocks with a NaN in either are dropped. Returns the
+    (estimate, MCSE) of :func:`jackknife` (at least 1-D); fewer than 3 blocks left give NaN of shape
+    ``num.shape[1:]``.
+    """
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    blocks = np.stack([num, den], axis=1)
+    blocks = blocks[np.all(np.isfinite(blocks), axis=tuple(range(1, blocks.ndim)))]
+    if blocks.shape[0] < 3:
+        return np.full(num.shape[1:], np.nan), np.full(num.shape[1:], np.nan)
+    f, j, _ = jackknife(lambda m: m[0] / m[1], blocks)
+    return f, j
 
 
 def choose_k_min(k: ArrayLike, scale: float, factor: float = 16.0) -> int:

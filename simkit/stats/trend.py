@@ -12,13 +12,15 @@ uses ``n_blocks - 1`` degrees of freedom.
   :func:`simkit.stats.analysis.fit_rate`);
 * :func:`growth_non_inferiority` / :func:`non_inferiority`: ``2^b - 1 < delta`` per doubling of the level,
   and :func:`non_inferiority_miss_rate`, its planned miss rate at zero growth;
-* :func:`log_sd_slope`, :func:`relative_trend_se`: jackknife slopes of derived curves.
+* :func:`log_sd_slope`, :func:`relative_trend_se`: jackknife slopes of derived curves;
+* over a fit range k >= k_min and for ratio curves: :func:`log2_slope`, :func:`fit_range_non_inferiority`,
+  :func:`growth_test` (one-sided growth), :func:`wls_slope_test` (log-log WLS slope against 0).
 
 Detectable effect. :func:`trend_test` and :func:`one_sided_rate` state the effect detected with
 probability ``power`` as ``(t_crit + t_power) SE`` (:func:`detectable_t`), with ``t_crit`` the
 critical value of the test and ``t_power`` the Student-t quantile at ``power`` (``n_blocks - 1`` df).
-Other studies still define it as ``t_crit SE`` or ``(t_crit + z_0.8) SE``; those are kept under their
-own names until the datasets are regenerated with one definition.
+:func:`wls_slope_test` states ``t_crit SE`` (probability 1/2) and ``(t_crit + z_0.8) SE``; they are
+kept under their own names until the datasets are regenerated with one definition.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from simkit.stats.analysis import fit_rate, jackknife
 
 __all__ = ["TrendTest", "trend_test", "Equivalence", "equivalence_test", "RateCheck", "one_sided_rate",
            "NonInferiority", "growth_non_inferiority", "non_inferiority", "non_inferiority_miss_rate", "log_sd_slope",
-           "relative_trend_se", "detectable_t"]
+           "relative_trend_se", "detectable_t", "log2_slope", "fit_range_non_inferiority", "growth_test",
+           "wls_slope_test"]
 
 _ALTERNATIVES = ("greater", "less", "two-sided")
 
@@ -316,3 +319,100 @@ def non_inferiority_miss_rate(n_blocks: int, *, delta: float, alpha: float, sigm
         return math.nan
     nc = -math.log2(1.0 + delta) / (sigma_b / math.sqrt(n))
     return float(stats.nct.sf(stats.t.ppf(alpha, n - 1), n - 1, nc))
+
+
+# ----------------------------------------------------------------------------------------------
+# over a fit range k >= k_min, for a curve or a ratio of two curves (the rule of protocols/continuity.md)
+
+def log2_slope(k: ArrayLike, blocks: ArrayLike, k_min: int, *, ratio: bool = False) -> tuple[float, float, int, bool]:
+    """OLS slope b of log2 of the block-mean curve on log2 k over k >= k_min (equal weights), its
+    delete-one-block jackknife SE, the blocks used and whether b is defined.
+
+    With ``ratio`` the blocks are ``(n_blocks, 2, G)`` and the curve is mean[0] / mean[1]. b is undefined
+    (SE NaN) when the curve is not finite and positive on the fit range in the full sample or in a
+    jackknife replicate, or fewer than 3 finished blocks remain.
+    """
+    x = np.log2(np.asarray(k, dtype=float))
+    b = np.asarray(blocks, dtype=float)
+    want = 3 if ratio else 2
+    if b.ndim != want or b.shape[-1] != x.size or (ratio and b.shape[1] != 2):
+        shape = f"(n_blocks, 2, {x.size})" if ratio else f"(n_blocks, {x.size})"
+        raise ValueError(f"'blocks' must have shape {shape}, got {b.shape}")
+    sel = x >= math.log2(k_min)
+    if np.unique(x[sel]).size < 2:
+        raise ValueError(f"'k_min' must leave at least two distinct k in the fit, got k_min = {k_min}")
+    xc = x[sel] - x[sel].mean()
+    sxx = float(xc @ xc)
+
+    def stat(curve):
+        c = (curve[0] / curve[1] if ratio else curve)[sel]
+        if not np.all(np.isfinite(c) & (c > 0)):
+            return np.array([np.nan])
+        y = np.log2(c)
+        return np.array([float(xc @ (y - y.mean())) / sxx])
+
+    b = b[np.all(np.isfinite(b.reshape(b.shape[0], -1)), axis=1)]
+    n = b.shape[0]
+    if n < 3:
+        return math.nan, math.nan, n, False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est, se, reps = jackknife(stat, b)
+    est, se = float(est[0]), float(se[0])
+    defined = bool(np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps)))
+    return est, (se if defined else math.nan), n, defined
+
+
+def fit_range_non_inferiority(k: ArrayLike, blocks: ArrayLike, k_min: int, *, delta: float, alpha: float,
+                              ratio: bool = False) -> NonInferiority:
+    """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` with b from :func:`log2_slope` (fit over
+    k >= k_min; ``ratio`` for a ratio of two curves): ``t = (b - log2(1 + delta)) / SE`` on n_blocks - 1 df,
+    ``p = P(T <= t)``, reject when p < alpha; NaN and no rejection when b is undefined.
+
+    The same test as :func:`non_inferiority` on the fit range, which it does not restrict (kept apart
+    until the studies share one: the undefined cases are detected differently).
+    """
+    if not (isinstance(delta, (int, float, np.floating)) and delta > -1):
+        raise ValueError(f"'delta' must be a number > -1, got {delta!r}")
+    if not (isinstance(alpha, (int, float, np.floating)) and 0 < alpha < 1):
+        raise ValueError(f"'alpha' must be in (0, 1), got {alpha!r}")
+    est, se, n, defined = log2_slope(k, blocks, k_min, ratio=ratio)
+    nan = math.nan
+    if not defined:
+        g = 2.0 ** est - 1.0 if math.isfinite(est) else nan
+        return NonInferiority(est, nan, g, nan, nan, max(n - 1, 0), nan, False, n, False)
+    b0 = math.log2(1.0 + delta)
+    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
+    p = float(stats.t.cdf(t, n - 1))
+    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
+                          bool(p < alpha), n, True)
+
+
+def growth_test(k: ArrayLike, blocks: ArrayLike, k_min: int, *, alpha: float,
+                ratio: bool = False) -> tuple[float, float, float, float, bool]:
+    """One-sided test of growth, H0 b <= 0 against b > 0, with b and SE from :func:`log2_slope`:
+    ``t = b / SE`` on n_blocks - 1 df, ``p = P(T >= t)``. Returns ``(b, se, t, p, reject)``; all NaN
+    and no rejection when b is undefined."""
+    est, se, n, defined = log2_slope(k, blocks, k_min, ratio=ratio)
+    if not defined:
+        return est, math.nan, math.nan, math.nan, False
+    t = est / se if se > 0 else (math.inf if est > 0 else -math.inf)
+    p = float(stats.t.sf(t, n - 1))
+    return est, se, float(t), p, bool(p < alpha)
+
+
+def wls_slope_test(k: ArrayLike, blocks: ArrayLike, k_min: int, *, alpha: float,
+                   one_sided: bool) -> tuple[float, float, float, float, float]:
+    """WLS slope of log(mean) on log k over k >= k_min (:func:`simkit.stats.analysis.fit_rate`, jackknife SE)
+    tested against 0: one-sided (H1 slope > 0) or two-sided.
+
+    Returns ``(slope, se, p, detect50, detect80)`` with two detectable effects of their own definition:
+    ``detect50 = t_crit SE`` (detected with probability 1/2) and ``detect80 = (t_crit + z_0.8) SE``
+    (about 0.8, normal approximation); compare :func:`detectable_t`. p and both are NaN without a fit.
+    """
+    fit = fit_rate(k, blocks, k_min, with_inverse=False)
+    b, se = fit.slope, fit.slope_se
+    if not (np.isfinite(b) and se > 0):
+        return b, se, np.nan, np.nan, np.nan
+    p = stats.t.sf(b / se, fit.df) if one_sided else 2 * stats.t.sf(abs(b / se), fit.df)
+    q = stats.t.isf(alpha if one_sided else alpha / 2, fit.df)
+    return b, se, p, q * se, (q + stats.norm.isf(0.2)) * se

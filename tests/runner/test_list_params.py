@@ -52,6 +52,15 @@ def test_bad_lists_give_one_line_naming_the_parameter(param, text, match):
         Param("n", int, 3, "an int").values("3")
 
 
+def test_one_item_lists():
+    eps = Param("eps", float, "0.1", "in (0, 1]", multi=True, low=0.0, low_open=True, high=1.0,
+                items_doc="numbers in (0, 1]")
+    assert eps.values("0.5") == [0.5] and eps.values("0.5,0.1") == [0.1, 0.5]
+    for bad in ("", "0.1,0.1", "0.1,2", "0"):
+        with pytest.raises(ValueError, match="^'eps' must list distinct numbers in \\(0, 1\\], got "):
+            eps.parse(bad)
+
+
 def test_level_grid():
     assert level_grid(32, 4096, 2) == [32, 64, 128, 256, 512, 1024, 2048, 4096]
     assert level_grid(1, 256, 4) == [1, 4, 16, 64, 256]
@@ -78,3 +87,12 @@ def test_block_of_reads_the_engine_generator():
         block_of(np.random.default_rng(1))
     with pytest.raises(ValueError, match="'rng' must be the generator the engine passes"):
         block_of(np.random.default_rng(task_seed(1, "study", {"point": "a"}, 0, 5)))  # a prepare task
+
+
+def test_unsorted_lists_powers_of_two_and_empty():
+    sizes = Param("sizes", int, "32,8", "block sizes", multi=True, min_items=0, low=8, power_of_two=True, sort=False,
+                  items_doc="powers of two >= 8")
+    assert sizes.values("32,8,1024") == [32, 8, 1024] and sizes.values("") == [] and sizes.parse("") == ""
+    for bad in ("48", "4", "8,8"):
+        with pytest.raises(ValueError, match="^'sizes' must list distinct powers of two >= 8, got "):
+            sizes.values(bad)

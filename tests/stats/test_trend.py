@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simkit.stats.trend import (detectable_t, equivalence_test, log_sd_slope, non_inferiority, one_sided_rate,
-                                relative_trend_se, trend_test)
+from simkit.stats.analysis import fit_rate, ratio_of_means
+from simkit.stats.trend import (detectable_t, equivalence_test, fit_range_non_inferiority, growth_test, log2_slope,
+                                log_sd_slope, non_inferiority, one_sided_rate, relative_trend_se, trend_test,
+                                wls_slope_test)
 
 ALPHA, POWER = 0.01, 0.9
 
@@ -187,3 +189,44 @@ def test_log_sd_slope_and_relative_trend_by_hand():
     rel = lambda c: np.polyfit(x, c, 1)[0] / c.mean()  # noqa: E731
     assert relative_trend_se(x, blocks) == pytest.approx(_jackknife_se(rel, blocks), rel=1e-9)
     assert np.isnan(relative_trend_se(x, blocks[:2]))
+
+
+def test_fit_range_rule_agrees_with_the_levels_rule_on_the_full_range():
+    """fit_range_non_inferiority over k >= min(k) and non_inferiority are the same test where both are defined
+    (two implementations: equal b, SE and p to rounding), and the fit range restricts the regression: on a
+    curve that bends at k = 16, the slope over k >= 16 is the later one."""
+    rng = np.random.default_rng(8)
+    k = 2.0 ** np.arange(10)
+    noise = 0.05 * rng.standard_normal((12, 1)) + 0.01 * rng.standard_normal((12, 10))
+    blocks = 0.1 * (1.03 ** np.log2(k)) * np.exp(noise)
+    a = fit_range_non_inferiority(k, blocks, 1, delta=0.05, alpha=ALPHA)
+    b = non_inferiority(k, blocks, delta=0.05, alpha=ALPHA)
+    for name in ("b", "se", "growth", "growth_se", "t", "p"):
+        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-12, abs=1e-15), name
+    assert (a.reject, a.defined, a.n_blocks) == (b.reject, b.defined, b.n_blocks)
+    bent = np.where(k >= 16, 0.2 * (k / 16) ** 0.5, 0.2) * np.ones((5, 1))
+    assert log2_slope(k, bent, 16)[0] == pytest.approx(0.5, rel=1e-12)
+    assert growth_test(k, bent * (1 + 0.01 * rng.standard_normal((5, 10))), 16, alpha=ALPHA)[4]
+    ratio = np.stack([bent, bent / (k / 16) ** 0.25], axis=1)  # ratio curve ~ k^0.25 on the fit range
+    assert log2_slope(k, ratio, 16, ratio=True)[0] == pytest.approx(0.25, rel=1e-12)
+
+
+def test_wls_slope_test_detectable_effects_and_ratio_of_means():
+    """wls_slope_test's p and its two detectable effects against scipy, from fit_rate's slope and SE; the ratio
+    of block means against the jackknife written here."""
+    rng = np.random.default_rng(9)
+    k = 2.0 ** np.arange(2, 10)
+    blocks = (1.0 / k) * np.exp(0.05 * rng.standard_normal((10, k.size)))
+    fit = fit_rate(k, blocks, 4, with_inverse=False)
+    for one_sided in (True, False):
+        b, se, p, d50, d80 = wls_slope_test(k, blocks, 4, alpha=ALPHA, one_sided=one_sided)
+        assert (b, se) == (fit.slope, fit.slope_se)
+        q = stats.t.ppf(1 - (ALPHA if one_sided else ALPHA / 2), 9)
+        assert p == pytest.approx(stats.t.sf(b / se, 9) if one_sided else 2 * stats.t.sf(abs(b / se), 9), rel=1e-9)
+        assert d50 == pytest.approx(q * se, rel=1e-9) and d80 == pytest.approx((q + stats.norm.ppf(0.8)) * se, rel=1e-9)
+    num, den = 2.0 + rng.standard_normal(12), 4.0 + rng.standard_normal(12)
+    r, r_se = np.ravel(ratio_of_means(num, den)[0]), np.ravel(ratio_of_means(num, den)[1])
+    assert r.size == 1 and r[0] == pytest.approx(num.mean() / den.mean(), rel=1e-12)
+    both = np.stack([num, den], axis=1)
+    assert r_se[0] == pytest.approx(_jackknife_se(lambda m: m[0] / m[1], both), rel=1e-9)
+    assert np.isnan(ratio_of_means(num[:2], den[:2])[0])
