@@ -29,10 +29,11 @@ from scipy import stats
 from simkit import VMFKernel, exact
 from simkit.exact.divergence import N_SUP_GRID, N_SUP_PROBES, entropy_h, kl_sup
 from simkit.stats.analysis import combine_verdicts, mean_mcse
+from simkit.stats.trend import growth_rule
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.estimators.infonce import TAU_MIN, GapEstimator, k_grid
 from simkit.embeddings.embedding import LinearEmbedding
-from simkit.estimators.norms import (FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, growth_rule, train_scaled)
+from simkit.estimators.norms import FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, train_scaled
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var, block_of, common_seeds
 from simkit.runner.run import ENGINE_SCHEMA
@@ -484,7 +485,7 @@ CHECKS = (
 PROTOCOL_PATH = "protocols/temperature.md"
 #: setting name of the norms cells; not in RATE_SETTINGS, so the KL / CE / c1 cells and their seeds are unchanged
 NORMS_SETTING = "norms"
-#: one-sided level of each of the two tests of the norms rule (simkit.estimators.norms.growth_rule)
+#: one-sided level of each of the two tests of the norms rule (simkit.stats.trend.growth_rule)
 NORM_ALPHA = 0.01
 #: margin: H1 says the sensitivity at least doubles over the 50-fold grid tau = 1 .. 0.02, b < -ln 2 / ln 50
 NORM_B0 = -math.log(2.0) / math.log(50.0)

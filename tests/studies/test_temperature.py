@@ -440,8 +440,9 @@ import xarray as xr  # noqa: E402
 from scipy import integrate  # noqa: E402
 
 from simkit.embeddings.embedding import LinearEmbedding  # noqa: E402
-from simkit.estimators.norms import (NormProfile, ScaledRisk, gap_sensitivity, growth_rule, loss_derivative,  # noqa: E402
-                          train_scaled)
+from simkit.estimators.norms import (NormProfile, ScaledRisk, gap_sensitivity, loss_derivative,  # noqa: E402
+                                     train_scaled)
+from simkit.stats.trend import growth_rule  # noqa: E402
 from simkit.claims.protocol import protocol_sha256  # noqa: E402
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample  # noqa: E402
 from studies.temperature import (NORM_ALPHA, NORM_B0, NORM_QUANTITIES, PROTOCOL_PATH, _norm_summary,  # noqa: E402
