@@ -23,12 +23,12 @@ import math
 import numpy as np
 import xarray as xr
 from numpy.typing import NDArray
-from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
 from simkit.stats.analysis import combine_verdicts, mean_mcse, ratio_of_means
-from simkit.stats.trend import fit_range_non_inferiority, growth_test, wls_slope_test
+from simkit.stats.trend import (fit_range_non_inferiority, growth_test, non_inferiority_plugin_miss_rate, union_bound,
+                                wls_slope_test)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.embeddings.perturbation import CapBump, perturb
@@ -397,12 +397,6 @@ def _flat_pvalues(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
             for i, s in enumerate(ds["setting"].values) for j, e in enumerate(ds["eps"].values)}
 
 
-def _tail(p_fail) -> float:
-    """Sum of per-test failure probabilities (Bonferroni bound on the check's failure probability), capped at 1."""
-    p = np.asarray(p_fail, dtype=float)
-    return float(min(1.0, np.sum(np.where(np.isfinite(p), p, 1.0))))
-
-
 def _df(ds) -> NDArray:
     return np.maximum(ds["ni_blocks"].values - 1, 1)
 
@@ -410,9 +404,8 @@ def _df(ds) -> NDArray:
 def _primary_rate(ds: xr.Dataset) -> float:
     """P(primary fails | b = 0 in every cell), the claim in its strict form (flat), with the run's SEs: a cell
     rejects when b_hat < b0 + t_alpha SE, so it fails with probability 1 - F_t(b0 / SE + t_alpha)."""
-    df, se = _df(ds), ds["ni_avg_b_se"].values
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return _tail(stats.t.sf(B0 / se + stats.t.ppf(ALPHA_NI, df), df))
+    return union_bound(non_inferiority_plugin_miss_rate(ds["ni_avg_b_se"].values, _df(ds), delta=DELTA,
+                                                        alpha=ALPHA_NI))
 
 
 def _control_rate(ds: xr.Dataset) -> float:

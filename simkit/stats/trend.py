@@ -11,7 +11,8 @@ uses ``n_blocks - 1`` degrees of freedom.
 * :func:`one_sided_rate`: log-log WLS slope against a bound (the rate regression of
   :func:`simkit.stats.analysis.fit_rate`);
 * :func:`growth_non_inferiority` / :func:`non_inferiority`: ``2^b - 1 < delta`` per doubling of the level,
-  and :func:`non_inferiority_miss_rate`, its planned miss rate at zero growth;
+  :func:`non_inferiority_miss_rate` (planned, noncentral t) and :func:`non_inferiority_plugin_miss_rate`
+  (the run's SEs, central t): two definitions of its miss rate at zero growth; :func:`union_bound`;
 * :func:`log_sd_slope`, :func:`relative_trend_se`: jackknife slopes of derived curves;
 * over a fit range k >= k_min and for ratio curves: :func:`log2_slope`, :func:`fit_range_non_inferiority`,
   :func:`growth_test` (one-sided growth), :func:`wls_slope_test` (log-log WLS slope against 0).
@@ -35,7 +36,8 @@ from scipy import stats
 from simkit.stats.analysis import fit_rate, jackknife
 
 __all__ = ["TrendTest", "trend_test", "Equivalence", "equivalence_test", "RateCheck", "one_sided_rate",
-           "NonInferiority", "growth_non_inferiority", "non_inferiority", "non_inferiority_miss_rate", "log_sd_slope",
+           "NonInferiority", "growth_non_inferiority", "non_inferiority", "non_inferiority_miss_rate",
+           "non_inferiority_plugin_miss_rate", "union_bound", "log_sd_slope",
            "relative_trend_se", "detectable_t", "log2_slope", "fit_range_non_inferiority", "growth_test",
            "wls_slope_test", "GrowthRule", "growth_rule"]
 
@@ -304,6 +306,25 @@ def relative_trend_se(x: ArrayLike, blocks: ArrayLike) -> float:
     xc = x - x.mean()
     rel = lambda c: np.array([np.dot(xc, c - c.mean()) / np.dot(xc, xc) / np.mean(c)])  # noqa: E731
     return float(jackknife(rel, ok)[1][0])
+
+
+def non_inferiority_plugin_miss_rate(se: ArrayLike, df: ArrayLike, *, delta: float, alpha: float) -> NDArray:
+    """Per test, P(the rule does NOT show non-inferiority | b = 0) with the estimated SE taken as the true one.
+
+    The rule rejects when ``b_hat < log2(1 + delta) + t_alpha SE``; with b_hat ~ SE T (central t on ``df``)
+    it misses with probability ``P(T >= log2(1 + delta) / SE + t_alpha)``. A plug-in of the run's SEs,
+    unlike :func:`non_inferiority_miss_rate` (a planned sd, noncentral t). NaN where SE is not finite.
+    """
+    b0 = math.log2(1.0 + delta)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return stats.t.sf(b0 / np.asarray(se, dtype=float) + stats.t.ppf(alpha, df), df)
+
+
+def union_bound(p_fail: ArrayLike) -> float:
+    """``min(1, sum p)``: a bound on the probability that any of several tests fails (Bonferroni), whatever
+    their dependence; a NaN rate counts as 1."""
+    p = np.asarray(p_fail, dtype=float)
+    return float(min(1.0, np.sum(np.where(np.isfinite(p), p, 1.0))))
 
 
 def non_inferiority_miss_rate(n_blocks: int, *, delta: float, alpha: float, sigma_b: float) -> float:

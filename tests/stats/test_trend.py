@@ -22,8 +22,9 @@ from scipy import stats
 
 from simkit.stats.analysis import fit_rate, ratio_of_means
 from simkit.stats.trend import (detectable_t, equivalence_test, fit_range_non_inferiority, growth_test, log2_slope,
-                                log_sd_slope, non_inferiority, one_sided_rate, relative_trend_se, trend_test,
-                                wls_slope_test)
+                                log_sd_slope, non_inferiority, non_inferiority_miss_rate,
+                                non_inferiority_plugin_miss_rate, one_sided_rate, relative_trend_se, trend_test,
+                                union_bound, wls_slope_test)
 
 ALPHA, POWER = 0.01, 0.9
 
@@ -230,3 +231,19 @@ def test_wls_slope_test_detectable_effects_and_ratio_of_means():
     both = np.stack([num, den], axis=1)
     assert r_se[0] == pytest.approx(_jackknife_se(lambda m: m[0] / m[1], both), rel=1e-9)
     assert np.isnan(ratio_of_means(num[:2], den[:2])[0])
+
+
+def test_two_miss_rates_of_the_non_inferiority_rule():
+    """The plug-in miss rate (the run's SE, central t) against its formula written here, and against the planned
+    one (a design sd, noncentral t) where the two definitions should nearly agree: many blocks, the SE equal
+    to sigma_b / sqrt(n); the union bound sums rates, counts NaN as 1 and caps at 1."""
+    b0 = np.log2(1.1)
+    se, df = np.array([0.01, 0.05, np.nan]), np.array([127, 127, 127])
+    plug = non_inferiority_plugin_miss_rate(se, df, delta=0.1, alpha=0.01)
+    np.testing.assert_allclose(plug[:2], 1 - stats.t.cdf(b0 / se[:2] + stats.t.ppf(0.01, 127), 127), rtol=1e-9,
+                               atol=1e-15)
+    assert np.isnan(plug[2])
+    planned = non_inferiority_miss_rate(128, delta=0.1, alpha=0.01, sigma_b=0.05 * np.sqrt(128))
+    assert planned == pytest.approx(plug[1], abs=0.02) and 0.05 < planned < 0.95
+    assert np.isnan(non_inferiority_miss_rate(2, delta=0.1, alpha=0.01, sigma_b=0.1))
+    assert union_bound([0.1, 0.2]) == pytest.approx(0.3) and union_bound([0.5, np.nan]) == 1.0
