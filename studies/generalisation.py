@@ -310,7 +310,7 @@ def _rate_sweep(s: str, lv: NDArray, blocks: NDArray, gap: NDArray) -> tuple[dic
     else:
         verdict = "pass"
     if s == "tau":
-        out["false_fail"] = float(stats.t.sf(-rc.critical - rc.slope / rc.se, rc.df)) if finite else np.nan
+        out["false_fail"] = rc.miss_rate_at_estimate()
         return out, reasons, verdict
     # the n^{-1/2} sample variability: sd of G from (mean of G, mean of G^2) over blocks
     out["sd_slope"], out["sd_slope_se"] = log_sd_slope(lv, gap) if finite else (np.nan, np.nan)

@@ -166,6 +166,17 @@ class RateCheck:
     reject: bool
     detect: float
     fitted: NDArray[np.float64]
+    alternative: str = "greater"
+
+    def miss_rate_at_estimate(self) -> float:
+        """Plug-in probability that the test does NOT reject if the true slope equals the estimate (t
+        approximation with the estimated SE): the power at the estimate, not a false-failure rate."""
+        if not np.isfinite(self.slope):
+            return float("nan")
+        shift = (self.slope - self.bound) / self.se
+        if self.alternative == "less":
+            return float(stats.t.sf(-self.critical - shift, self.df))
+        return float(stats.t.cdf(self.critical - shift, self.df))
 
 
 def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative: str, alpha: float,
@@ -180,7 +191,7 @@ def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative
     fit = fit_rate(x, blocks, float(np.min(x)), with_inverse=False)
     nan = float("nan")
     if not np.isfinite(fit.slope):
-        return RateCheck(nan, nan, nan, fit.df, bound, nan, nan, nan, False, nan, np.full(x.size, nan))
+        return RateCheck(nan, nan, nan, fit.df, bound, nan, nan, nan, False, nan, np.full(x.size, nan), alternative)
     t = (fit.slope - bound) / fit.slope_se
     crit = float(stats.t.isf(alpha, fit.df))
     if alternative == "greater":
@@ -191,7 +202,7 @@ def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative
         raise ValueError(f"'alternative' must be 'greater' or 'less', got {alternative!r}")
     detect = detectable_t(crit, fit.df, power, fit.slope_se)
     return RateCheck(fit.slope, fit.slope_se, fit.intercept, fit.df, bound, float(t), p, crit, reject, float(detect),
-                     np.exp(fit.fitted))
+                     np.exp(fit.fitted), alternative)
 
 
 @dataclass(frozen=True)

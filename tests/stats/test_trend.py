@@ -247,3 +247,18 @@ def test_two_miss_rates_of_the_non_inferiority_rule():
     assert planned == pytest.approx(plug[1], abs=0.02) and 0.05 < planned < 0.95
     assert np.isnan(non_inferiority_miss_rate(2, delta=0.1, alpha=0.01, sigma_b=0.1))
     assert union_bound([0.1, 0.2]) == pytest.approx(0.3) and union_bound([0.5, np.nan]) == 1.0
+
+
+def test_rate_check_miss_rate_at_the_estimate():
+    """At an estimate exactly on the critical value the test misses with probability 1/2; one SE further
+    towards H1 the miss rate is P(T > 1) on the same df; NaN without a fit."""
+    from simkit.stats.trend import RateCheck
+    crit, se, df = 2.5, 0.1, 9
+    nan = float("nan")
+    for alt, sign in (("less", -1), ("greater", 1)):
+        on = RateCheck(sign * crit * se, se, 0.0, df, 0.0, sign * crit, nan, crit, False, nan, np.zeros(3), alt)
+        assert on.miss_rate_at_estimate() == pytest.approx(0.5, abs=1e-12)
+        beyond = RateCheck(sign * (crit + 1) * se, se, 0.0, df, 0.0, nan, nan, crit, True, nan, np.zeros(3), alt)
+        assert beyond.miss_rate_at_estimate() == pytest.approx(1 - stats.t.cdf(1.0, df), rel=1e-9)
+    assert np.isnan(RateCheck(nan, nan, nan, df, 0.0, nan, nan, nan, False, nan, np.zeros(3), "less")
+                    .miss_rate_at_estimate())
