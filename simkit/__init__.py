@@ -13,7 +13,7 @@ Estimators with Monte Carlo standard errors (:mod:`simkit.estimators`)
 Embeddings and training (:mod:`simkit.embeddings`)
     LinearEmbedding, TwoLayerEmbedding, FourierEmbedding, train
 Statistics (:mod:`simkit.stats`)
-    mean_mcse, jackknife, fit_rate, growth_non_inferiority, curve_test, max_t_test
+    mean_mcse, jackknife, fit_rate, trend_test, growth_non_inferiority, curve_test, max_t_test
 Studies, claims and reports (:mod:`simkit.runner`, :mod:`simkit.claims`, :mod:`simkit.report`)
     simkit.runner.run_study, simkit.claims.validate.run_validation, calibrate
 Your own embeddings (:mod:`simkit.diagnose`)

@@ -19,25 +19,25 @@ Run it: ``simkit run continuity`` (or ``python -m simkit run continuity``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
-from numpy.typing import ArrayLike, NDArray
-from scipy import special, stats
+from numpy.typing import NDArray
 from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
-from simkit.stats.analysis import combine_verdicts, fit_rate, jackknife, mean_mcse
+from simkit.stats.analysis import combine_verdicts, mean_mcse, ratio_of_means
+from simkit.stats.trend import (fit_range_non_inferiority, growth_test, non_inferiority_plugin_miss_rate, union_bound,
+                                wls_slope_test)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.perturbation import CapBump, perturb
+from simkit.exact.loss_bounds import TOL_ABS, TOL_REL, loss_difference_bounds, violations
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 
-__all__ = ["loss_difference_bounds", "violations", "perturb", "cap_cosine", "CapBump", "SETTINGS", "SCHEMA", "STUDY",
-           "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "NonInferiority", "non_inferiority", "growth_test",
-           "confirmatory_verdicts"]
+__all__ = ["SETTINGS", "SCHEMA", "STUDY", "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "confirmatory_verdicts"]
 
 #: level of each exploratory per-(setting, eps) test (flatness two-sided, growth one-sided): the
 #: pre-protocol check, unchanged
@@ -48,15 +48,12 @@ ALPHA_NI = 0.01
 DELTA = 0.01
 #: the margin on the slope scale: b0 = log2(1 + DELTA)
 B0 = math.log2(1.0 + DELTA)
-#: a bound counts as violated when |dl| > B + TOL_ABS + TOL_REL |l_k| (rounding of the loss difference
-#: is ~1e-15 |l_k|; the allowance is ~1000 times that)
-TOL_ABS, TOL_REL = 1e-12, 1e-12
 #: anchors processed at once (bounds memory: chunk x K x d floats per array)
 _CHUNK = 8
 
 #: name -> (embedding family, p, d, hidden width, pi family, kappa_pi, kappa_M, tau, perturbation, cap fraction);
-#: perturbation "params": psi = phi with parameters moved (:func:`perturb`); "bump": psi = phi plus a bump
-#: on a spherical cap of the input sphere holding the given fraction of pi's mass (:class:`CapBump`)
+#: perturbation "params": psi = phi with parameters moved (simkit.embeddings.perturbation.perturb); "bump": psi =
+#: phi plus a bump on a spherical cap of the input sphere holding the given fraction of pi's mass (CapBump)
 SETTINGS = {
     "twolayer-d16": ("two_layer", 16, 16, 32, "uniform", 0.0, 20.0, 0.5, "params", 0.0),
     "linear-d16": ("linear", 16, 16, 0, "mixture", 6.0, 20.0, 0.5, "params", 0.0),
@@ -88,179 +85,6 @@ BLOCK_VARS_E = {
     "param_dist": "size of the perturbation: ||theta_psi - theta_phi|| (= eps ||theta_phi||) for a parametric "
                   "setting; ||psi(c) - phi(c)|| at the cap centre c (= 2 sin(atan(BUMP_GAIN eps)/2)) for a bump",
 }
-
-
-# ----------------------------------------------------------------------------------------------
-# the bounds
-
-def _running_lse(a: NDArray) -> NDArray:
-    """log sum_{j<=k} e^{a_j} for every prefix along the last axis (stable for any magnitudes)."""
-    return np.logaddexp.accumulate(a, axis=-1)
-
-
-def loss_difference_bounds(u: ArrayLike, v: ArrayLike, w: ArrayLike, u2: ArrayLike, v2: ArrayLike, w2: ArrayLike,
-                           tau: float, ks: ArrayLike | None = None) -> dict[str, NDArray[np.float64]]:
-    """|l_k(psi) - l_k(phi)| and its averaging and max bounds for every tuple and every k (docs/theory.md section 12).
-
-    Parameters
-    ----------
-    u, v : array_like, shape (N, d)
-        phi of the anchors and of the positives (unit vectors, last axis).
-    w : array_like, shape (N, K, d)
-        phi of each tuple's K negatives.
-    u2, v2, w2 : array_like
-        The same under psi.
-    tau : float
-        Temperature, > 0.
-    ks : array_like of int, optional
-        Numbers of negatives k (1 <= k <= K); the first k negatives of each tuple are used.
-        Default: every k = 1..K.
-
-    Returns
-    -------
-    dict of ndarray, each (N, G) unless stated
-        ``loss`` (l_k under phi), ``delta`` (signed l_k(psi) - l_k(phi)), ``bound_score`` (1),
-        ``bound_avg`` (AVG), ``bound_max`` (MAX), ``neg_avg`` (the softmax average of |dw| over
-        the negatives, larger of the two endpoints), ``neg_max`` (max_{j<=k} |dw_j|), and
-        ``anchor_term`` (N,), ``2 |du| + |dv|``.
-
-    Notes
-    -----
-    Everything is computed with running log-sum-exp over the negatives, so any tau is safe.
-    The proofs are in docs/theory.md section 12; tests/studies/test_continuity.py checks them against direct
-    evaluations and on adversarial pairs.
-    """
-    u, v, u2, v2 = (np.asarray(a, dtype=float) for a in (u, v, u2, v2))
-    w, w2 = np.asarray(w, dtype=float), np.asarray(w2, dtype=float)
-    if w.ndim != 3 or u.shape != (w.shape[0], w.shape[2]):
-        raise ValueError(f"'w' must have shape (N, K, d) with u of shape (N, d), got {w.shape} and {u.shape}")
-    for name, a, b in (("v", v, u), ("u2", u2, u), ("v2", v2, u), ("w2", w2, w)):
-        if a.shape != b.shape:
-            raise ValueError(f"'{name}' must have shape {b.shape}, got {a.shape}")
-    if not (isinstance(tau, (int, float, np.floating)) and math.isfinite(tau) and tau > 0):
-        raise ValueError(f"'tau' must be a finite number > 0, got {tau!r}")
-    K = w.shape[1]
-    idx = np.arange(K) if ks is None else np.asarray(ks, dtype=np.int64) - 1
-    if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= K:
-        raise ValueError(f"'ks' must hold numbers of negatives in 1..{K}, got {ks!r}")
-
-    r = np.einsum("nd,nkd->nk", u, w - v[:, None, :]) / tau  # s_j - s_0
-    r2 = np.einsum("nd,nkd->nk", u2, w2 - v2[:, None, :]) / tau
-    dw = np.sqrt(np.sum((w2 - w) ** 2, axis=-1))  # (N, K)
-    anchor = 2.0 * np.sqrt(np.sum((u2 - u) ** 2, axis=-1)) + np.sqrt(np.sum((v2 - v) ** 2, axis=-1))
-    with np.errstate(divide="ignore"):  # log 0 = -inf is exact here: a zero term of a sum
-        log_dw, log_dr = np.log(dw), np.log(np.abs(r2 - r))
-    lse, lse2 = _running_lse(r)[:, idx], _running_lse(r2)[:, idx]  # log sum_{j<=k} e^{r_j}
-    loss, loss2 = np.logaddexp(0.0, lse), np.logaddexp(0.0, lse2)  # l_k = log(1 + sum e^{r_j})
-    # softmax averages: over the negatives only (q) for AVG, including the positive (P) for (1)
-    neg_avg = np.maximum(np.exp(_running_lse(r + log_dw)[:, idx] - lse),
-                         np.exp(_running_lse(r2 + log_dw)[:, idx] - lse2))
-    score = np.maximum(np.exp(_running_lse(r + log_dr)[:, idx] - loss),
-                       np.exp(_running_lse(r2 + log_dr)[:, idx] - loss2))
-    neg_max = np.maximum.accumulate(dw, axis=-1)[:, idx]
-    return {"loss": loss, "delta": loss2 - loss, "bound_score": score,
-            "bound_avg": (anchor[:, None] + neg_avg) / tau, "bound_max": (anchor[:, None] + neg_max) / tau,
-            "neg_avg": neg_avg, "neg_max": neg_max, "anchor_term": anchor}
-
-
-def violations(delta: NDArray, bound: NDArray, loss: NDArray) -> NDArray[np.bool_]:
-    """True where |delta| exceeds ``bound`` by more than the rounding allowance TOL_ABS + TOL_REL |loss|."""
-    return np.abs(delta) > bound + TOL_ABS + TOL_REL * np.abs(loss)
-
-
-def perturb(phi, eps: float, *, rng):
-    """psi = phi with parameters ``theta + eps ||theta|| e``, e uniform on the unit sphere of R^{n_params}
-    drawn from ``rng`` (a seed or a numpy Generator; required: no hidden default seed)."""
-    if not (isinstance(eps, (int, float, np.floating)) and math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"'eps' must be a finite number >= 0, got {eps!r}")
-    if rng is None:
-        raise ValueError("'rng' is required: pass a seed or a numpy Generator (e.g. the study task's rng)")
-    rng = np.random.default_rng(rng)
-    e = rng.standard_normal(phi.n_params)
-    e /= np.linalg.norm(e)
-    return phi.with_params(phi.params + eps * np.linalg.norm(phi.params) * e)
-
-
-def cap_cosine(p: int, fraction: float) -> float:
-    """The cosine t of the spherical cap {x : x.c >= t} of S^{p-1} that holds ``fraction`` (in (0, 1/2])
-    of the uniform measure: P(x.c >= t) = I_{1 - t^2}((p - 1)/2, 1/2) / 2 for t >= 0 (t = 1 - 2 fraction
-    for p = 3)."""
-    if not (isinstance(fraction, (int, float, np.floating)) and 0 < fraction <= 0.5):
-        raise ValueError(f"'fraction' must be a number in (0, 0.5], got {fraction!r}")
-    if not (isinstance(p, (int, np.integer)) and p >= 2):
-        raise ValueError(f"'p' must be an integer >= 2, got {p!r}")
-    return float(math.sqrt(1.0 - special.betaincinv((p - 1) / 2.0, 0.5, 2.0 * fraction)))
-
-
-class CapBump:
-    """psi(x) = normalise(phi(x) + a b(x) e): phi displaced by a bump on a small spherical cap of the input sphere.
-
-    Parameters
-    ----------
-    phi : callable
-        The embedding S^{p-1} -> S^{d-1} (points on the last axis; an :class:`simkit.embeddings.embedding.Embedding`).
-    centre : array_like, shape (p,)
-        Unit vector c, the centre of the cap C = {x : x.c >= t}.
-    cos_radius : float
-        t in (-1, 1).
-    amplitude : float
-        a >= 0.
-    direction : array_like, shape (d,)
-        Unit vector e.
-
-    Notes
-    -----
-    The bump profile b(x) = ((x.c - t)_+ / (1 - t))^2 is 1 at the centre and 0 outside C, so psi = phi
-    off the cap: only the negatives that land in the cap (probability = its pi-mass) are displaced, a
-    max over k negatives picks such a rare displacement up once k ~ 1 / mass, a softmax average weighs
-    it by its mass. psi belongs to no parametric family and need not: the bounds of docs/theory.md
-    section 12 use only unit vectors and the convexity of G, so they hold for it as proved (details:
-    docs/design.md, "studies/continuity: CapBump").
-    """
-
-    def __init__(self, phi, centre: ArrayLike, cos_radius: float, amplitude: float, direction: ArrayLike):
-        c = np.asarray(centre, dtype=float)
-        e = np.asarray(direction, dtype=float)
-        if c.ndim != 1 or abs(np.linalg.norm(c) - 1.0) > 1e-12:
-            raise ValueError(f"'centre' must be a unit vector of shape (p,), got shape {c.shape}")
-        if e.ndim != 1 or abs(np.linalg.norm(e) - 1.0) > 1e-12:
-            raise ValueError(f"'direction' must be a unit vector of shape (d,), got shape {e.shape}")
-        if not (isinstance(cos_radius, (int, float, np.floating)) and -1 < cos_radius < 1):
-            raise ValueError(f"'cos_radius' must be a number in (-1, 1), got {cos_radius!r}")
-        if not (isinstance(amplitude, (int, float, np.floating)) and math.isfinite(amplitude) and amplitude >= 0):
-            raise ValueError(f"'amplitude' must be a finite number >= 0, got {amplitude!r}")
-        self.phi, self.centre, self.cos_radius, self.amplitude, self.direction = phi, c, float(cos_radius), \
-            float(amplitude), e
-
-    def profile(self, x: ArrayLike) -> NDArray[np.float64]:
-        """b(x) = ((x.c - t)_+ / (1 - t))^2 for points x of shape (..., p)."""
-        z = (np.asarray(x, dtype=float) @ self.centre - self.cos_radius) / (1.0 - self.cos_radius)
-        return np.square(np.maximum(z, 0.0))
-
-    def __call__(self, x: ArrayLike) -> NDArray[np.float64]:
-        """psi(x), unit vectors of shape (n, d) for points x of shape (n, p)."""
-        f = self.phi(x)
-        h = f + (self.amplitude * self.profile(x))[..., None] * self.direction
-        norm = np.linalg.norm(h, axis=-1, keepdims=True)
-        if np.any(norm < 1e-12):
-            raise ValueError("psi is undefined where phi(x) + a b(x) e = 0; choose e orthogonal to phi(centre)")
-        return h / norm
-
-    @classmethod
-    def random(cls, phi, p: int, fraction: float, amplitudes, *, rng) -> list[CapBump]:
-        """One bump per amplitude sharing a centre c uniform on S^{p-1} and a direction e uniform among
-        unit vectors orthogonal to phi(c) (drawn in that order from ``rng``, required)."""
-        if rng is None:
-            raise ValueError("'rng' is required: pass a seed or a numpy Generator (e.g. the study task's rng)")
-        rng = np.random.default_rng(rng)
-        c = rng.standard_normal(p)
-        c /= np.linalg.norm(c)
-        f = phi(c[None, :])[0]
-        e = rng.standard_normal(f.size)
-        e -= (e @ f) * f
-        e /= np.linalg.norm(e)
-        t = cap_cosine(p, fraction)
-        return [cls(phi, c, t, float(a), e) for a in amplitudes]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,134 +215,6 @@ SCHEMA = {
 
 # ----------------------------------------------------------------------------------------------
 # summaries
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
-    """Ratio of block means with its delete-one-block jackknife MCSE over the finite blocks (NaN if < 3)."""
-    blocks = np.stack([num, den], axis=1)
-    blocks = blocks[np.all(np.isfinite(blocks), axis=tuple(range(1, blocks.ndim)))]
-    if blocks.shape[0] < 3:
-        return np.full(num.shape[1:], np.nan), np.full(num.shape[1:], np.nan)
-    f, j, _ = jackknife(lambda m: m[0] / m[1], blocks)
-    return f, j
-
-
-def _slope(k: np.ndarray, blocks: np.ndarray, k_min: int, one_sided: bool) -> tuple[float, ...]:
-    """(slope, SE, p-value, slope detected with probability 1/2, with probability 0.8) of log mean on log k."""
-    fit = fit_rate(k, blocks, k_min, with_inverse=False)
-    b, se = fit.slope, fit.slope_se
-    if not (np.isfinite(b) and se > 0):
-        return b, se, np.nan, np.nan, np.nan
-    p = stats.t.sf(b / se, fit.df) if one_sided else 2 * stats.t.sf(abs(b / se), fit.df)
-    q = stats.t.isf(ALPHA if one_sided else ALPHA / 2, fit.df)
-    return b, se, p, q * se, (q + stats.norm.isf(0.2)) * se
-
-
-# ----------------------------------------------------------------------------------------------
-# the pre-registered rule (protocols/continuity.md sections 2, 3, 6, 8)
-
-@dataclass(frozen=True)
-class NonInferiority:
-    """One-sided non-inferiority test of a block-mean curve against growth >= delta per doubling of k."""
-
-    b: float           # OLS slope of log2(block-mean curve) on log2 k over k >= k_min
-    se: float          # delete-one-block jackknife SE of b
-    growth: float      # 2^b - 1 per doubling of k
-    growth_se: float   # delta method: ln 2 * 2^b * se
-    t: float           # (b - log2(1 + delta)) / se
-    df: int
-    p: float           # one-sided, H1: b < log2(1 + delta)
-    reject: bool       # p < alpha: growth < delta shown
-    n_blocks: int
-    defined: bool      # the curve is > 0 on the fit range in the full sample and every jackknife replicate
-
-
-def _jack_log2_slope(k: ArrayLike, blocks: ArrayLike, k_min: int, ratio: bool) -> tuple[float, float, int, bool]:
-    """(b, jackknife SE, blocks used, defined) for the OLS slope of log2 of the block-mean curve on log2 k
-    over k >= k_min (equal weights); with ``ratio`` the blocks are (n, 2, G) and the curve is mean[0] / mean[1]."""
-    x = np.log2(np.asarray(k, dtype=float))
-    b = np.asarray(blocks, dtype=float)
-    want = 3 if ratio else 2
-    if b.ndim != want or b.shape[-1] != x.size or (ratio and b.shape[1] != 2):
-        shape = f"(n_blocks, 2, {x.size})" if ratio else f"(n_blocks, {x.size})"
-        raise ValueError(f"'blocks' must have shape {shape}, got {b.shape}")
-    sel = x >= math.log2(k_min)
-    if np.unique(x[sel]).size < 2:
-        raise ValueError(f"'k_min' must leave at least two distinct k in the fit, got k_min = {k_min}")
-    xc = x[sel] - x[sel].mean()
-    sxx = float(xc @ xc)
-
-    def stat(curve):
-        c = (curve[0] / curve[1] if ratio else curve)[sel]
-        if not np.all(np.isfinite(c) & (c > 0)):
-            return np.array([np.nan])
-        y = np.log2(c)
-        return np.array([float(xc @ (y - y.mean())) / sxx])
-
-    b = b[np.all(np.isfinite(b.reshape(b.shape[0], -1)), axis=1)]
-    n = b.shape[0]
-    if n < 3:
-        return math.nan, math.nan, n, False
-    with np.errstate(invalid="ignore", divide="ignore"):
-        est, se, reps = jackknife(stat, b)
-    est, se = float(est[0]), float(se[0])
-    defined = bool(np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps)))
-    return est, (se if defined else math.nan), n, defined
-
-
-def non_inferiority(k: ArrayLike, blocks: ArrayLike, k_min: int = 16, *, delta: float = DELTA,
-                    alpha: float = ALPHA_NI, ratio: bool = False) -> NonInferiority:
-    """The pre-registered primary test (protocols/continuity.md section 3): H0 ``2^b - 1 >= delta`` against
-    H1 ``2^b - 1 < delta``.
-
-    Parameters
-    ----------
-    k : array_like, shape (G,)
-        The grid of k (positive).
-    blocks : array_like, shape (n_blocks, G)
-        Per-block means of the bound at each k (independent blocks, common random numbers across k);
-        blocks with a NaN are dropped. ``(n_blocks, 2, G)`` with ``ratio``: numerator and denominator.
-    k_min : int
-        Smallest k in the fit.
-    delta, alpha : float
-        Margin (relative growth per doubling of k) and one-sided level.
-
-    Returns
-    -------
-    NonInferiority
-        b = OLS slope of log2 of the block-mean curve on log2 k over k >= k_min, jackknife SE,
-        t = (b - log2(1 + delta)) / SE on n_blocks - 1 df, p = P(T <= t); reject when p < alpha.
-        Undefined (NaN, no rejection) when the mean curve is not positive on the fit range (in the full
-        sample or a jackknife replicate) or fewer than 3 blocks remain.
-    """
-    if not (isinstance(delta, (int, float, np.floating)) and delta > -1):
-        raise ValueError(f"'delta' must be a number > -1, got {delta!r}")
-    if not (isinstance(alpha, (int, float, np.floating)) and 0 < alpha < 1):
-        raise ValueError(f"'alpha' must be in (0, 1), got {alpha!r}")
-    est, se, n, defined = _jack_log2_slope(k, blocks, k_min, ratio)
-    nan = math.nan
-    if not defined:
-        g = 2.0 ** est - 1.0 if math.isfinite(est) else nan
-        return NonInferiority(est, nan, g, nan, nan, max(n - 1, 0), nan, False, n, False)
-    b0 = math.log2(1.0 + delta)
-    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
-    p = float(stats.t.cdf(t, n - 1))
-    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
-                          bool(p < alpha), n, True)
-
-
-def growth_test(k: ArrayLike, blocks: ArrayLike, k_min: int = 16, *, alpha: float = ALPHA_NI,
-                ratio: bool = False) -> tuple[float, float, float, float, bool]:
-    """The secondary tests S1/S2 (protocols/continuity.md section 8): the same OLS slope b and jackknife SE,
-    H0: b <= 0 against H1: b > 0, t = b / SE on n_blocks - 1 df, p = P(T >= t).
-
-    Returns ``(b, se, t, p, reject)``; all NaN and no rejection when b is undefined."""
-    est, se, n, defined = _jack_log2_slope(k, blocks, k_min, ratio)
-    if not defined:
-        return est, math.nan, math.nan, math.nan, False
-    t = est / se if se > 0 else (math.inf if est > 0 else -math.inf)
-    p = float(stats.t.sf(t, n - 1))
-    return est, se, float(t), p, bool(p < alpha)
-
 
 def _is_bump(perturbation: str) -> bool:
     return str(perturbation) == "bump"
@@ -701,12 +397,6 @@ def _flat_pvalues(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
             for i, s in enumerate(ds["setting"].values) for j, e in enumerate(ds["eps"].values)}
 
 
-def _tail(p_fail) -> float:
-    """Sum of per-test failure probabilities (Bonferroni bound on the check's failure probability), capped at 1."""
-    p = np.asarray(p_fail, dtype=float)
-    return float(min(1.0, np.sum(np.where(np.isfinite(p), p, 1.0))))
-
-
 def _df(ds) -> NDArray:
     return np.maximum(ds["ni_blocks"].values - 1, 1)
 
@@ -714,9 +404,8 @@ def _df(ds) -> NDArray:
 def _primary_rate(ds: xr.Dataset) -> float:
     """P(primary fails | b = 0 in every cell), the claim in its strict form (flat), with the run's SEs: a cell
     rejects when b_hat < b0 + t_alpha SE, so it fails with probability 1 - F_t(b0 / SE + t_alpha)."""
-    df, se = _df(ds), ds["ni_avg_b_se"].values
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return _tail(stats.t.sf(B0 / se + stats.t.ppf(ALPHA_NI, df), df))
+    return union_bound(non_inferiority_plugin_miss_rate(ds["ni_avg_b_se"].values, _df(ds), delta=DELTA,
+                                                        alpha=ALPHA_NI))
 
 
 def _control_rate(ds: xr.Dataset) -> float:
@@ -757,18 +446,6 @@ CHECKS = (
                            f"E B_max > 0 detected (one-sided, {ALPHA:g})",
           _slopes_check, lambda ds: 1.0 - (1.0 - ALPHA) ** _n_cells(ds), _flat_pvalues),
 )
-
-
-def _parse_eps(text: str) -> list[float]:
-    try:
-        vals = [float(t) for t in str(text).split(",")]
-    except ValueError:
-        raise ValueError(f"'eps' must be comma-separated numbers, e.g. 0.01,0.1,0.5, got {text!r}") from None
-    if not vals or any(not (math.isfinite(e) and 0 < e <= 1) for e in vals):
-        raise ValueError(f"'eps' must be numbers in (0, 1], got {text!r}")
-    if len(set(vals)) != len(vals):
-        raise ValueError(f"'eps' must not repeat a value, got {text!r}")
-    return sorted(vals)
 
 
 #: the design of protocols/continuity.md section 4 (the study's defaults)
@@ -817,7 +494,8 @@ class Continuity(Study):
     params = {
         "settings": Param("settings", str, "twolayer-d16,linear-d16,bump-d16", "comma-separated settings",
                           choices=tuple(SETTINGS), multi=True),
-        "eps": Param("eps", str, "0.01,0.1,0.5", "comma-separated relative parameter perturbations eps in (0, 1]"),
+        "eps": Param("eps", float, "0.01,0.1,0.5", "comma-separated relative parameter perturbations eps in (0, 1]",
+                     multi=True, low=0.0, low_open=True, high=1.0, items_doc="numbers in (0, 1]"),
         "k_max": Param("k_max", int, 4096, "negatives per tuple K (power of two); grid k = 1, 2, 4, ..., K",
                        low=16, high=1 << 16, power_of_two=True, quick=2048),
         "k_fit_min": Param("k_fit_min", int, 16, "smallest k in the slope fits (power of two)", low=1,
@@ -829,7 +507,6 @@ class Continuity(Study):
     }
 
     def check_config(self, cfg):
-        _parse_eps(cfg["eps"])
         if cfg["k_fit_min"] * 8 > cfg["k_max"]:
             raise ValueError(f"'k_fit_min' must be <= k_max / 8 = {cfg['k_max'] // 8} (at least 4 grid points in "
                              f"the fit), got {cfg['k_fit_min']}")
@@ -846,7 +523,7 @@ class Continuity(Study):
     def block_dims(self, cfg):
         dims = {name: _EK for name in BLOCK_VARS}
         dims.update({name: _E for name in BLOCK_VARS_E})
-        return dims, {"eps": np.array(_parse_eps(cfg["eps"])), "k": k_grid(cfg["k_max"])}
+        return dims, {"eps": np.array(self.params["eps"].values(cfg["eps"])), "k": k_grid(cfg["k_max"])}
 
     @staticmethod
     def _embedding(cell, rng):
@@ -860,7 +537,7 @@ class Continuity(Study):
         Draw order: phi, the perturbation (one parameter direction per eps; or, for a bump, the cap
         centre and the direction e shared by every eps), anchors, positives, then the negatives chunk by chunk.
         """
-        eps = _parse_eps(cfg["eps"])
+        eps = self.params["eps"].values(cfg["eps"])
         K, N, tau = cfg["k_max"], cfg["block_anchors"], cell["tau"]
         ks = k_grid(K)
         pi = build_pi({"pi": cell["pi"], "dim": cell["p"], "kappa_pi": cell["kappa_pi"]})
@@ -927,11 +604,13 @@ class Continuity(Study):
             out[f"tightness_{t}"] = (np.nanmax(tight, axis=1) if np.isfinite(tight).any()
                                      else np.full(tight.shape[:1] + tight.shape[2:], np.nan))
         for name, (num, den, _) in RATIOS.items():
-            pairs = [[_ratio(blocks[num][s, :, e], blocks[den][s, :, e]) for e in range(n_eps)] for s in range(n_set)]
+            pairs = [[ratio_of_means(blocks[num][s, :, e], blocks[den][s, :, e]) for e in range(n_eps)]
+                     for s in range(n_set)]
             out[name] = np.array([[p[0] for p in row] for row in pairs])
             out[f"{name}_mcse"] = np.array([[p[1] for p in row] for row in pairs])
         for name, (var, _) in SLOPES.items():
-            fits = np.array([[_slope(k, blocks[var][s, :, e], cfg["k_fit_min"], name in _ONE_SIDED)
+            fits = np.array([[wls_slope_test(k, blocks[var][s, :, e], cfg["k_fit_min"], alpha=ALPHA,
+                                             one_sided=name in _ONE_SIDED)
                               for e in range(n_eps)] for s in range(n_set)])
             for i, suffix in enumerate(("", "_se", "_p", "_detect50", "_detect80")):
                 out[f"slope_{name}{suffix}"] = fits[..., i]
@@ -945,15 +624,17 @@ class Continuity(Study):
         out["flat_reason"] = np.array([[c[1] for c in row] for row in cells])
         # the pre-registered rule: OLS slopes of log2 block-mean curves on log2 k, jackknife SE
         k_min = cfg["k_fit_min"]
+        rule = lambda k, b, k_min: fit_range_non_inferiority(k, b, k_min, delta=DELTA, alpha=ALPHA_NI)  # noqa: E731
         for q, (var, _) in NI_QUANTITIES.items():
-            tests = [[non_inferiority(k, blocks[var][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
+            tests = [[rule(k, blocks[var][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
             for field, attr in zip(_NI_FIELDS, ("b", "se", "growth", "growth_se", "t", "p")):
                 out[f"ni_{q}_{field}"] = np.array([[getattr(t, attr) for t in row] for row in tests], dtype=float)
-        out["ni_blocks"] = np.array([[non_inferiority(k, blocks["bound_avg"][s, :, e], k_min).n_blocks
+        out["ni_blocks"] = np.array([[rule(k, blocks["bound_avg"][s, :, e], k_min).n_blocks
                                       for e in range(n_eps)] for s in range(n_set)], dtype=float)
-        s1 = [[growth_test(k, blocks["bound_max"][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
+        s1 = [[growth_test(k, blocks["bound_max"][s, :, e], k_min, alpha=ALPHA_NI) for e in range(n_eps)]
+              for s in range(n_set)]
         s2 = [[growth_test(k, np.stack([blocks["bound_max"][s, :, e], blocks["bound_avg"][s, :, e]], axis=1), k_min,
-                           ratio=True) for e in range(n_eps)] for s in range(n_set)]
+                           alpha=ALPHA_NI, ratio=True) for e in range(n_eps)] for s in range(n_set)]
         for name, res in (("s1", s1), ("s2", s2)):
             for i, field in enumerate(("b", "b_se", "t", "p")):
                 out[f"{name}_{field}"] = np.array([[r[i] for r in row] for row in res], dtype=float)

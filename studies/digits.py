@@ -26,7 +26,8 @@ from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean
                              worst_slope)
 from simkit.diagnose import diagnose
 from simkit.embeddings.embedding import TwoLayerEmbedding
-from simkit.exact.curve import expected_log_sum_parts
+from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
+from simkit.exact.finite import class_members, exact_d_curve
 from simkit.runner import Check, Param, Study, Var
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
@@ -131,19 +132,6 @@ def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
     raise ValueError(f"'encoder' must be one of {', '.join(ENCODERS)}, got {encoder!r}")
 
 
-def class_members(labels: NDArray) -> tuple[NDArray, NDArray]:
-    """Per row, the padded indices of the rows with its label (itself included) and their mask."""
-    counts = np.bincount(labels)
-    width = int(counts.max())
-    idx = np.zeros((labels.size, width), dtype=np.int64)
-    mask = np.zeros((labels.size, width), dtype=bool)
-    for c in np.unique(labels):
-        rows = np.flatnonzero(labels == c)
-        idx[rows, : rows.size] = rows
-        mask[rows, : rows.size] = True
-    return idx, mask
-
-
 def training_tuples(split: dict, rows: NDArray, kernel: str, n: int, k: int, noise: float, rng):
     """n InfoNCE tuples on the rows ``rows`` (a split): anchors uniform with replacement, positives
     from the kernel within the same rows, (n, k) independent uniform negatives."""
@@ -158,58 +146,6 @@ def training_tuples(split: dict, rows: NDArray, kernel: str, n: int, k: int, noi
         x_pos = augment(split["images"][rows[a]], noise, rng=rng)
     neg = rows[rng.integers(0, rows.size, (n, k))]
     return TrainingSample(split["unit"][rows[a]], x_pos, split["unit"][neg])
-
-
-def scores_and_log_z(emb: NDArray, tau: float) -> tuple[NDArray, NDArray]:
-    """Scores s = e.e'/tau (N, N) and log Z(x) = log mean_y e^{s(x, y)} (log-sum-exp, exact)."""
-    s = emb @ emb.T / tau
-    smax = s.max(axis=1)
-    log_z = np.log(np.mean(np.exp(s - smax[:, None]), axis=1)) + smax
-    return s, log_z
-
-
-def ratio_block(s: NDArray, log_z: NDArray, neg: NDArray, grid: NDArray) -> NDArray:
-    """T_k = S_k / Z(x) = sum_{i <= k} e^{s(x, y_i)} / Z(x) at every grid k, shape (N, r, G), for
-    negatives ``neg`` (N, r, K) (row indices; nested over the grid)."""
-    n, r, kk = neg.shape
-    e = np.exp(np.take_along_axis(s, neg.reshape(n, r * kk), axis=1).reshape(n, r, kk) - log_z[:, None, None])
-    return np.cumsum(e, axis=2)[:, :, grid - 1]
-
-
-def gap_terms(w_pos: NDArray, t_k: NDArray, grid: NDArray) -> tuple[NDArray, NDArray]:
-    """Per tuple: log((e^{s+} + S_k)/(k Z)) and the same minus the control variate S_k/(kZ) - 1.
-
-    ``w_pos`` = e^{s+}/Z (N, r), ``t_k`` = S_k/Z (N, r, G)."""
-    kf = grid.astype(float)
-    plain = np.log(w_pos[:, :, None] + t_k) - np.log(kf)
-    return plain, plain - (t_k / kf - 1.0)
-
-
-def exact_d_curve(s: NDArray, idx: NDArray, mask: NDArray, anchors: NDArray, grid: NDArray) -> NDArray:
-    """Exact D_k(x) = E log(e^{S0} + S_k) - E log S_k of the label kernel for the given anchors,
-    shape (len(anchors), G), by simkit.exact.curve.expected_log_sum_parts.
-
-    S0 ~ M(x) (uniform over x's class), S_k = sum of k i.i.d. e^{s(x, y)}, y ~ pi. With the study's
-    convention V_k/W_k := E_M s the self-normalised term of R_k - E CE(M_k, Q_k) has mean exactly 0,
-    so D_k is this difference. E log S_k is the same expectation with a pi-distributed "positive"
-    and k - 1 negatives (k >= 2) and E_pi s(x, y) at k = 1; each part is split as log-mean plus
-    centred remainder, whose difference is taken part by part (no cancellation of large terms).
-    """
-    n = s.shape[1]
-    rows = s[anchors]
-    pos = np.take_along_axis(rows, idx[anchors], axis=1)
-    pos = np.where(mask[anchors], pos, pos[:, :1])  # zero-weight padding
-    pw = mask[anchors] / mask[anchors].sum(axis=1, keepdims=True)
-    flat = np.full(n, 1.0 / n)
-    lm1, c1 = expected_log_sum_parts(pos, pw, rows, flat, grid)
-    out = np.empty((anchors.size, grid.size))
-    big = grid > 1
-    if np.any(big):
-        lm2, c2 = expected_log_sum_parts(rows, flat, rows, flat, grid[big] - 1)
-        out[:, big] = (lm1[:, big] - lm2) + (c1[:, big] - c2)
-    if not np.all(big):
-        out[:, ~big] = lm1[:, ~big] + c1[:, ~big] - rows.mean(axis=1)[:, None]
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,19 +22,19 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from numpy.typing import ArrayLike
-from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.stats.analysis import NonInferiority, growth_non_inferiority, jackknife, mean_mcse
+from simkit.stats.analysis import mean_mcse
+from simkit.stats.trend import NonInferiority, non_inferiority, non_inferiority_miss_rate, relative_trend_se, trend_test
 from simkit.embeddings.embedding import LinearEmbedding
 from simkit.embeddings.lifted import FourierEmbedding, LiftedRisk
+from simkit.estimators.population import paired_risk_difference
+from simkit.exact.bounds import control_tau
 from simkit.claims.protocol import protocol_attrs as _protocol_attrs
-from simkit.runner import Check, Param, Study, Var, task_seed
+from simkit.runner import Check, Param, Study, Var, block_of, common_seeds
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
-__all__ = ["STUDY", "SCHEMA", "CHECKS", "ALPHA", "DELTA", "B0", "FAMILIES", "NonInferiority", "non_inferiority",
-           "block_seeds", "PROTOCOL_PATH"]
+__all__ = ["STUDY", "SCHEMA", "CHECKS", "ALPHA", "DELTA", "B0", "FAMILIES", "PROTOCOL_PATH", "SEED_SPLIT"]
 
 #: one-sided level of the primary test (and of the control's rule)
 ALPHA = 0.01
@@ -53,80 +53,17 @@ _CHUNK_VALUES = 1 << 22
 
 
 # ----------------------------------------------------------------------------------------------
-# the primary rule
-
-def non_inferiority(d: ArrayLike, blocks: ArrayLike, *, delta: float = DELTA, alpha: float = ALPHA) -> NonInferiority:
-    """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` against H1 ``2^b - 1 < delta``.
-
-    Parameters
-    ----------
-    d : array_like, shape (J,)
-        Embedding dimensions (at least two distinct).
-    blocks : array_like, shape (n_blocks, J)
-        Per-block estimates of G at each d; blocks with a NaN are dropped.
-    delta, alpha : float
-        Margin (relative growth per doubling) and level.
-
-    Returns
-    -------
-    NonInferiority
-        ``b`` = OLS slope of log2 of the block-mean curve on log2 d, jackknife SE, t = (b - log2(1 + delta))
-        / SE on n_blocks - 1 df, p = P(T <= t). Undefined (NaN, no rejection) when a mean of G is not
-        positive at some d (in the full sample or a jackknife replicate) or fewer than 3 blocks remain.
-    """
-    x = np.log2(np.asarray(d, dtype=float))
-    return growth_non_inferiority(x, blocks, delta=delta, alpha=alpha, levels_name='d')
-
-
-def trend(d: ArrayLike, blocks: ArrayLike) -> tuple[float, float, float, float, int]:
-    """Secondary (descriptive): mean of per-block OLS slopes of G on log2 d, its SE, two-sided t and p, blocks."""
-    x = np.log2(np.asarray(d, dtype=float))
-    b = np.asarray(blocks, dtype=float)
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    if n < 3:
-        return (float("nan"),) * 4 + (n,)
-    xc = x - x.mean()
-    slopes = (b - b.mean(axis=1, keepdims=True)) @ xc / np.dot(xc, xc)
-    s, se = float(slopes.mean()), float(slopes.std(ddof=1) / np.sqrt(n))
-    t = s / se if se > 0 else 0.0
-    return s, se, float(t), float(2 * stats.t.sf(abs(t), n - 1)), n
-
-
-# ----------------------------------------------------------------------------------------------
 # seeds and protocol provenance
 
 SEED_SPLIT = ("per block: SeedSequence(seed, spawn_key=(*cell_key('dimension', {'design': 'blocks'}), 1, block))"
               ".spawn(4) -> sample, frame, init, evaluation; shared by every (family, d) of the block")
-
-
-def block_seeds(seed: int, block: int) -> list[np.random.SeedSequence]:
-    """Seeds of replicate ``block`` (sample, frame, init, evaluation), shared by every cell of the block."""
-    return task_seed(seed, "dimension", {"design": "blocks"}, 1, block).spawn(4)
-
-
-def _block_of(rng: np.random.Generator) -> int:
-    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
-    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
-    if len(key) < 2 or key[-2] != 1:
-        raise ValueError("'rng' must be the generator the engine passes to generate() (spawn key "
-                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
-    return int(key[-1])
+#: the cells that share a block's seeds (simkit.runner.common_seeds): all of them
+SEED_GROUP = {"design": "blocks"}
 
 
 def protocol_attrs(root: Path = _ROOT, path: str = PROTOCOL_PATH) -> dict[str, str]:
     """The protocol's provenance attributes (:func:`simkit.claims.protocol.protocol_attrs`)."""
     return _protocol_attrs(path, root)
-
-
-def _dims(text: str) -> list[int]:
-    try:
-        vals = sorted(int(v) for v in str(text).split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"'ds' must be comma-separated integers, got {text!r}") from None
-    if len(vals) < 3 or len(set(vals)) != len(vals) or any(v < 6 or v % 2 for v in vals):
-        raise ValueError(f"'ds' must list at least three distinct even dimensions >= 6, got {text!r}")
-    return vals
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,15 +172,11 @@ SIGMA_B_PLANNED = 0.078
 
 
 def _planned_false_fail(ds) -> float:
-    """False-failure rate of the primary rule: 1 - its planned power at zero growth, P(p >= alpha | b = 0)
-    for the dataset's block count with the protocol's conservative sigma_b (a design calculation, never
-    the power at the estimate). The test's alpha is its false-PASS rate: the probability of declaring
-    non-inferiority although growth >= delta."""
+    """False-failure rate of the primary rule: 1 - its planned power at zero growth for the dataset's block
+    count with the protocol's conservative sigma_b (simkit.stats.trend.non_inferiority_miss_rate). The
+    test's alpha is its false-PASS rate: the probability of declaring non-inferiority although growth >= delta."""
     n = int(_scalar(ds, "fourier_ni_blocks")) if np.isfinite(_scalar(ds, "fourier_ni_blocks")) else 0
-    if n < 3:
-        return math.nan
-    nc = -math.log2(1.0 + DELTA) / (SIGMA_B_PLANNED / math.sqrt(n))
-    return float(stats.nct.sf(stats.t.ppf(ALPHA, n - 1), n - 1, nc))
+    return non_inferiority_miss_rate(n, delta=DELTA, alpha=ALPHA, sigma_b=SIGMA_B_PLANNED)
 
 
 CHECKS = (
@@ -287,7 +220,8 @@ class Dimension(Study):
         "n_blocks": Param("n_blocks", int, 32, "replicate blocks (pre-registered)", low=3, high=10000, quick=3),
         "n_blocks_control": Param("n_blocks_control", int, 32, "blocks of the positive control (the first ones)",
                                   low=3, high=10000, quick=3),
-        "ds": Param("ds", str, "8,16,32,64,128,256,512,1024", "embedding dimensions (even, >= 6)", quick="8,32,128"),
+        "ds": Param("ds", int, "8,16,32,64,128,256,512,1024", "embedding dimensions (even, >= 6)", quick="8,32,128",
+                    multi=True, min_items=3, low=6, multiple_of=2, items_doc="even dimensions >= 6"),
         "n": Param("n", int, 128, "training tuples", low=8, high=1 << 16, quick=48),
         "k": Param("k", int, 8, "negatives per tuple", low=1, high=4096, quick=4),
         "tau": Param("tau", float, 0.1, "temperature", low=0.01, high=10.0),
@@ -298,7 +232,6 @@ class Dimension(Study):
     }
 
     def check_config(self, cfg):
-        _dims(cfg["ds"])
         if cfg["n_blocks_control"] > cfg["n_blocks"]:
             raise ValueError(f"'n_blocks_control' must be <= n_blocks = {cfg['n_blocks']}, "
                              f"got {cfg['n_blocks_control']}")
@@ -306,7 +239,7 @@ class Dimension(Study):
     def cells(self, cfg):
         return [{"point": f"{fam}:d={d}", "family": fam, "d": int(d), "n": int(cfg["n"]), "k": int(cfg["k"]),
                  "tau": float(cfg["tau"]), "kappa_m": float(cfg["kappa_m"])}
-                for fam in FAMILIES for d in _dims(cfg["ds"])]
+                for fam in FAMILIES for d in self.params["ds"].values(cfg["ds"])]
 
     def block_dims(self, cfg):
         return {name: () for name in BLOCK_VARS}, {}
@@ -330,17 +263,17 @@ class Dimension(Study):
 
     @staticmethod
     def train_tau(family: str, tau: float, d: int) -> float:
-        """tau (primary) or tau sqrt(D_REF / d) (positive control)."""
-        return float(tau) if family == "fourier" else float(tau) * math.sqrt(D_REF / d)
+        """tau (primary) or tau sqrt(D_REF / d) (positive control, simkit.exact.bounds.control_tau)."""
+        return float(tau) if family == "fourier" else control_tau(tau, d, D_REF)
 
     def generate(self, cell, cfg, prep, rng):
-        """One training set of the block; the seeds of :func:`block_seeds` are shared by every cell of the block."""
-        block = _block_of(rng)
+        """One training set of the block; its seeds (:data:`SEED_SPLIT`) are shared by every cell of the block."""
+        block = block_of(rng)
         out = {name: np.nan for name in BLOCK_VARS}
         if cell["family"] == "linear" and block >= cfg["n_blocks_control"]:
             out["skipped"] = 1.0
             return {name: np.asarray(v, dtype=float) for name, v in out.items()}
-        s_sample, s_frame, s_init, s_eval = block_seeds(cfg["seed"], block)
+        s_sample, s_frame, s_init, s_eval = common_seeds(cfg["seed"], self.name, SEED_GROUP, block, 4)
         pi, kernel, tau, k, d = Uniform(P_DIM), VMFKernel(cell["kappa_m"]), cell["tau"], cell["k"], cell["d"]
         sample = TrainingSample.draw(pi, kernel, cell["n"], k, rng=np.random.default_rng(s_sample))
         tau_f = self.train_tau(cell["family"], tau, d)
@@ -351,17 +284,13 @@ class Dimension(Study):
         train_risk_id = EmpiricalRisk(sample, tau).value(ident)
         n_eval = int(cfg["eval_tuples"])
         chunk = max(1, _CHUNK_VALUES // (d * (k + 2)))
-        ev_rng = np.random.default_rng(s_eval)
-        diffs = []
-        for lo in range(0, n_eval, chunk):
-            ev = TrainingSample.draw(pi, kernel, min(chunk, n_eval - lo), k, rng=ev_rng)
-            # phi_hat at its own temperature, paired with the identity at tau (whose R_k is exact)
-            diffs.append(LiftedRisk(ev, tau_f).losses(phi) - EmpiricalRisk(ev, tau).losses(ident))
-        diff = np.concatenate(diffs)
+        # phi_hat at its own temperature, paired with the identity at tau (whose R_k is exact)
+        diff, diff_mcse = paired_risk_difference(phi, ident, pi, kernel, k, n_eval, tau=tau_f, reference_tau=tau,
+                                                 chunk=chunk, rng=s_eval, risk=LiftedRisk)
         risk_id = float(prep["risk_id"])
-        gap = risk_id + float(diff.mean()) - train_risk
-        out.update(gap=gap, gap_cv=gap + train_risk_id - risk_id, gap_eval_mcse=float(diff.std(ddof=1) / np.sqrt(diff.size)),
-                   risk_excess=float(diff.mean()), train_risk=train_risk, converged=float(res.report.converged),
+        gap = risk_id + diff - train_risk
+        out.update(gap=gap, gap_cv=gap + train_risk_id - risk_id, gap_eval_mcse=diff_mcse, risk_excess=diff,
+                   train_risk=train_risk, converged=float(res.report.converged),
                    iterations=float(res.report.iterations), grad_norm=res.report.grad_norm, skipped=0.0,
                    tau_train=tau_f)
         return {name: np.asarray(v, dtype=float) for name, v in out.items()}
@@ -385,16 +314,13 @@ class Dimension(Study):
         for fam in FAMILIES:
             idx = np.flatnonzero(fams == fam)
             blocks = g[idx].T  # (blocks, d)
-            ni = non_inferiority(d_all[idx], blocks)
-            s, se, t, p, _ = trend(d_all[idx], blocks)
+            ni = non_inferiority(d_all[idx], blocks, delta=DELTA, alpha=ALPHA, levels_name="d")
+            # secondary (descriptive): mean of per-block OLS slopes of G on log2 d, two-sided
+            tt = trend_test(np.log2(d_all[idx]), blocks, alternative="two-sided", alpha=ALPHA, power=0.9)
+            s, se, t, p = tt.slope, tt.se, tt.t, tt.p
             ok = blocks[np.all(np.isfinite(blocks), axis=1)]
             level = float(np.mean(ok)) if ok.size else np.nan
-            rel_se = np.nan
-            if ok.shape[0] >= 3:
-                x = np.log2(d_all[idx])
-                xc = x - x.mean()
-                rel = lambda c: np.array([np.dot(xc, c - c.mean()) / np.dot(xc, xc) / np.mean(c)])  # noqa: E731
-                rel_se = float(jackknife(rel, ok)[1][0])
+            rel_se = relative_trend_se(np.log2(d_all[idx]), blocks)
             err = "; ".join(f"{raw['point'].values[i]}: {errors[i]}" for i in idx if errors[i])
             res[fam] = (ni, err)
             for key, val in (("b", ni.b), ("b_se", ni.se), ("growth", ni.growth), ("growth_se", ni.growth_se),

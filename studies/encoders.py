@@ -19,13 +19,13 @@ import math
 
 import numpy as np
 from scipy import stats
-from scipy.special import logsumexp
 
 from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, truth_rng, truth_verdict,
                              worst_slope)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
 from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.exact.curve import expected_log_sum_parts
+from simkit.exact.finite import exact_constants, log_weights
+from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
 from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.runner import Check, Param, Study, Var
@@ -66,17 +66,6 @@ def build_population(kernel_name: str):
     raise ValueError(f"'kernel' must be 'vmf' or 'rot', got {kernel_name!r}")
 
 
-def log_weights(pi, kernel, atoms: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """log w_ij of M_N for anchors ``atoms[rows]`` (all by default) over every atom j: rows sum to 1.
-
-    w_ij is proportional to f_M(x_i, x_j) / f_pi(x_j) (importance weights of the kernel's density
-    against the law the atoms were drawn from), normalised over j.
-    """
-    x = atoms if rows is None else atoms[rows]
-    lw = kernel.logpdf(x[:, None, :], atoms[None, :, :]) - pi.logpdf(atoms)[None, :]
-    return lw - logsumexp(lw, axis=1, keepdims=True)
-
-
 def make_embedding(enc: str, d: int, theta: np.ndarray | None = None, *, rng=None):
     """The encoder family of a setting; ``theta`` (possibly zero-padded to N_PARAMS_MAX) or a random start."""
     if enc == "lin":
@@ -90,146 +79,10 @@ def make_embedding(enc: str, d: int, theta: np.ndarray | None = None, *, rng=Non
     raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
 
 
-def exact_constants(f: np.ndarray, log_w: np.ndarray, tau: float, ks: np.ndarray | None = None) -> dict:
-    """Exact per-atom and population constants of (pi_N uniform over the rows, M_N = exp(log_w)).
-
-    Parameters
-    ----------
-    f : (N, d) embedded atoms (unit rows); log_w : (N, N) log M_N(x_i, x_j), rows summing to 1;
-    tau : temperature; ks : grid of k for the exact gap curve (optional: it costs
-    ~N x (nodes x N) per curve).
-
-    Returns
-    -------
-    dict with per-atom ``log_z``, ``log_z2``, ``log_m1`` and population ``ce``, ``c1``, ``c2``,
-    ``rho`` = E[Z2/Z^2], ``mbar`` = E[m1/Z] and (with ks) ``gap_exact`` over ks.
-
-    Notes
-    -----
-    Z = mean_j e^{s_ij}, Z2, Z3 with 2s, 3s; m1 = sum_j w_ij e^{s_ij}; CE = mean_i(-sum_j w_ij s_ij
-    + log Z_i); c1 = E[m1/Z - (Z2/Z^2 - 1)/2]; per anchor c2 = -E[W0^2]/2 + k3/3 + v E[W0] - 3 v^2/4
-    with W0 = e^{s0}/Z, v = Z2/Z^2 - 1, k3 = Z3/Z^3 - 3 Z2/Z^2 + 2 (simkit.diagnose); the exact
-    gap per anchor is log1p(m1/(kZ)) + E log(Y_k / E Y_k) (simkit.exact.curve.expected_log_sum_parts).
-    """
-    n = f.shape[0]
-    s = f @ f.T / tau
-    log_n = math.log(n)
-    log_z = logsumexp(s, axis=1) - log_n
-    log_z2 = logsumexp(2 * s, axis=1) - log_n
-    log_z3 = logsumexp(3 * s, axis=1) - log_n
-    log_m1 = logsumexp(log_w + s, axis=1)
-    log_e_w0sq = logsumexp(log_w + 2 * s, axis=1) - 2 * log_z
-    w = np.exp(log_w)
-    ce_i = -np.sum(w * s, axis=1) + log_z
-    e_w0 = np.exp(log_m1 - log_z)
-    v = np.expm1(log_z2 - 2 * log_z)
-    k3 = np.exp(log_z3 - 3 * log_z) - 3 * np.exp(log_z2 - 2 * log_z) + 2
-    c1_i = e_w0 - v / 2
-    c2_i = -np.exp(log_e_w0sq) / 2 + k3 / 3 + v * e_w0 - 0.75 * v * v
-    out = {"log_z": log_z, "log_z2": log_z2, "log_m1": log_m1, "ce": float(np.mean(ce_i)), "c1": float(np.mean(c1_i)),
-           "c2": float(np.mean(c2_i)), "rho": float(np.mean(np.exp(log_z2 - 2 * log_z))), "mbar": float(np.mean(e_w0))}
-    if ks is not None:
-        kf = np.asarray(ks, dtype=float)
-        neg_w = np.full(n, 1.0 / n)
-        gap = np.zeros(kf.size)
-        step = 16
-        for lo in range(0, n, step):
-            sl = slice(lo, min(n, lo + step))
-            _, centred = expected_log_sum_parts(s[sl], w[sl], s[sl], np.broadcast_to(neg_w, s[sl].shape), kf)
-            gap += np.sum(np.log1p(np.exp(log_m1[sl] - log_z[sl])[:, None] / kf[None, :]) + centred, axis=0)
-        out["gap_exact"] = gap / n
-    return out
-
-
-def sample_rows(log_w_rows: np.ndarray, rng) -> np.ndarray:
-    """One index per row from the categorical laws exp(log_w_rows) (inverse CDF)."""
-    cdf = np.cumsum(np.exp(log_w_rows), axis=1)
-    u = rng.random(log_w_rows.shape[0]) * cdf[:, -1]
-    return np.minimum(np.sum(cdf < u[:, None], axis=1), log_w_rows.shape[1] - 1)
-
-
-def block_terms(f: np.ndarray, log_w_rows: np.ndarray, anchors: np.ndarray, pos: np.ndarray, neg: np.ndarray,
-                log_z: np.ndarray, log_z2: np.ndarray, log_m1: np.ndarray, tau: float, grid: np.ndarray) -> dict:
-    """Per-block means of the C1 and C2 estimators at one embedding (scores f_i . f_j / tau).
-
-    ``log_w_rows``: log M_N rows of the anchors; ``pos``: positive atom per anchor; ``neg``: the
-    block's k_max shared negative atoms; ``log_z`` etc.: exact per-atom constants (indexed by atom).
-    Returns block means over anchors of gap_cv, gap_plain, loss, dgap, dgap_cv (over the grid),
-    d2 (the C2 difference l_k - CE(M_hat_k, Q_hat_k)) and ell_inf.
-    """
-    fa = f[anchors]
-    s0 = np.sum(fa * f[pos], axis=1) / tau
-    sn = fa @ f[neg].T / tau  # (B, K)
-    lz, lz2, lm1 = log_z[anchors], log_z2[anchors], log_m1[anchors]
-    kf = grid.astype(float)
-    idx = grid - 1
-    e_n = np.exp(sn - lz[:, None])
-    cum = np.cumsum(e_n, axis=1)  # S_k / Z
-    sk = cum[:, idx]
-    e0 = np.exp(s0 - lz)
-    a = sk / kf - 1.0
-    u = sk / kf + e0[:, None] / kf
-    near = np.abs(u - 1.0) < 0.5
-    d_k = np.log(np.where(near, 1.0, u))
-    d_k[near] = np.log1p((a + e0[:, None] / kf)[near])  # log1p where A_k carries the digits
-    v = np.expm1(lz2 - 2.0 * lz)
-    c = a * a - v[:, None] / kf
-    b = (e0 - np.exp(lm1 - lz))[:, None] / kf
-    g = d_k - a - b + 0.5 * c  # Taylor coefficients (1, 1, -1/2) of simkit.estimators.infonce
-    loss = np.log(e0[:, None] + sk) + (lz - s0)[:, None]
-    n_g = grid.size
-    dd = np.full((anchors.size, n_g), np.nan)
-    e = np.full((anchors.size, n_g), np.nan)
-    dd[:, :-1] = d_k[:, :-1] - d_k[:, 1:]
-    k_all = kf[-1]
-    for i in range(n_g - 2):  # Z_rest from negatives 2k+1..K: independent of the first 2k given x
-        z_rest = (sk[:, -1] - sk[:, i + 1]) / (k_all - kf[i + 1])
-        e[:, i] = (sk[:, i] / kf[i] - sk[:, i + 1] / kf[i + 1]) / z_rest
-    # C2: CE(M_hat_k, Q_hat_k) = -sum_j M_j s_j / sum_j M_j + log sum_j e^{s_j} (prefix sums over the database)
-    lwn = np.take_along_axis(log_w_rows, np.broadcast_to(neg, sn.shape), axis=1)
-    mw = np.exp(lwn - lwn.max(axis=1, keepdims=True))
-    cm = np.cumsum(mw, axis=1)[:, idx]
-    cms = np.cumsum(mw * sn, axis=1)[:, idx]
-    ce_k = -cms / cm + np.log(sk) + lz[:, None]
-    # control variates with exactly zero mean given x: (i) E_{M_N(x)}[s] - s0 (s_bar = sum_j w_xj s_xj exact);
-    # (ii) the linearised ratio term (1/k) sum_{j<=k} m(x, y_j) (s_j - s_bar), m = N w the density of M_N
-    # w.r.t. pi_N (E_pi m (s - s_bar) = E_M s - s_bar = 0); (iii) B_k = (e^{s0} - m1)/(k Z)
-    s_bar = np.sum(np.exp(log_w_rows) * (fa @ f.T), axis=1) / tau
-    dens = np.exp(lwn + math.log(log_w_rows.shape[1]))
-    f_k = np.cumsum(dens * (sn - s_bar[:, None]), axis=1)[:, idx] / kf
-    d2 = loss - ce_k - (s_bar - s0)[:, None] - f_k - b
-    with np.errstate(invalid="ignore"):
-        dgap = np.mean(dd, axis=0)
-        dgap_cv = np.mean(dd - e, axis=0)
-    out = {"gap_cv": g.mean(axis=0), "gap_plain": d_k.mean(axis=0), "loss": loss.mean(axis=0), "dgap": dgap,
-           "dgap_cv": dgap_cv, "d2": d2.mean(axis=0), "ell_inf": np.array(float(np.mean(lz - s0)))}
-    for name, val in out.items():
-        finite = np.isfinite(val)
-        if name in ("dgap", "dgap_cv"):
-            finite = finite[: n_g - 2]
-        if not np.all(finite):
-            raise FloatingPointError(f"block estimator {name!r} is not finite")
-    return out
-
-
-def retrieval_terms(f: np.ndarray, log_w_rows: np.ndarray, anchors: np.ndarray, db: np.ndarray, tau: float) -> dict:
-    """Block means of CE(M_hat, Q_hat), top-1 agreement and recall@10 at a database ``db`` of atoms."""
-    sc = f[anchors] @ f[db].T / tau
-    lw = np.take_along_axis(log_w_rows, np.broadcast_to(db, sc.shape), axis=1)
-    lq = sc - logsumexp(sc, axis=1, keepdims=True)
-    m = np.exp(lw - logsumexp(lw, axis=1, keepdims=True))
-    ce = -np.sum(m * lq, axis=1)
-    ideal = np.argmax(lw, axis=1)
-    top1 = np.argmax(sc, axis=1) == ideal
-    s_ideal = np.take_along_axis(sc, ideal[:, None], axis=1)[:, 0]
-    rank = np.sum(sc > s_ideal[:, None], axis=1)  # points scoring above the ideal one
-    return {"ce": float(np.mean(ce)), "top1": float(np.mean(top1)), "recall10": float(np.mean(rank < 10))}
-
-
 #: every variable and coordinate of the dataset
 SCHEMA = {
     **{f"raw_{n}": _v(("setting", "block", "k"), f"per-block {n}, in nats", "per-block mean over anchors "
-                      "(studies.encoders.block_terms); " + NATS) for n in ("gap_cv", "gap_plain", "loss", "dgap",
+                      "(simkit.estimators.finite.block_terms); " + NATS) for n in ("gap_cv", "gap_plain", "loss", "dgap",
                                                                           "dgap_cv", "d2")},
     "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
     **{f"raw_ret_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training",

@@ -7,9 +7,9 @@ G = R_k(phi_hat) - R_hat_{n,k}(phi_hat), and the excess E, with R_k(phi_hat) pai
 k at large k; C5 slope in log tau < 0; C6 no trend in log2 d.
 
 Pre-registered part (protocols/generalisation.md): four more k sweeps judged by one one-sided
-non-inferiority test of H0 "E[G] grows by >= DELTA_K per doubling of k" (:func:`non_inferiority`):
-kprim (C3, primary), kctl (the POSITIVE CONTROL, :func:`control_tau`, which the rule must flag), krot
-and kbrown (C3 without symmetry, reported as C7 checks); beside every linear point a Theorem-1-type
+non-inferiority test of H0 "E[G] grows by >= DELTA_K per doubling of k" (simkit.stats.trend.non_inferiority):
+kprim (C3, primary), kctl (the POSITIVE CONTROL, simkit.exact.bounds.control_tau, which the rule must flag),
+krot and kbrown (C3 without symmetry, reported as C7 checks); beside every linear point a Theorem-1-type
 bound (simkit.exact.bounds; docs/theory.md section 13) and the check E[G] + z MCSE <= 2 Rad_n bound.
 The ADEMP statement is the class attribute ``Generalisation.ademp`` (stored in the dataset); in full:
 docs/design.md, "studies/generalisation".
@@ -21,27 +21,26 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import xarray as xr
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 from scipy import stats
 
 from simkit import Uniform, VMFKernel, exact
-from simkit.stats.analysis import NonInferiority, fit_rate, growth_non_inferiority, jackknife, mean_mcse
-from simkit.exact.bounds import linear_class_constants, theorem1_bound
+from simkit.stats.analysis import mean_mcse
+from simkit.stats.trend import equivalence_test, log_sd_slope, non_inferiority, one_sided_rate, trend_test
+from simkit.exact.bounds import compare_to_bound, control_tau, linear_class_bound
 from simkit.distributions.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
 from simkit.embeddings.embedding import LinearEmbedding
 from simkit.embeddings.lifted import LIFT_SEED, FourierEmbedding, LiftedRisk
-from simkit.estimators.population import generalisation
+from simkit.estimators.population import generalisation, paired_risk_difference
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, task_seed
+from simkit.runner import Check, Param, Study, Var, block_of, common_seeds, level_grid
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
 
 __all__ = ["STUDY", "SCHEMA", "CHECKS", "NI_CHECKS", "ALPHA", "POWER", "EQUIV_MARGIN", "SWEEPS", "NI_SWEEPS", "DELTA_K",
-           "ISO_MIN", "ETA", "PROTOCOL_PATH", "TrendTest", "trend_test", "one_sided_rate", "level_grid", "sweep_seeds",
-           "NonInferiority", "non_inferiority", "control_tau", "point_bound"]
+           "ISO_MIN", "ETA", "P_DIM", "PROTOCOL_PATH", "SEED_SPLIT"]
 
 #: level of every check (one-sided tests at ALPHA; the two-sided C6 test at ALPHA in total)
 ALPHA = 0.01
@@ -94,226 +93,10 @@ _CHUNK_VALUES = 1 << 22
 _DIAG_POINTS = 1024
 
 
-# ----------------------------------------------------------------------------------------------
-# analysis helpers
-
-@dataclass(frozen=True)
-class TrendTest:
-    """A t test on the mean over blocks of per-block OLS slopes of y on x (see :func:`trend_test`)."""
-
-    slope: float
-    se: float
-    t: float
-    df: int
-    p: float
-    critical: float
-    reject: bool
-    detect: float  # |slope| detected with probability POWER
-    alternative: str
-    n_blocks: int
-    slopes: NDArray[np.float64]
-
-
-def trend_test(x: ArrayLike, blocks: ArrayLike, *, alternative: str, alpha: float = ALPHA,
-               power: float = POWER) -> TrendTest:
-    """Test the slope of y on x from independent blocks (common random numbers across x within a block).
-
-    Parameters
-    ----------
-    x : array_like, shape (J,)
-        Levels (e.g. log2 k), at least two distinct.
-    blocks : array_like, shape (n_blocks, J)
-        Per-block estimates at each level; blocks with a NaN are dropped.
-    alternative : {"greater", "less", "two-sided"}
-        H1. "greater": H0 slope <= 0 is rejected when t > t_{1-alpha}.
-    alpha, power : float
-        Level, and the detection probability of the stated detectable slope ``detect``.
-
-    Returns
-    -------
-    TrendTest
-        ``slope`` = mean of the per-block OLS slopes (equal to the OLS slope of the mean curve),
-        ``se`` = their sd / sqrt(n_blocks), t with n_blocks - 1 df, its p-value, and
-        ``detect = (t_{1-alpha(/2)} + t_{power}) se``: a true slope of that size (in the direction
-        of H1) is detected with probability about ``power``.
-    """
-    if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"'alternative' must be 'greater', 'less' or 'two-sided', got {alternative!r}")
-    x = np.asarray(x, dtype=float)
-    b = np.asarray(blocks, dtype=float)
-    if b.ndim != 2 or b.shape[1] != x.size:
-        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {b.shape}")
-    if np.unique(x).size < 2:
-        raise ValueError("'x' must hold at least two distinct levels")
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    nan = float("nan")
-    if n < 3:
-        return TrendTest(nan, nan, nan, max(n - 1, 0), nan, nan, False, nan, alternative, n, np.full(n, nan))
-    xc = x - x.mean()
-    slopes = (b - b.mean(axis=1, keepdims=True)) @ xc / np.dot(xc, xc)
-    slope = float(slopes.mean())
-    se = float(slopes.std(ddof=1) / np.sqrt(n))
-    df = n - 1
-    t = slope / se if se > 0 else (math.copysign(math.inf, slope) if slope else 0.0)
-    if alternative == "two-sided":
-        crit = float(stats.t.isf(alpha / 2, df))
-        p, reject = float(2 * stats.t.sf(abs(t), df)), bool(abs(t) > crit)
-    elif alternative == "greater":
-        crit = float(stats.t.isf(alpha, df))
-        p, reject = float(stats.t.sf(t, df)), bool(t > crit)
-    else:
-        crit = float(stats.t.isf(alpha, df))
-        p, reject = float(stats.t.cdf(t, df)), bool(t < -crit)
-    detect = (crit + float(stats.t.ppf(power, df))) * se
-    return TrendTest(slope, se, float(t), df, p, crit, reject, float(detect), alternative, n, slopes)
-
-
-@dataclass(frozen=True)
-class RateCheck:
-    """Log-log slope of a positive mean curve with a one-sided test against a bound (see :func:`one_sided_rate`)."""
-
-    slope: float
-    se: float
-    intercept: float
-    df: int
-    bound: float
-    t: float
-    p: float
-    critical: float
-    reject: bool
-    detect: float
-    fitted: NDArray[np.float64]
-
-
-def one_sided_rate(x: ArrayLike, blocks: ArrayLike, *, bound: float, alternative: str, alpha: float = ALPHA,
-                   power: float = POWER) -> RateCheck:
-    """WLS slope of log(mean over blocks) on log x, jackknife SE (:func:`simkit.stats.analysis.fit_rate`), and a
-    one-sided t test of H0 ``slope <= bound`` (``alternative="greater"``) or ``slope >= bound`` ("less").
-
-    ``detect`` is the distance from ``bound`` (towards H1) detected with probability ``power``.
-    A mean that is not positive at some level gives an all-NaN result (no log fit is possible).
-    """
-    x = np.asarray(x, dtype=float)
-    fit = fit_rate(x, blocks, float(np.min(x)), with_inverse=False)
-    nan = float("nan")
-    if not np.isfinite(fit.slope):
-        return RateCheck(nan, nan, nan, fit.df, bound, nan, nan, nan, False, nan, np.full(x.size, nan))
-    t = (fit.slope - bound) / fit.slope_se
-    crit = float(stats.t.isf(alpha, fit.df))
-    if alternative == "greater":
-        p, reject = float(stats.t.sf(t, fit.df)), bool(t > crit)
-    elif alternative == "less":
-        p, reject = float(stats.t.cdf(t, fit.df)), bool(t < -crit)
-    else:
-        raise ValueError(f"'alternative' must be 'greater' or 'less', got {alternative!r}")
-    detect = (crit + float(stats.t.ppf(power, fit.df))) * fit.slope_se
-    return RateCheck(fit.slope, fit.slope_se, fit.intercept, fit.df, bound, float(t), p, crit, reject, float(detect),
-                     np.exp(fit.fitted))
-
-
-def non_inferiority(levels: ArrayLike, blocks: ArrayLike, *, delta: float = DELTA_K,
-                    alpha: float = ALPHA) -> NonInferiority:
-    """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` against H1 ``2^b - 1 < delta``.
-
-    Parameters
-    ----------
-    levels : array_like, shape (J,)
-        The levels (k), at least two distinct, all > 0.
-    blocks : array_like, shape (n_blocks, J)
-        Per-block estimates of G at each level; blocks with a NaN are dropped.
-    delta, alpha : float
-        Margin (relative growth of E[G] per doubling of the level, > -1) and one-sided level.
-
-    Returns
-    -------
-    NonInferiority
-        ``b`` = OLS slope of log2 of the block-mean curve on log2 of the level, delete-one-block
-        jackknife SE, ``t = (b - log2(1 + delta)) / SE`` on n_blocks - 1 df, ``p = P(T <= t)``; reject
-        (growth < delta shown) when p < alpha. Undefined (NaN, no rejection) when a block mean is not
-        positive at some level (in the full sample or a jackknife replicate) or fewer than 3 blocks remain.
-    """
-    lv = np.asarray(levels, dtype=float)
-    if lv.ndim != 1 or np.any(~np.isfinite(lv)) or np.any(lv <= 0):
-        raise ValueError(f"'levels' must be a 1-D array of positive numbers, got {levels!r}")
-    x = np.log2(lv)
-    return growth_non_inferiority(x, blocks, delta=delta, alpha=alpha, levels_name='levels')
-
-
-def control_tau(tau: float, k: int, k_ref: int) -> float:
-    """Temperature of the positive control at k: ``tau sqrt(k_ref / k)`` (tau at k = k_ref).
-
-    Notes
-    -----
-    The control is the linear class phi_W(x) = W x / |W x| with its score ``phi(x).phi(y) / tau_k``:
-    equivalently the embedding ``r_k phi_W`` with radius ``r_k = (k / k_ref)^{1/4}`` at tau. Its loss
-    class has Lipschitz constant in the parameters ``4 L_phi / tau_k`` and range ``4 / tau_k``, both
-    proportional to sqrt(k), so the complexity term of the Theorem-1 bound (:mod:`simkit.exact.bounds`:
-    ``2 Rad_n <= 2 inf_eps [L eps + D sqrt(2 P log(1 + 4 rho/eps) / n)]``, linear in L and D up to the
-    logarithm) grows like sqrt(k) -- the growth earlier bounds allow and Theorem 1 excludes.
-    """
-    return float(tau) * math.sqrt(float(k_ref) / float(k))
-
-
-def point_bound(n: int, k: int, tau: float, c1: float = float("nan")):
-    """The Theorem-1-type bound of :mod:`simkit.exact.bounds` for the linear class Theta_{ISO_MIN} (p = 3) at (n, k, tau)."""
-    return theorem1_bound(n, k, tau, eta=ETA, c1=c1, **linear_class_constants(P_DIM, ISO_MIN))
-
-
-def level_grid(low: int, high: int, step: int) -> list[int]:
-    """``low, low*step, low*step^2, ...`` up to ``high`` (inclusive)."""
-    out, v = [], int(low)
-    while v <= high:
-        out.append(v)
-        v *= int(step)
-    return out
-
-
 #: the seed split, recorded in the dataset's ``seed_split`` attribute
 SEED_SPLIT = ("per (sweep, block): SeedSequence(seed, spawn_key=(*cell_key('generalisation', {'sweep': s}), 1, "
               "block)).spawn(4) -> sample, init, restarts, evaluation (evaluation.spawn(3) -> paired R_k, CE, "
               "diagnostics); shared by the levels of the sweep")
-
-
-def sweep_seeds(seed: int, sweep: str, block: int) -> list[np.random.SeedSequence]:
-    """Seeds of replicate ``block`` of ``sweep``, shared by all its levels: sample, init, restarts, evaluation.
-
-    ``SeedSequence(seed, spawn_key=(*cell_key("generalisation", {"sweep": sweep}), 1, block)).spawn(4)``
-    (:func:`simkit.runner.task_seed` with the sweep alone as the cell). They come from the study seed
-    alone: the levels of a sweep share them (common random numbers), and no other study draws them.
-    """
-    return task_seed(seed, "generalisation", {"sweep": sweep}, 1, block).spawn(4)
-
-
-def _block_of(rng: np.random.Generator) -> int:
-    """The block index of an engine task's generator (its seed's spawn key ends with (stage, block))."""
-    seq = getattr(rng.bit_generator, "seed_seq", None)
-    key = getattr(seq, "spawn_key", ())
-    if len(key) < 2 or key[-2] != 1:
-        raise ValueError("'rng' must be the generator the engine passes to generate() (SeedSequence with spawn key "
-                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
-    return int(key[-1])
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated numbers, got {text!r}") from None
-    if len(vals) < 2 or len(set(vals)) != len(vals) or not all(math.isfinite(v) and v > 0 for v in vals):
-        raise ValueError(f"'{name}' must list at least two distinct positive numbers, got {text!r}")
-    return sorted(vals, reverse=True)
-
-
-def _dims(text: str) -> list[int]:
-    try:
-        vals = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'ds' must be comma-separated integers, got {text!r}") from None
-    if len(vals) < 3 or len(set(vals)) != len(vals) or any(v < 6 or v % 2 for v in vals):
-        raise ValueError(f"'ds' must list at least three distinct even dimensions >= 6 (d = 2m, m >= 3 frequencies), "
-                         f"got {text!r}")
-    return sorted(vals)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -511,7 +294,8 @@ SCHEMA = {
 
 def _rate_sweep(s: str, lv: NDArray, blocks: NDArray, gap: NDArray) -> tuple[dict, list[str], str]:
     """n sweep (H0 slope <= -1/2) or tau sweep (H0 slope >= 0) of log E[G]: values, reasons, verdict."""
-    rc = one_sided_rate(lv, blocks, bound=-0.5 if s == "n" else 0.0, alternative="greater" if s == "n" else "less")
+    rc = one_sided_rate(lv, blocks, bound=-0.5 if s == "n" else 0.0, alternative="greater" if s == "n" else "less",
+                        alpha=ALPHA, power=POWER)
     out = {"slope": rc.slope, "slope_se": rc.se, "slope_t": rc.t, "slope_p": rc.p, "slope_detect": rc.detect,
            "fit": rc.fitted}
     reasons, verdict = [], "fail"
@@ -526,20 +310,10 @@ def _rate_sweep(s: str, lv: NDArray, blocks: NDArray, gap: NDArray) -> tuple[dic
     else:
         verdict = "pass"
     if s == "tau":
-        out["false_fail"] = float(stats.t.sf(-rc.critical - rc.slope / rc.se, rc.df)) if finite else np.nan
+        out["false_fail"] = rc.miss_rate_at_estimate()
         return out, reasons, verdict
     # the n^{-1/2} sample variability: sd of G from (mean of G, mean of G^2) over blocks
-    g = gap[np.all(np.isfinite(gap), axis=1)]
-    out["sd_slope"] = out["sd_slope_se"] = np.nan
-    if finite and g.shape[0] >= 3:
-        xc = np.log(lv) - np.log(lv).mean()
-
-        def sd_slope(curve):
-            m1, m2 = curve[:lv.size], curve[lv.size:]
-            return np.array([np.dot(xc, 0.5 * np.log(np.maximum(m2 - m1**2, 1e-300))) / np.dot(xc, xc)])
-
-        est, se, _ = jackknife(sd_slope, np.concatenate([g, g**2], axis=1))
-        out["sd_slope"], out["sd_slope_se"] = float(est[0]), float(se[0])
+    out["sd_slope"], out["sd_slope_se"] = log_sd_slope(lv, gap) if finite else (np.nan, np.nan)
     return out, reasons, verdict
 
 
@@ -547,20 +321,17 @@ def _trend_sweep(s: str, lv: NDArray, blocks: NDArray, k_trend_min: int) -> tupl
     """k sweep (one-sided: no growth over k >= k_trend_min) or d sweep (two-sided, plus TOST) of E[G]."""
     x = np.log2(lv)
     sel = lv >= k_trend_min if s == "k" else np.ones(lv.size, bool)
-    tt = trend_test(x[sel], blocks[:, sel], alternative="greater" if s == "k" else "two-sided")
-    grow = trend_test(x[sel], blocks[:, sel], alternative="greater")
+    tt = trend_test(x[sel], blocks[:, sel], alternative="greater" if s == "k" else "two-sided", alpha=ALPHA,
+                    power=POWER)
+    grow = trend_test(x[sel], blocks[:, sel], alternative="greater", alpha=ALPHA, power=POWER)
     level = float(np.mean(mean_mcse(blocks[:, sel], axis=0)[0]))
     out = {"trend": tt.slope, "trend_se": tt.se, "trend_t": tt.t, "trend_p": tt.p, "trend_detect": tt.detect,
            "trend_level": level, "growth_p": grow.p, "rel_trend": tt.slope / level, "rel_trend_se": tt.se / level}
     if s == "d" and np.isfinite(tt.slope):
         # equivalence (two one-sided tests): |trend| < EQUIV_MARGIN * E[G] per doubling
-        margin = EQUIV_MARGIN * level
-        t_lo, t_hi = (tt.slope + margin) / tt.se, (margin - tt.slope) / tt.se
-        crit = float(stats.t.isf(ALPHA, tt.df))
-        out.update(equiv_margin=margin, equiv_p=float(max(stats.t.sf(t_lo, tt.df), stats.t.sf(t_hi, tt.df))),
-                   equiv_verdict="pass" if min(t_lo, t_hi) > crit else "fail",
-                   # probability of passing if the trend were exactly 0 (t approximation, SE as estimated)
-                   equiv_power0=float(max(0.0, 1.0 - 2.0 * stats.t.sf(margin / tt.se - crit, tt.df))))
+        eq = equivalence_test(tt, EQUIV_MARGIN * level, alpha=ALPHA)
+        out.update(equiv_margin=eq.margin, equiv_p=eq.p, equiv_verdict="pass" if eq.passed else "fail",
+                   equiv_power0=eq.power0)
     if not np.isfinite(tt.slope):
         return out, ["fewer than 3 finished blocks"], "fail"
     if tt.reject:
@@ -701,8 +472,8 @@ def _bound_vars(raw: xr.Dataset, out: dict, points: NDArray) -> dict:
     for i in range(npt):
         if fams[i] != "linear" or sweeps[i] not in _BOUND_SWEEPS:
             continue
-        b = point_bound(int(raw["n"].values[i]), int(raw["k"].values[i]), float(raw["tau"].values[i]),
-                        float(raw["prep_c1_id"].values[i]))
+        b = linear_class_bound(int(raw["n"].values[i]), int(raw["k"].values[i]), float(raw["tau"].values[i]),
+                               float(raw["prep_c1_id"].values[i]), p=P_DIM, s=ISO_MIN, eta=ETA)
         res["bound_complexity"][i], res["bound_variability"][i] = b.complexity, b.variability
         res["bound_bias"][i], res["bound_total"][i] = b.bias, b.total
         fin = iso[i][np.isfinite(iso[i])]
@@ -711,9 +482,8 @@ def _bound_vars(raw: xr.Dataset, out: dict, points: NDArray) -> dict:
     res["excess_upper"] = out["excess"] + _Z_UPPER * out["excess_mcse"]
     with np.errstate(invalid="ignore", divide="ignore"):
         res["bound_ratio"] = out["gap_cv"] / res["bound_complexity"]
-    spec = np.isfinite(res["bound_complexity"]) & (res["in_class"] == 1.0) & np.isfinite(res["gap_upper"])
-    bad = spec & (res["gap_upper"] > res["bound_complexity"])
-    outside = np.isfinite(res["bound_complexity"]) & ~spec
+    cmp = compare_to_bound(res["bound_complexity"], res["gap_upper"], res["in_class"])
+    spec, bad, outside = cmp.specified, cmp.above, cmp.outside
     reasons = []
     if bad.any():
         reasons.append("E[G] upper limit above the bound at " + ", ".join(str(points[i]) for i in np.flatnonzero(bad)))
@@ -729,9 +499,7 @@ def _bound_vars(raw: xr.Dataset, out: dict, points: NDArray) -> dict:
                 "therefore not fully specified, the bound on E[G] is")
     res["bound_verdict"] = np.array("fail" if reasons else "pass")
     res["bound_reason"] = np.array("; ".join(reasons + note))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = res["gap_upper"][spec] / res["bound_complexity"][spec]
-    res["bound_max_ratio"] = np.array(float(np.max(ratio)) if ratio.size else np.nan)
+    res["bound_max_ratio"] = np.array(cmp.max_ratio)
     res["bound_points"] = np.array(float(spec.sum()))
     return res
 
@@ -850,12 +618,14 @@ class Generalisation(Study):
         "k_step": Param("k_step", int, 2, "ratio of successive k", low=2, high=64, quick=4),
         "k_trend_min": Param("k_trend_min", int, 64, "smallest k of the no-growth test", low=1, high=1 << 14,
                              quick=16),
-        "taus": Param("taus", str, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the tau sweep (comma-separated)",
-                      quick="0.5,0.1,0.03"),
+        "taus": Param("taus", float, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the tau sweep (comma-separated)",
+                      quick="0.5,0.1,0.03", multi=True, min_items=2, low=0.0, low_open=True, descending=True,
+                      items_doc="positive numbers"),
         "n_tau": Param("n_tau", int, 256, "training tuples in the tau sweep", low=8, high=1 << 16, quick=128),
         "k_tau": Param("k_tau", int, 32, "negatives per tuple in the tau sweep", low=1, high=4096, quick=16),
-        "ds": Param("ds", str, "6,8,16,32,64,128,256", "embedding dimensions of the d sweep (even, >= 6)",
-                    quick="6,16,64"),
+        "ds": Param("ds", int, "6,8,16,32,64,128,256", "embedding dimensions of the d sweep (even, >= 6)",
+                    quick="6,16,64", multi=True, min_items=3, low=6, multiple_of=2,
+                    items_doc="even dimensions >= 6 (d = 2m, m >= 3 frequencies)"),
         "n_d": Param("n_d", int, 256, "training tuples in the d sweep", low=8, high=1 << 16, quick=128),
         "k_d": Param("k_d", int, 16, "negatives per tuple in the d sweep", low=1, high=4096, quick=8),
         "restarts": Param("restarts", int, 2, "L-BFGS-B starts per training (best kept)", low=1, high=64),
@@ -871,8 +641,6 @@ class Generalisation(Study):
 
     # ------------------------------------------------------------------------------------------
     def check_config(self, cfg):
-        _floats(cfg["taus"], "taus")
-        _dims(cfg["ds"])
         if cfg["n_min"] > cfg["n_max"]:
             raise ValueError(f"'n_min' must be <= n_max = {cfg['n_max']}, got {cfg['n_min']}")
         if len(level_grid(cfg["n_min"], cfg["n_max"], cfg["n_step"])) < 3:
@@ -891,8 +659,8 @@ class Generalisation(Study):
         if sweep == "k":
             return level_grid(1, cfg["k_max"], cfg["k_step"])
         if sweep == "tau":
-            return _floats(cfg["taus"], "taus")
-        return _dims(cfg["ds"])
+            return self.params["taus"].values(cfg["taus"])
+        return self.params["ds"].values(cfg["ds"])
 
     def cells(self, cfg):
         out = []
@@ -959,9 +727,10 @@ class Generalisation(Study):
 
     def generate(self, cell, cfg, prep, rng):
         """One training set of the cell's sweep and block. Only the block index is taken from the runner's
-        ``rng``: the seeds of :func:`sweep_seeds` (from the study seed) are shared by the levels of a sweep,
+        ``rng``: the seeds (:data:`SEED_SPLIT`, from the study seed) are shared by the levels of a sweep,
         see docs/design.md, "studies/generalisation"."""
-        s_sample, s_init, s_restart, s_eval = sweep_seeds(cfg["seed"], cell["sweep"], _block_of(rng))
+        seeds = common_seeds(cfg["seed"], self.name, {"sweep": cell["sweep"]}, block_of(rng), 4)
+        s_sample, s_init, s_restart, s_eval = seeds
         s_pair, s_ce, s_diag = s_eval.spawn(3)
         (pi, kernel), tau, k = self.pi_kernel(cell), cell["tau"], cell["k"]
         sample = self._sample(cell, cfg, np.random.default_rng(s_sample))
@@ -986,14 +755,8 @@ class Generalisation(Study):
         n_eval = int(np.clip(cfg["eval_points"] // (k + 2), cfg["eval_min"], cfg["eval_max"]))
         cap = _CHUNK_POINTS if not lifted else min(_CHUNK_POINTS, _CHUNK_VALUES // cell["d"])
         chunk = max(1, cap // (k + 2))
-        ev_rng = np.random.default_rng(s_pair)
-        diffs = []
-        for lo in range(0, n_eval, chunk):
-            ev = TrainingSample.draw(pi, kernel, min(chunk, n_eval - lo), k, rng=ev_rng)
-            er = LiftedRisk(ev, tau) if lifted else EmpiricalRisk(ev, tau)
-            diffs.append(er.losses(phi) - EmpiricalRisk(ev, tau).losses(ident))
-        diff = np.concatenate(diffs)
-        risk_diff, risk_diff_mcse = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(diff.size))
+        risk_diff, risk_diff_mcse = paired_risk_difference(phi, ident, pi, kernel, k, n_eval, tau=tau, chunk=chunk,
+                                                           rng=s_pair, risk=LiftedRisk if lifted else EmpiricalRisk)
         risk_id = float(prep["risk_id"])
         gap = risk_id + risk_diff - train_risk
         control = train_risk_id - risk_id  # exactly zero mean over training samples
@@ -1021,7 +784,7 @@ class Generalisation(Study):
             xd, yd = pi.rvs(_DIAG_POINTS, rng=diag_rng), pi.rvs(_DIAG_POINTS, rng=diag_rng)
             f = phi(xd)
             ev = np.clip(np.linalg.eigvalsh(np.cov(f, rowvar=False)), 0.0, None)
-            ref = FourierEmbedding.frame(P_DIM, max(_dims(cfg["ds"])), W=phi.W, seed=LIFT_SEED)
+            ref = FourierEmbedding.frame(P_DIM, max(self.params["ds"].values(cfg["ds"])), W=phi.W, seed=LIFT_SEED)
             change = np.abs(np.sum(f * phi(yd), axis=1) - np.sum(ref(xd) * ref(yd), axis=1)) / tau
             out.update(eff_dim=float(ev.sum() ** 2 / np.sum(ev ** 2)), score_change=float(np.mean(change)),
                        lipschitz=phi.param_lipschitz())
@@ -1067,7 +830,8 @@ class Generalisation(Study):
             idx = np.flatnonzero(sweeps == s)
             if not idx.size:
                 continue
-            res = non_inferiority(raw["k"].values[idx].astype(float), raw["raw_gap_cv"].values[idx].T)
+            res = non_inferiority(raw["k"].values[idx].astype(float), raw["raw_gap_cv"].values[idx].T, delta=DELTA_K,
+                                  alpha=ALPHA)
             ok = raw["raw_gap_cv"].values[idx].T
             ok = ok[np.all(np.isfinite(ok), axis=1)]
             err = "; ".join(f"{points[i]}: {errors[i]}" for i in idx if errors[i])

@@ -35,7 +35,7 @@ from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
 from simkit.estimators.infonce import GapEstimator, k_grid
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var
+from simkit.runner import Check, Param, Study, Var, block_of
 
 __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict",
            "block_groups", "pilot_gap", "exact_fit_bias"]
@@ -56,28 +56,6 @@ NATS = "nats (dimensionless, udunits '1')"
 
 def _v(dims, long_name, description, units="1"):
     return Var(dims, long_name, units, description)
-
-
-def _ints(name: str, text: str, *, low: int = 0, power_of_two: bool = False) -> list[int]:
-    try:
-        vals = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
-    if len(set(vals)) != len(vals) or any(v < low for v in vals):
-        raise ValueError(f"'{name}' must list distinct integers >= {low}, got {text!r}")
-    if power_of_two and any(v & (v - 1) for v in vals):
-        raise ValueError(f"'{name}' must list powers of two, got {text!r}")
-    return vals
-
-
-def _floats(name: str, text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated numbers, got {text!r}") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise ValueError(f"'{name}' must list numbers > 0, got {text!r}")
-    return vals
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,15 +290,6 @@ C1_CHECK = Check(
 # ----------------------------------------------------------------------------------------------
 # the study
 
-def _task_index(rng: np.random.Generator) -> int:
-    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
-    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
-    if len(key) < 2 or key[-2] != 1:
-        raise ValueError("'rng' must be the generator the engine passes to generate() (spawn key "
-                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
-    return int(key[-1])
-
-
 class HardRegime(Study):
     name = "hard_regime"
     claim = "C1"
@@ -353,23 +322,27 @@ class HardRegime(Study):
         "tau": Param("tau", float, HARD["tau"], "temperature of the hard cells", low=0.005),
         "n_mc": Param("n_mc", int, 1 << 18, "Monte Carlo size over x for constants without a 1-D reduction (mixture)",
                       low=1024, high=1 << 24, quick=1 << 16),
-        "sens_block_sizes": Param("sens_block_sizes", str, "32,64,128,256,512,1024", "block sizes of the hard "
-                                  "block-size cells (powers of two; empty for none)", quick="32,512"),
+        "sens_block_sizes": Param("sens_block_sizes", int, "32,64,128,256,512,1024", "block sizes of the hard "
+                                  "block-size cells (powers of two; empty for none)", quick="32,512", multi=True,
+                                  min_items=0, low=8, power_of_two=True, sort=False, items_doc="powers of two >= 8"),
         "sens_total": Param("sens_total", int, 4096, "anchors of every block-size cell (a multiple of n_blocks)",
                             low=64, high=1 << 24, quick=2560),
-        "sens_pilots": Param("sens_pilots", str, "0,1,2,4,8", "pilot sizes of the pilot-size table (0 = Taylor "
-                             "coefficients)", quick="0,1,2"),
+        "sens_pilots": Param("sens_pilots", int, "0,1,2,4,8", "pilot sizes of the pilot-size table (0 = Taylor "
+                             "coefficients)", quick="0,1,2", multi=True, min_items=0, low=0, high=64, sort=False,
+                             items_doc="integers in [0, 64]"),
         "sens_pilot_blocks": Param("sens_pilot_blocks", int, 16, "the first blocks of each 256-anchor cell that also "
                                    "record the control-variate means (the pilot-size table uses them)", low=3,
                                    high=100000, quick=12),
-        "sens_k_min_factors": Param("sens_k_min_factors", str, "4,8,16,32,64", "k_min factors of the k_min table",
-                                    quick="4,16,64"),
+        "sens_k_min_factors": Param("sens_k_min_factors", float, "4,8,16,32,64", "k_min factors of the k_min table",
+                                    quick="4,16,64", multi=True, low=0.0, low_open=True, sort=False,
+                                    items_doc="numbers > 0"),
         "rate_settings": Param("rate_settings", str, "uniform-d3,vmf-d8,mixture-d16", "rate_k settings of the "
                                "exploratory tables (empty for none)", quick=""),
         "rate_k_max": Param("rate_k_max", int, 1 << 16, "negatives per block of the rate_k-setting cells", low=16,
                             high=1 << 20, power_of_two=True, quick=4096),
-        "rate_block_sizes": Param("rate_block_sizes", str, "32,1024", "block sizes of the rate_k-setting block-size "
-                                  "cells (empty for none)", quick=""),
+        "rate_block_sizes": Param("rate_block_sizes", int, "32,1024", "block sizes of the rate_k-setting block-size "
+                                  "cells (empty for none)", quick="", multi=True, min_items=0, low=8, power_of_two=True,
+                                  sort=False, items_doc="powers of two >= 8"),
     }
 
     # -- design ------------------------------------------------------------------------------
@@ -378,17 +351,15 @@ class HardRegime(Study):
             raise ValueError(f"'sens_total' must be a multiple of n_blocks = {cfg['n_blocks']}, got {cfg['sens_total']}")
         per_task = cfg["sens_total"] // cfg["n_blocks"]
         for name in ("sens_block_sizes", "rate_block_sizes"):
-            for b in _ints(name, cfg[name], low=8, power_of_two=True):
+            for b in self.params[name].values(cfg[name]):
                 if (per_task % b) if b <= per_task else (cfg["sens_total"] % b):
                     raise ValueError(f"'{name}' must divide sens_total / n_blocks = {per_task} (sizes up to it) or "
                                      f"sens_total = {cfg['sens_total']} (larger sizes), got {b}")
                 if cfg["sens_total"] // b < 3:
                     raise ValueError(f"'{name}' must leave >= 3 blocks of {b} anchors in sens_total = "
                                      f"{cfg['sens_total']}, got {b}")
-        pilots = _ints("sens_pilots", cfg["sens_pilots"])
-        if any(p > 64 for p in pilots):
-            raise ValueError(f"'sens_pilots' must be <= 64, got {cfg['sens_pilots']!r}")
-        _floats("sens_k_min_factors", cfg["sens_k_min_factors"])
+        self.params["sens_pilots"].values(cfg["sens_pilots"])
+        self.params["sens_k_min_factors"].values(cfg["sens_k_min_factors"])
         for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
             if s not in RATE_SETTINGS:
                 raise ValueError(f"'rate_settings' must name settings of simkit.distributions.designs.RATE_SETTINGS "
@@ -396,8 +367,12 @@ class HardRegime(Study):
         if cfg["rate_k_max"] > cfg["k_max"]:
             raise ValueError(f"'rate_k_max' must be <= k_max = {cfg['k_max']}, got {cfg['rate_k_max']}")
 
+    def _list(self, cfg, name: str) -> list:
+        """The numbers of list parameter ``name``, in the given order."""
+        return self.params[name].values(cfg[name])
+
     def _sub(self, cfg) -> int:
-        sizes = (_ints("sens_block_sizes", cfg["sens_block_sizes"]) + _ints("rate_block_sizes", cfg["rate_block_sizes"]))
+        sizes = (self._list(cfg, "sens_block_sizes") + self._list(cfg, "rate_block_sizes"))
         per_task = cfg["sens_total"] // cfg["n_blocks"]
         return max([1] + [per_task // b for b in sizes if b <= per_task])
 
@@ -412,13 +387,13 @@ class HardRegime(Study):
 
         hard = {**HARD, "kappa_m": float(cfg["kappa_m"]), "tau": float(cfg["tau"])}
         add("hard", hard, "confirmatory", BLOCK_ANCHORS, cfg["k_max"])
-        for b in _ints("sens_block_sizes", cfg["sens_block_sizes"]):
+        for b in self._list(cfg, "sens_block_sizes"):
             add("hard", hard, "block_size", b, cfg["k_max"])
         for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
             fam, d, kp, km, tau = RATE_SETTINGS[s]
             setting = {"pi": fam, "dim": int(d), "kappa_pi": float(kp), "kappa_m": float(km), "tau": float(tau)}
             add(s, setting, "rate_k", BLOCK_ANCHORS, cfg["rate_k_max"])
-            for b in _ints("rate_block_sizes", cfg["rate_block_sizes"]):
+            for b in self._list(cfg, "rate_block_sizes"):
                 add(s, setting, "block_size", b, cfg["rate_k_max"])
         return out
 
@@ -437,7 +412,7 @@ class HardRegime(Study):
         pi, kernel, tau = est.pi, est.kernel, est.tau
         n_full = k_grid(cfg["k_max"]).size
         n_k = est.grid.size
-        pilots = _ints("sens_pilots", cfg["sens_pilots"])
+        pilots = self._list(cfg, "sens_pilots")
         pilot_coef = np.full((len(pilots), n_full, 4), np.nan)
         main = cell["role"] != "block_size"
         if main:  # nested pilots: every calibration starts from the same generator state
@@ -474,7 +449,7 @@ class HardRegime(Study):
             for name in ("gap_plain", "dgap_cv"):
                 out[name][:n_k] = res[name]
             out["ell_inf"] = np.asarray(res["ell_inf"], dtype=float)
-            if _task_index(rng) >= cfg["sens_pilot_blocks"]:
+            if block_of(rng) >= cfg["sens_pilot_blocks"]:
                 return out
             # the same draws twice more, with coefficients e_B and e_C: gap_plain - gap_cv is then the block mean
             # of B_k, resp. C_k, and that of A_k follows from the estimate itself (its b_A is the pilot's, > 0)
@@ -491,7 +466,7 @@ class HardRegime(Study):
         if b <= per_task:
             for j in range(per_task // b):
                 out["gap_cv"][j, :n_k] = est.block(b, rng, coef)["gap_cv"]
-        elif _task_index(rng) < cfg["sens_total"] // b:
+        elif block_of(rng) < cfg["sens_total"] // b:
             out["gap_cv"][0, :n_k] = est.block(b, rng, coef)["gap_cv"]
         return out
 
@@ -499,8 +474,8 @@ class HardRegime(Study):
     def summarise(self, raw, cfg) -> dict:
         k_all = raw["k"].values
         n_cell, n_full = raw.sizes["cell"], k_all.size
-        kmfs = _floats("sens_k_min_factors", cfg["sens_k_min_factors"])
-        pilots = _ints("sens_pilots", cfg["sens_pilots"])
+        kmfs = self._list(cfg, "sens_k_min_factors")
+        pilots = self._list(cfg, "sens_pilots")
         nan_c = lambda: np.full(n_cell, np.nan)  # noqa: E731
         out = {name: np.full((n_cell, n_full), np.nan) for name in
                ("gap", "gap_mcse", "k_gap", "k_gap_mcse", "gap_exact", "gap_exact_mcse", "fit_gap", "resid_rate")}

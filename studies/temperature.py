@@ -27,21 +27,22 @@ import xarray as xr
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.exact.special import log_vmf_norm, mean_resultant_length
+from simkit.exact.divergence import N_SUP_GRID, N_SUP_PROBES, entropy_h, kl_sup
 from simkit.stats.analysis import combine_verdicts, mean_mcse
+from simkit.stats.trend import growth_rule
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
 from simkit.estimators.infonce import TAU_MIN, GapEstimator, k_grid
 from simkit.embeddings.embedding import LinearEmbedding
-from simkit.estimators.norms import (FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, growth_rule, train_scaled)
+from simkit.estimators.norms import FD_STEP, NormProfile, ScaledRisk, gap_sensitivity, train_scaled
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, task_seed
+from simkit.runner import Check, Param, Study, Var, block_of, common_seeds
 from simkit.runner.run import ENGINE_SCHEMA
 from simkit.distributions.softmax_kernel import kl_direct, kl_importance, kl_q_pi, sample_q
-from simkit.distributions.sphere import Uniform, VonMisesFisher
+from simkit.distributions.sphere import Uniform
 from simkit.embeddings.training import TrainingSample
 
-__all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "entropy_h", "kl_sup", "tau_grid",
-           "NORM_ALPHA", "NORM_B0", "NORM_CHECKS", "PROTOCOL_PATH", "norm_block_seeds", "norm_verdicts"]
+__all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "tau_grid",
+           "NORM_ALPHA", "NORM_B0", "NORM_CHECKS", "PROTOCOL_PATH", "NORM_SEED_GROUP", "norm_verdicts"]
 
 #: family-wise false-failure rate of each statistical C5 check (Bonferroni within a check)
 ALPHA = 1e-3
@@ -49,10 +50,6 @@ ALPHA = 1e-3
 ESS_RELIABLE = 100.0
 #: predicted start of the 1/k regime: k >= K_ONSET_FACTOR * expansion scale (rate_k's k_min rule)
 K_ONSET_FACTOR = 16.0
-#: grid of mu.x for the exact supremum of the per-anchor KL over x (single-vMF pi)
-N_SUP_GRID = 2001
-#: probe points for the largest exact KL when pi is a mixture (half from pi, half uniform)
-N_SUP_PROBES = 8192
 #: names of the control-variate coefficients stored per k (simkit.estimators.infonce.GapEstimator.calibrate)
 CV_TERMS = ("b_A", "b_B", "b_C", "b_E")
 #: the catalogue the settings are drawn from (their tau is replaced by the grid)
@@ -62,60 +59,6 @@ SETTINGS = RATE_SETTINGS
 def tau_grid(tau_min: float, tau_max: float, n: int) -> list[float]:
     """``n`` temperatures spaced evenly in log tau from ``tau_min`` to ``tau_max`` (6 significant digits)."""
     return [float(f"{t:.6g}") for t in np.geomspace(tau_min, tau_max, n)]
-
-
-def _mc_rng(rng, what: str) -> np.random.Generator:
-    if rng is None:
-        raise ValueError(f"'rng' is required: {what} needs Monte Carlo for a mixture pi (no hidden default seed); "
-                         "pass a seed or a numpy Generator, e.g. the study task's rng")
-    return np.random.default_rng(rng)
-
-
-def entropy_h(pi, kappa_m: float, *, n_mc: int = exact.DEFAULT_MC_SIZE, rng=None):
-    """``H = -E_x KL(M(x, .) || pi)`` for M = vMF(x, kappa_M): the lower bound of CE (docs/theory.md section 2).
-
-    Single vMF pi (or uniform): ``-[log C_d(kappa_M) + kappa_M A_d(kappa_M) - log C_d(kappa_pi)
-    - kappa_pi A_d(kappa_M) A_d(kappa_pi)]`` (*derived here*: E_{y~M(x)} mu.y = A_d(kappa_M) mu.x and
-    E_x mu.x = A_d(kappa_pi)), a float; for uniform pi this is -I(x; x+). Mixture: ``-E log m(x, x+)``
-    by Monte Carlo over (x, x+) from ``rng`` (required there), an :class:`simkit.exact.Estimate`.
-    """
-    d = pi.dim
-    km = float(kappa_m)
-    if isinstance(pi, (Uniform, VonMisesFisher)):
-        kp = 0.0 if isinstance(pi, Uniform) else float(pi.kappa)
-        am = float(mean_resultant_length(d, km))
-        ap = float(mean_resultant_length(d, kp))
-        return -float(log_vmf_norm(d, km) + km * am - log_vmf_norm(d, kp) - kp * am * ap)
-    r = _mc_rng(rng, "entropy_h")
-    kernel = VMFKernel(km)
-    x = pi.rvs(n_mc, rng=r)
-    v = exact.log_m(pi, kernel, x, kernel.sample(x, rng=r))
-    return exact.Estimate(-float(v.mean()), float(v.std(ddof=1) / math.sqrt(n_mc)))
-
-
-def kl_sup(pi, tau: float, *, rng=None) -> float:
-    """Largest exact ``KL(Q(x, .) || pi)`` over x.
-
-    Uniform pi: the constant value. Single vMF pi: the KL depends on x only through mu.x; the
-    maximum over a grid of N_SUP_GRID values of mu.x in [-1, 1]. Mixture: the maximum over
-    N_SUP_PROBES random probe points from ``rng`` (required there; half from pi, half uniform), a
-    lower bound on the supremum.
-    """
-    d = pi.dim
-    if isinstance(pi, Uniform):
-        return float(kl_q_pi(pi, np.eye(d)[:1], tau)[0])
-    if isinstance(pi, VonMisesFisher):
-        mu = pi.mu
-        e = np.zeros(d)
-        e[np.argmin(np.abs(mu))] = 1.0
-        perp = e - (e @ mu) * mu
-        perp /= np.linalg.norm(perp)
-        theta = np.linspace(0.0, np.pi, N_SUP_GRID)
-        x = np.cos(theta)[:, None] * mu + np.sin(theta)[:, None] * perp
-        return float(np.max(kl_q_pi(pi, x, tau)))
-    r = _mc_rng(rng, "kl_sup")
-    x = np.concatenate([pi.rvs(N_SUP_PROBES // 2, rng=r), Uniform(d).rvs(N_SUP_PROBES // 2, rng=r)])
-    return float(np.max(kl_q_pi(pi, x, tau)))
 
 
 def critical_values(cfg: dict) -> dict[str, float]:
@@ -181,7 +124,7 @@ SCHEMA = {
                 "(ce_estimate - ce_exact) / sqrt(ce_estimate_mcse^2 + ce_exact_mcse^2)"),
     "entropy": Var(ST, "H = -E_x KL(M(x,.) || pi), in nats", "1", "lower bound of CE, attained when Q = M; "
                    "-I(x; x+) for uniform pi; closed form for a single vMF pi, Monte Carlo for mixtures "
-                   "(studies.temperature.entropy_h)"),
+                   "(simkit.exact.divergence.entropy_h)"),
     "entropy_mcse": Var(ST, "MCSE of entropy, in nats", "1", "0 where exact"),
     # bias constant and expansion scales
     "c1_exact": Var(ST, "exact c1, in nats", "1", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant)"),
@@ -537,12 +480,12 @@ CHECKS = (
 #
 # Embeddings before normalisation, psi(x) = r(x) u_W(x) (simkit.estimators.norms): the score carries the norms.
 # One cell per temperature of the norms grid (setting NORMS_SETTING); every tau of a block shares its
-# training sample, initial W and fresh tuples (common random numbers, seeds from norm_block_seeds).
+# training sample, initial W and fresh tuples (common random numbers, seeds from NORM_SEED_GROUP).
 
 PROTOCOL_PATH = "protocols/temperature.md"
 #: setting name of the norms cells; not in RATE_SETTINGS, so the KL / CE / c1 cells and their seeds are unchanged
 NORMS_SETTING = "norms"
-#: one-sided level of each of the two tests of the norms rule (simkit.estimators.norms.growth_rule)
+#: one-sided level of each of the two tests of the norms rule (simkit.stats.trend.growth_rule)
 NORM_ALPHA = 0.01
 #: margin: H1 says the sensitivity at least doubles over the 50-fold grid tau = 1 .. 0.02, b < -ln 2 / ln 50
 NORM_B0 = -math.log(2.0) / math.log(50.0)
@@ -552,31 +495,8 @@ NORM_BETA = 0.10
 P_NORM = 3
 NORM_SEED_SPLIT = ("norms part, per block: SeedSequence(seed, spawn_key=(*cell_key('temperature', {'design': "
                    "'norms'}), 1, block)).spawn(3) -> training sample, initial W, fresh tuples; shared by every tau")
-
-
-def norm_block_seeds(seed: int, block: int) -> list[np.random.SeedSequence]:
-    """Seeds of norms block ``block`` (training sample, initial W, fresh tuples), shared by every tau."""
-    return task_seed(seed, "temperature", {"design": "norms"}, 1, block).spawn(3)
-
-
-def _block_of(rng: np.random.Generator) -> int:
-    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
-    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
-    if len(key) < 2 or key[-2] != 1:
-        raise ValueError("'rng' must be the generator the engine passes to generate() (spawn key "
-                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
-    return int(key[-1])
-
-
-def _norm_taus(text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'norm_taus' must be comma-separated numbers, got {text!r}") from None
-    if len(vals) < 3 or len(set(vals)) != len(vals) or any(not (TAU_MIN <= v <= 100.0) for v in vals):
-        raise ValueError(f"'norm_taus' must list at least three distinct temperatures in [{TAU_MIN:g}, 100], "
-                         f"got {text!r}")
-    return sorted(vals, reverse=True)
+#: the cells that share a norms block's seeds (simkit.runner.common_seeds): every tau of the norms design
+NORM_SEED_GROUP = {"design": "norms"}
 
 
 #: per-block quantities of the norms part: (long name, in nats, description)
@@ -670,12 +590,12 @@ SCHEMA.update(_norm_schema())
 def _norm_generate(cell: dict, cfg: dict, rng: np.random.Generator) -> dict:
     """One norms block at the cell's tau: train u_W on the block's sample, then G and S of phi_hat, of the
     fixed reference, and with the score-ignored component."""
-    block = _block_of(rng)
+    block = block_of(rng)
     out = {name: np.nan for name in NORM_QUANTITIES}
     if block >= cfg["norm_blocks"]:
         out["skipped"] = 1.0
         return {f"norm_{n}": np.asarray(v, dtype=float) for n, v in out.items()}
-    s_sample, s_init, s_eval = norm_block_seeds(cfg["seed"], block)
+    s_sample, s_init, s_eval = common_seeds(cfg["seed"], "temperature", NORM_SEED_GROUP, block, 3)
     pi, kernel, tau, k = Uniform(P_NORM), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["norm_k"]
     sample = TrainingSample.draw(pi, kernel, cfg["norm_n"], k, rng=np.random.default_rng(s_sample))
     init = LinearEmbedding.random(P_NORM, P_NORM, rng=np.random.default_rng(s_init))
@@ -830,8 +750,9 @@ class Temperature(Study):
         "n_mc": Param("n_mc", int, 1 << 14, "Monte Carlo size over x for exact values of mixtures",
                       low=256, high=1 << 24, quick=1 << 13),
         # the norms clause (pre-registered: protocols/temperature.md)
-        "norm_taus": Param("norm_taus", str, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the norms design "
-                           "(comma-separated)", quick="1,0.2,0.05"),
+        "norm_taus": Param("norm_taus", float, "1,0.5,0.2,0.1,0.05,0.02", "temperatures of the norms design "
+                           "(comma-separated)", quick="1,0.2,0.05", multi=True, min_items=3, low=TAU_MIN, high=100.0,
+                           descending=True, items_doc=f"temperatures in [{TAU_MIN:g}, 100]"),
         "norm_blocks": Param("norm_blocks", int, 64, "replicate blocks of the norms design (pre-registered)", low=3,
                              high=100000, quick=24),
         "norm_n": Param("norm_n", int, 256, "training tuples of the norms design", low=8, high=1 << 16, quick=64),
@@ -851,7 +772,6 @@ class Temperature(Study):
             raise ValueError(f"'tau_min' must be < tau_max = {cfg['tau_max']:g}, got {cfg['tau_min']:g}")
         if cfg["k_fixed"] > cfg["k_max"]:
             raise ValueError(f"'k_fixed' must be <= k_max = {cfg['k_max']}, got {cfg['k_fixed']}")
-        _norm_taus(cfg["norm_taus"])
 
     def n_blocks(self, cfg):
         return max(int(cfg["n_blocks"]), int(cfg["norm_blocks"]))
@@ -863,7 +783,7 @@ class Temperature(Study):
             for tau in tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]):
                 out.append({"setting": name, "pi": family, "dim": int(d), "kappa_pi": float(kp),
                             "kappa_m": float(km), "tau": tau})
-        for tau in _norm_taus(cfg["norm_taus"]):
+        for tau in self.params["norm_taus"].values(cfg["norm_taus"]):
             out.append({"setting": NORMS_SETTING, "pi": "uniform", "dim": P_NORM, "kappa_pi": 0.0,
                         "kappa_m": float(cfg["norm_kappa_m"]), "tau": float(tau)})
         return out
@@ -920,7 +840,7 @@ class Temperature(Study):
         norm_raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(is_norm),
                              "block": slice(0, int(cfg["norm_blocks"]))})
         raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(~is_norm), "block": slice(0, int(cfg["n_blocks"]))})
-        norm_taus = np.array(_norm_taus(cfg["norm_taus"]))
+        norm_taus = np.array(self.params["norm_taus"].values(cfg["norm_taus"]))
         settings = cfg["settings"].split(",")
         taus = np.array(tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]))
         k = raw["k"].values

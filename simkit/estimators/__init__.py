@@ -3,7 +3,9 @@
 * :mod:`simkit.estimators.infonce`: the InfoNCE loss and the streaming estimator of the finite-k gap (C1);
 * :mod:`simkit.estimators.search`: similarity search on unseen data, D_k and its constants (C2);
 * :mod:`simkit.estimators.population`: population risk and generalisation of a trained embedding (C3);
-* :mod:`simkit.estimators.norms`: the gap's sensitivity to the norms of unnormalised embeddings (C5).
+* :mod:`simkit.estimators.norms`: the gap's sensitivity to the norms of unnormalised embeddings (C5);
+* :mod:`simkit.estimators.population`: also the paired R_k(phi) - R_k(reference) on fresh tuples;
+* :mod:`simkit.estimators.finite`: the gap and retrieval estimators on a finite population.
 """
 
 from __future__ import annotations

@@ -27,16 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, stats
+from scipy import optimize
 from scipy.special import logsumexp
 
 from simkit._checks import check_scalar
-from simkit.stats.analysis import jackknife
 from simkit.embeddings.embedding import LinearEmbedding
 from simkit.embeddings.training import TrainingSample
 
 __all__ = ["NormProfile", "ScaledRisk", "MODES", "loss_derivative", "train_scaled", "GapSensitivity",
-           "gap_sensitivity", "FD_STEP", "GrowthRule", "growth_rule"]
+           "gap_sensitivity", "FD_STEP"]
 
 #: perturbation modes: scale the negatives' embeddings, or change their norms in a score-ignored component
 MODES = ("scale", "ignored")
@@ -260,91 +259,3 @@ def gap_sensitivity(phi: LinearEmbedding, train: ScaledRisk, fresh: ScaledRisk, 
                           sens_fd=float(ff.mean() - ft.mean()) / (2.0 * h),
                           sens_eval_mcse=float(df.std(ddof=1) / math.sqrt(nf)),
                           gap_eval_mcse=float(lf.std(ddof=1) / math.sqrt(nf)))
-
-
-# ----------------------------------------------------------------------------------------------
-# the one-sided growth rule (protocols/temperature.md)
-
-@dataclass(frozen=True)
-class GrowthRule:
-    """Result of :func:`growth_rule` on per-block estimates over a temperature grid."""
-
-    b: float            # OLS slope of log(block-mean curve) on log tau
-    se: float           # delete-one-block jackknife SE of b
-    t: float            # (b - b0) / se, n_blocks - 1 df
-    p: float            # one-sided P(T <= t): H1 b < b0 (grows at least as fast as tau^b0 as tau falls)
-    level: float        # block mean at the smallest tau
-    level_se: float     # its MCSE
-    level_t: float      # level / level_se
-    level_p: float      # one-sided P(T >= level_t): H1 mean > 0 at tau_min
-    ratio: float        # block mean at tau_min / block mean at tau_max
-    passed: bool        # defined and p < alpha and level_p < alpha
-    defined: bool       # the block mean > 0 at every tau, in the full sample and every jackknife replicate
-    n_blocks: int
-    reason: str         # why it did not pass (empty when it passed)
-
-
-def growth_rule(taus: ArrayLike, blocks: ArrayLike, *, b0: float, alpha: float) -> GrowthRule:
-    """One-sided rule "the quantity is positive and grows as tau decreases": an intersection-union test.
-
-    Parameters
-    ----------
-    taus : array_like, shape (J,)
-        Temperatures (at least two distinct, > 0).
-    blocks : array_like, shape (n_blocks, J)
-        Per-block estimates at each tau (blocks with a NaN are dropped).
-    b0 : float
-        Margin: H0 ``b >= b0`` for the slope b of log E[X](tau) on log tau (b0 < 0: growth as tau falls).
-    alpha : float
-        Level of each of the two one-sided tests.
-
-    Returns
-    -------
-    GrowthRule
-        Passes iff both one-sided tests reject at ``alpha``: (1) slope, ``t = (b - b0)/SE_jack(b)``,
-        p = P(T_{n-1} <= t); (2) positivity at the smallest tau, ``t = mean/MCSE``, p = P(T_{n-1} >= t).
-        Undefined (fails) when a block-mean is <= 0 at some tau in the full sample or in a delete-one
-        jackknife replicate, or fewer than 3 blocks remain. Passing needs both rejections, so its
-        level is at most alpha whenever either null holds (intersection-union).
-    """
-    x = np.log(np.asarray(taus, dtype=float))
-    a = np.asarray(blocks, dtype=float)
-    if a.ndim != 2 or a.shape[1] != x.size:
-        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {a.shape}")
-    if np.unique(x).size < 2 or not np.all(np.isfinite(x)):
-        raise ValueError("'taus' must hold at least two distinct positive temperatures")
-    if not 0 < alpha < 1:
-        raise ValueError(f"'alpha' must be in (0, 1), got {alpha}")
-    a = a[np.all(np.isfinite(a), axis=1)]
-    n = a.shape[0]
-    nan = math.nan
-    jmin, jmax = int(np.argmin(x)), int(np.argmax(x))
-    if n < 3:
-        return GrowthRule(nan, nan, nan, nan, nan, nan, nan, nan, nan, False, False, n,
-                          f"fewer than 3 finished blocks ({n})")
-    mean = a.mean(axis=0)
-    level, level_se = float(mean[jmin]), float(a[:, jmin].std(ddof=1) / math.sqrt(n))
-    level_t = level / level_se if level_se > 0 else (math.inf if level > 0 else -math.inf)
-    level_p = float(stats.t.sf(level_t, n - 1))
-    ratio = float(mean[jmin] / mean[jmax]) if mean[jmax] != 0 else nan
-    reps = (mean * n - a) / (n - 1)  # delete-one-block means
-    if not (np.all(mean > 0) and np.all(reps > 0)):
-        return GrowthRule(nan, nan, nan, nan, level, level_se, level_t, level_p, ratio, False, False, n,
-                          "undefined: a block-mean (or a jackknife replicate's) is <= 0 at some tau")
-    xc = x - x.mean()
-
-    def slope(curve):
-        y = np.log(curve)
-        return float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
-
-    est, sd, _ = jackknife(lambda c: np.array([slope(c)]), a)
-    b, se = float(est[0]), float(sd[0])
-    t = (b - b0) / se if se > 0 else (-math.inf if b < b0 else math.inf)
-    p = float(stats.t.cdf(t, n - 1))
-    why = []
-    if not p < alpha:
-        why.append(f"slope {b:.3f} ± {se:.3f}: b < {b0:.3f} not shown (p = {p:.3g} >= {alpha:g})")
-    if not level_p < alpha:
-        why.append(f"mean at tau_min {level:.4g} ± {level_se:.2g}: > 0 not shown (p = {level_p:.3g} >= {alpha:g})")
-    return GrowthRule(b, se, float(t), p, level, level_se, float(level_t), level_p, ratio, not why, True, n,
-                      "; ".join(why))

@@ -9,7 +9,10 @@
   set, its shift and excess constants (docs/theory.md §17);
 * :mod:`simkit.exact.quadrature`: product quadrature on S^1 and S^2;
 * :mod:`simkit.exact.special`: vMF special functions in log space;
-* :mod:`simkit.exact.bounds`: values of the Theorem-1-type generalisation bound.
+* :mod:`simkit.exact.bounds`: values of the Theorem-1-type generalisation bound;
+* :mod:`simkit.exact.divergence`: H = -E KL(M(x,.) || pi) and the largest KL(Q(x,.) || pi) over x;
+* :mod:`simkit.exact.loss_bounds`: the loss-difference bounds of claim C4 (averaging and max);
+* :mod:`simkit.exact.finite`: CE, c1, c2, the gap curve and D_k on a finite population (any embedding).
 """
 
 from __future__ import annotations

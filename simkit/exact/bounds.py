@@ -26,7 +26,8 @@ import numpy as np
 
 from simkit._checks import check_int, check_scalar
 
-__all__ = ["Theorem1Bound", "theorem1_bound", "rademacher_bound", "net_bound", "linear_class_constants"]
+__all__ = ["Theorem1Bound", "theorem1_bound", "rademacher_bound", "net_bound", "linear_class_constants",
+           "linear_class_bound", "control_tau", "BoundComparison", "compare_to_bound"]
 
 
 def net_bound(eps: float, n: int, n_params: int, radius: float, loss_lipschitz: float, loss_range: float) -> float:
@@ -160,3 +161,53 @@ def theorem1_bound(n: int, k: int, tau: float, *, n_params: int, radius: float, 
     return Theorem1Bound(complexity=2.0 * rad, variability=d * math.sqrt(math.log(1.0 / eta) / (2.0 * n)),
                          bias=abs(c1) / k if math.isfinite(c1) else float("nan"), loss_lipschitz=lip, loss_range=d,
                          eps=eps)
+
+
+def linear_class_bound(n: int, k: int, tau: float, c1: float = float("nan"), *, p: int, s: float,
+                       eta: float) -> Theorem1Bound:
+    """:func:`theorem1_bound` for the linear class ``Theta_s`` of :func:`linear_class_constants` (p x p, s)."""
+    return theorem1_bound(n, k, tau, eta=eta, c1=c1, **linear_class_constants(p, s))
+
+
+def control_tau(tau: float, level: float, level_ref: float) -> float:
+    """Temperature of a positive control at ``level`` (k or d): ``tau sqrt(level_ref / level)``.
+
+    Notes
+    -----
+    At temperature ``tau_k`` the score ``phi(x).phi(y) / tau_k`` of a fixed class is that of the
+    embedding ``r phi`` with radius ``r = (level / level_ref)^{1/4}`` at tau. The loss class's
+    Lipschitz constant in the parameters ``4 L_phi / tau_k`` and range ``4 / tau_k`` both grow like
+    sqrt(level), so the complexity term of :func:`theorem1_bound` (linear in both up to the logarithm)
+    grows like sqrt(level): the growth earlier bounds allow and Theorem 1 excludes (docs/theory.md
+    section 13). A test of "no growth in the level" must flag this class.
+    """
+    return float(tau) * math.sqrt(float(level_ref) / float(level))
+
+
+@dataclass(frozen=True)
+class BoundComparison:
+    """Estimates set against bound values point by point (see :func:`compare_to_bound`)."""
+
+    specified: np.ndarray   # bool: bound finite, the class holds (in_class == 1) and the upper limit finite
+    above: np.ndarray       # bool: specified and upper limit > bound
+    outside: np.ndarray     # bool: bound finite but not specified
+    max_ratio: float        # largest upper / bound over the specified points (NaN if none)
+
+    @property
+    def passed(self) -> bool:
+        """At least one specified point, and the upper limit within the bound at every one."""
+        return bool(self.specified.any() and not self.above.any())
+
+
+def compare_to_bound(bound: np.ndarray, upper: np.ndarray, in_class: np.ndarray) -> BoundComparison:
+    """Compare upper confidence limits of an estimate with the values of a bound, per point.
+
+    A point is specified where the bound is finite, every trained embedding lies in the bound's
+    class (``in_class == 1``, the fraction of replicates) and ``upper`` is finite; the check is
+    deterministic given the upper limits (no false-failure rate beyond that of ``upper``).
+    """
+    spec = np.isfinite(bound) & (in_class == 1.0) & np.isfinite(upper)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = upper[spec] / bound[spec]
+    return BoundComparison(spec, spec & (upper > bound), np.isfinite(bound) & ~spec,
+                           float(np.max(ratio)) if ratio.size else float("nan"))

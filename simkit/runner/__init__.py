@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
 from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memory, check_memory
-from simkit.runner.params import Param, resolve_config
+from simkit.runner.params import Param, level_grid, resolve_config
 from simkit.runner.run import (RunResult, apply_schema, check_dataset, execute_task, make_executor, run_study,
                                summarise_dataset)
-from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
+from simkit.runner.seeds import SEED_SCHEME, block_of, canonical, cell_key, common_seeds, task_name, task_seed
 from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatch, OutputBusy, RunLock, WriteFailed,
                                    check_writable, read_dataset, results_identical, write_dataset)
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
@@ -23,7 +23,8 @@ from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVaria
 __all__ = [
     "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
     "ENTRY_POINT_GROUP", "run_study", "summarise_dataset", "RunResult", "execute_task", "apply_schema", "cell_key", "task_seed",
-    "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset", "write_dataset", "results_identical",
+    "common_seeds", "block_of", "level_grid", "task_name", "canonical", "SEED_SCHEME", "Checkpoint", "read_dataset",
+    "write_dataset", "results_identical",
     "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "SummaryFailed", "make_executor",
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset",

@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from simkit.runner.study import Study
 
-__all__ = ["Param", "resolve_config", "show_value"]
+__all__ = ["Param", "resolve_config", "show_value", "level_grid"]
 
 
 def show_value(value: Any, limit: int = 80) -> str:
@@ -23,6 +23,18 @@ def show_value(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-12:]} ({len(text)} chars)"
 
 
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def level_grid(low: int, high: int, step: int) -> list[int]:
+    """``low, low*step, low*step^2, ...`` up to ``high`` (inclusive): a geometric design grid."""
+    out, v = [], int(low)
+    while v <= high:
+        out.append(v)
+        v *= int(step)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Param:
     """A study parameter that ``--set NAME=VALUE`` may override.
@@ -30,6 +42,13 @@ class Param:
     ``kind`` is int, float, str or bool; ``low``/``high`` bound numbers (``low_open`` makes the
     lower bound strict); ``choices`` restricts strings; ``quick`` is the ``--quick`` value;
     ``default=None`` means "use each setting's own value" for per-setting overrides.
+
+    ``multi=True`` makes the value a comma-separated list: of ``choices`` (str), or of numbers (int,
+    float), kept as its text in the configuration and read with :meth:`values`. A list of numbers has
+    at least ``min_items`` distinct items (0: the empty text is the empty list), each within
+    ``low``/``high``, a multiple of ``multiple_of`` and, with ``power_of_two``, a power of two;
+    ``items_doc`` says what an item is in the error ("even dimensions >= 6"); :meth:`values` sorts
+    them (descending if ``descending``) unless ``sort=False`` keeps the given order.
     """
 
     name: str
@@ -42,13 +61,21 @@ class Param:
     choices: tuple | None = None
     quick: Any = None
     power_of_two: bool = False
-    multi: bool = False  # a comma-separated list of choices
+    multi: bool = False  # a comma-separated list of choices or numbers
+    min_items: int = 1
+    multiple_of: int | None = None
+    descending: bool = False
+    sort: bool = True
+    items_doc: str | None = None
 
     def parse(self, text: str) -> Any:
         """Parse a ``--set`` value string and validate it (a non-string goes to :meth:`validate`)."""
         if not isinstance(text, str):
             return self.validate(text)
         raw = text.strip()
+        if self._number_list:
+            self.values(raw)
+            return raw
         if self.kind is bool:
             low = raw.lower()
             if low in ("1", "true", "yes", "on"):
@@ -80,6 +107,13 @@ class Param:
         """Check a value against kind, bounds and choices; return it normalised."""
         if value is None and self.default is None:
             return None
+        if self._number_list:
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            if not isinstance(value, str):
+                raise ValueError(f"'{self.name}' must be a comma-separated list, got {show_value(value)}")
+            self.values(value)
+            return value.strip()
         if self.kind is bool:
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"'{self.name}' must be true or false, got {show_value(value)}")
@@ -99,6 +133,39 @@ class Param:
                 raise ValueError(f"'{self.name}' lists {dup!r} twice, got {show_value(value)}")
             return ",".join(items)
         return value
+
+    @property
+    def _number_list(self) -> bool:
+        return self.multi and self.kind in (int, float)
+
+    def values(self, text: str) -> list:
+        """The numbers of a list parameter's text (``multi`` with kind int or float), checked and sorted.
+
+        Raises ``ValueError`` with one line naming the parameter: "'ds' must list at least three
+        distinct even dimensions >= 6, got '6,7,8'".
+        """
+        if not self._number_list:
+            raise TypeError(f"parameter {self.name!r} is not a list of numbers")
+        what = "integers" if self.kind is int else "numbers"
+        try:
+            vals = [self.kind(v) for v in str(text).split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"'{self.name}' must be comma-separated {what}, got {show_value(text)}") from None
+
+        def ok(v):
+            if not math.isfinite(v) or (self.high is not None and v > self.high):
+                return False
+            if self.low is not None and (v <= self.low if self.low_open else v < self.low):
+                return False
+            if self.power_of_two and (v < 1 or int(v) & (int(v) - 1)):
+                return False
+            return self.multiple_of is None or v % self.multiple_of == 0
+
+        if len(vals) < self.min_items or len(set(vals)) != len(vals) or not all(ok(v) for v in vals):
+            count = f"at least {_WORDS.get(self.min_items, str(self.min_items))} " if self.min_items > 1 else ""
+            raise ValueError(f"'{self.name}' must list {count}distinct {self.items_doc or what}, "
+                             f"got {show_value(text)}")
+        return sorted(vals, reverse=self.descending) if self.sort else vals
 
     def _validate_number(self, value: Any) -> int | float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):

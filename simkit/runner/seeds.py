@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["canonical", "cell_key", "task_seed", "task_name", "SEED_SCHEME"]
+__all__ = ["canonical", "cell_key", "task_seed", "task_name", "SEED_SCHEME", "common_seeds", "block_of"]
 
 #: the scheme, as recorded in every dataset's ``seed_scheme`` attribute
 SEED_SCHEME = ("SeedSequence(seed, spawn_key=(*cell_key, stage, block)); cell_key = 4 x uint32 of SHA-256 "
@@ -44,6 +44,26 @@ def task_seed(seed: int, study: str, cell: dict, stage: int, block: int) -> np.r
     """``SeedSequence(seed, spawn_key=(*cell_key(study, cell), stage, block))``; stage 0 = prepare, 1 = block,
     2 = part ``block`` of a preparation split into parts (:meth:`simkit.runner.Study.prepare_parts`)."""
     return np.random.SeedSequence(entropy=int(seed), spawn_key=(*cell_key(study, cell), int(stage), int(block)))
+
+
+def common_seeds(seed: int, study: str, group: dict, block: int, n: int) -> list[np.random.SeedSequence]:
+    """Seeds of replicate ``block`` shared by every cell of a ``group`` (common random numbers across cells).
+
+    ``task_seed(seed, study, group, 1, block).spawn(n)``: the group (e.g. ``{"sweep": "n"}``) stands in
+    for the cell, so all cells of the group draw the same random numbers in a block, from the study seed
+    alone, and no other group or study draws them. A study's ``generate`` calls it with the block of its
+    engine generator (:func:`block_of`).
+    """
+    return task_seed(seed, study, group, 1, block).spawn(n)
+
+
+def block_of(rng: np.random.Generator) -> int:
+    """The block index of an engine task's generator (its seed's spawn key ends with (stage 1, block))."""
+    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
+    if len(key) < 2 or key[-2] != 1:
+        raise ValueError("'rng' must be the generator the engine passes to generate() (SeedSequence with spawn key "
+                         "(*cell_key, 1, block)); call generate through simkit.runner.run_study")
+    return int(key[-1])
 
 
 def task_name(study: str, cell: dict, stage: int, block: int) -> str:

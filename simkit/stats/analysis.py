@@ -22,8 +22,7 @@ from scipy import stats
 __all__ = [
     "mean_mcse",
     "jackknife",
-    "NonInferiority",
-    "growth_non_inferiority",
+    "ratio_of_means",
     "RateFit",
     "fit_rate",
     "CurveFit",
@@ -84,6 +83,22 @@ def jackknife(statistic, blocks: NDArray[np.float64]) -> tuple[NDArray[np.float6
     reps = np.array([np.atleast_1d(statistic((total - b[i]) / (n - 1))) for i in range(n)], dtype=float)
     se = np.sqrt((n - 1) / n * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
     return full, se, reps
+
+
+def ratio_of_means(num: ArrayLike, den: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Ratio of block means ``mean(num) / mean(den)`` with its delete-one-block jackknife MCSE.
+
+    ``num`` and ``den`` have shape ``(n_blocks, ...)``; blocks with a NaN in either are dropped. Returns the
+    (estimate, MCSE) of :func:`jackknife` (at least 1-D); fewer than 3 blocks left give NaN of shape
+    ``num.shape[1:]``.
+    """
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    blocks = np.stack([num, den], axis=1)
+    blocks = blocks[np.all(np.isfinite(blocks), axis=tuple(range(1, blocks.ndim)))]
+    if blocks.shape[0] < 3:
+        return np.full(num.shape[1:], np.nan), np.full(num.shape[1:], np.nan)
+    f, j, _ = jackknife(lambda m: m[0] / m[1], blocks)
+    return f, j
 
 
 def choose_k_min(k: ArrayLike, scale: float, factor: float = 16.0) -> int:
@@ -513,64 +528,3 @@ def truth_verdict_standardised(k: np.ndarray, gap_blocks: np.ndarray, dgap_block
     before the Hotelling tests; see its Notes)."""
     return truth_verdict(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=alpha,
                          standardise=True)
-
-
-@dataclass(frozen=True)
-class NonInferiority:
-    """One-sided non-inferiority test of a block-mean curve against growth >= delta per doubling of
-    its level (the rule of protocols/dimension.md and protocols/generalisation.md)."""
-
-    b: float           # OLS slope of log2(block-mean curve) on log2(level)
-    se: float          # delete-one-block jackknife SE of b
-    growth: float      # 2^b - 1 per doubling of the level
-    growth_se: float   # delta method: ln 2 * 2^b * se
-    t: float           # (b - log2(1 + delta)) / se
-    df: int
-    p: float           # one-sided, H1: growth < delta
-    reject: bool       # p < alpha: non-inferiority (growth < delta) shown
-    n_blocks: int
-    defined: bool      # block mean > 0 at every level in the full sample and in every jackknife replicate
-
-
-def _log2_slope(x: NDArray, curve: NDArray) -> NDArray:
-    xc = x - x.mean()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        y = np.where(curve > 0, np.log2(np.where(curve > 0, curve, 1.0)), np.nan)
-    return np.array([np.dot(xc, y - y.mean()) / np.dot(xc, xc)])
-
-
-def growth_non_inferiority(x: ArrayLike, blocks: ArrayLike, *, delta: float, alpha: float,
-                           levels_name: str = "levels") -> NonInferiority:
-    """One-sided non-inferiority test of H0 ``2^b - 1 >= delta`` against H1 ``2^b - 1 < delta``.
-
-    ``x`` is log2 of the levels (shape (J,), at least two distinct; ``levels_name`` names the
-    argument in errors), ``blocks`` the per-block estimates at each level (shape (n_blocks, J); blocks
-    with a NaN are dropped). ``b`` = OLS slope of log2 of the block-mean curve on ``x``, delete-one-block
-    jackknife SE, ``t = (b - log2(1 + delta)) / SE`` on n_blocks - 1 df, ``p = P(T <= t)``; reject
-    (growth < delta shown) when p < alpha. Undefined (NaN, no rejection) when a block mean is not
-    positive at some level (in the full sample or a jackknife replicate) or fewer than 3 blocks remain.
-    """
-    x = np.asarray(x, dtype=float)
-    b = np.asarray(blocks, dtype=float)
-    if b.ndim != 2 or b.shape[1] != x.size:
-        raise ValueError(f"'blocks' must have shape (n_blocks, {x.size}), got {b.shape}")
-    if np.unique(x).size < 2:
-        raise ValueError(f"'{levels_name}' must hold at least two distinct "
-                         f"{'dimensions' if levels_name == 'd' else 'values'}")
-    if not delta > -1:
-        raise ValueError(f"'delta' must be > -1, got {delta}")
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    nan = float("nan")
-    if n < 3:
-        return NonInferiority(nan, nan, nan, nan, nan, max(n - 1, 0), nan, False, n, False)
-    est, se, reps = jackknife(lambda c: _log2_slope(x, c), b)
-    est, se = float(est[0]), float(se[0])
-    if not (np.isfinite(est) and np.isfinite(se) and np.all(np.isfinite(reps))):
-        return NonInferiority(est, nan, 2.0 ** est - 1 if np.isfinite(est) else nan, nan, nan, n - 1, nan, False, n,
-                              False)
-    b0 = math.log2(1.0 + delta)
-    t = (est - b0) / se if se > 0 else (-math.inf if est < b0 else math.inf)
-    p = float(stats.t.cdf(t, n - 1))
-    return NonInferiority(est, se, 2.0 ** est - 1.0, math.log(2) * 2.0 ** est * se, float(t), n - 1, p,
-                          bool(p < alpha), n, True)

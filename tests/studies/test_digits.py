@@ -21,6 +21,7 @@ from scipy import stats
 from simkit.stats.analysis import rate_verdict
 from simkit.diagnose import diagnose
 from simkit.runner import read_dataset, resolve_config, run_study
+from simkit.exact.finite import class_members, exact_d_curve
 from studies import digits
 from studies.digits import ALPHA, STUDY
 
@@ -211,8 +212,8 @@ def test_exact_d_curve_brute_force():
     emb = digits.make_encoder("pixels", {})(split["unit"][split["test"]])
     labels = split["labels"][split["test"]]
     dk = _brute_d(emb, labels, tau)
-    idx, mask = digits.class_members(labels)
-    per_anchor = digits.exact_d_curve(emb @ emb.T / tau, idx, mask, np.arange(labels.size), np.array([1, 2, 4]))
+    idx, mask = class_members(labels)
+    per_anchor = exact_d_curve(emb @ emb.T / tau, idx, mask, np.arange(labels.size), np.array([1, 2, 4]))
     for j, k in enumerate((1, 2)):
         assert float(per_anchor[:, j].mean()) == pytest.approx(dk[k], rel=1e-9)
 

@@ -15,12 +15,19 @@ from scipy import stats
 
 from simkit.embeddings.embedding import LinearEmbedding
 from simkit.runner import read_dataset, resolve_config, run_study
-from studies.dimension import (ALPHA, B0, DELTA, FAMILIES, PROTOCOL_PATH, SCHEMA, SIGMA_B_PLANNED, STUDY, NonInferiority,
-                               _dims, _planned_false_fail, non_inferiority, protocol_attrs, verdicts)
+from simkit.stats import trend
+from simkit.stats.trend import NonInferiority
+from studies.dimension import (ALPHA, B0, DELTA, FAMILIES, PROTOCOL_PATH, SCHEMA, SIGMA_B_PLANNED, STUDY,
+                               _planned_false_fail, protocol_attrs, verdicts)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "data" / "dimension.nc"
 D = np.array([8, 16, 32, 64, 128, 256, 512, 1024], dtype=float)
+
+
+def non_inferiority(d, blocks):
+    """The pre-registered rule: simkit.stats.trend.non_inferiority at the protocol's margin and level."""
+    return trend.non_inferiority(d, blocks, delta=DELTA, alpha=ALPHA, levels_name="d")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,7 +83,7 @@ def test_rule_arguments_are_validated():
     with pytest.raises(ValueError, match="'d' must hold at least two distinct"):
         non_inferiority([8, 8], np.ones((4, 2)))
     with pytest.raises(ValueError, match="'ds' must list at least three distinct even dimensions"):
-        _dims("8,9,16")
+        resolve_config(STUDY, {"ds": "8,9,16"})
 
 
 def _ni(reject: bool, defined: bool = True) -> NonInferiority:

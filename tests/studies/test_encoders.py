@@ -24,6 +24,8 @@ from scipy.special import logsumexp
 
 from simkit.stats.analysis import rate_verdict, truth_rng, truth_verdict
 from simkit.diagnose import diagnose
+from simkit.estimators.finite import retrieval_terms, sample_rows
+from simkit.exact.finite import exact_constants, log_weights
 from simkit.exact.quadrature import log_partition
 from simkit.runner import read_dataset, resolve_config, run_study
 from studies import encoders
@@ -160,7 +162,7 @@ def test_negative_control_no_retrieval_improvement_fails(quick):
 
 
 def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
-    """studies.encoders.exact_constants against simkit.diagnose (an independent implementation) for an index
+    """simkit.exact.finite.exact_constants against simkit.diagnose (an independent implementation) for an index
     kernel (M(x_i, .) uniform over listed atoms) at the quick run's trained encoder."""
     _, ds, _ = quick
     i = list(ds["setting"].values).index("mlp-d32-rot")
@@ -176,7 +178,7 @@ def test_exact_constants_against_diagnose_at_a_trained_encoder(quick):
         log_w = np.log(w)
     f = phi(atoms)
     ks = np.array([1, 2, 4, 8, 16, 32, 64])
-    mine = encoders.exact_constants(f, log_w, TAU, ks)
+    mine = exact_constants(f, log_w, TAU, ks)
     ref = diagnose(f, positives=pos, tau=TAU, k_grid=tuple(ks), n_anchors=n, n_exact_anchors=n, n_tuples=n * 16,
                    convention="include_anchor", rng=0)
     for name in ("ce", "c1", "c2"):
@@ -213,7 +215,7 @@ def test_retrieval_terms_by_hand():
     f /= np.linalg.norm(f, axis=1, keepdims=True)
     log_w = np.log(rng.dirichlet(np.ones(13), size=1))
     db = np.arange(1, 13)
-    out = encoders.retrieval_terms(f, log_w, np.array([0]), db, 1.0)
+    out = retrieval_terms(f, log_w, np.array([0]), db, 1.0)
     s = f[0] @ f[db].T
     m = np.exp(log_w[0, db]) / np.exp(log_w[0, db]).sum()
     q = np.exp(s) / np.exp(s).sum()
@@ -226,10 +228,10 @@ def test_retrieval_terms_by_hand():
 def test_log_weights_rows_are_laws_and_favour_the_kernel_mean():
     pi, kernel = encoders.build_population("rot")
     atoms = pi.rvs(300, rng=np.random.default_rng(1))
-    lw = encoders.log_weights(pi, kernel, atoms)
+    lw = log_weights(pi, kernel, atoms)
     np.testing.assert_allclose(np.exp(logsumexp(lw, axis=1)), 1.0, rtol=1e-12)
     # positives drawn from M_N are closer to R x than to x on average (the kernel is rotated)
-    idx = encoders.sample_rows(lw, np.random.default_rng(2))
+    idx = sample_rows(lw, np.random.default_rng(2))
     rx = atoms @ kernel.rotation.T
     assert np.mean(np.sum(rx * atoms[idx], axis=1)) > np.mean(np.sum(atoms * atoms[idx], axis=1)) + 0.1
 

@@ -247,11 +247,11 @@ def test_rate_setting_cell_keeps_its_own_k_grid():
 
 @pytest.mark.parametrize("override, match", [
     ({"sens_total": 1000}, "'sens_total' must be a multiple of n_blocks"),
-    ({"sens_block_sizes": "48"}, "must list powers of two"),
+    ({"sens_block_sizes": "48"}, "must list distinct powers of two >= 8"),
     ({"sens_block_sizes": "4096", "sens_total": 8192}, "must leave >= 3 blocks"),
     ({"rate_settings": "nope"}, "'rate_settings' must name settings"),
     ({"rate_k_max": 1 << 20, "k_max": 1 << 14}, "'rate_k_max' must be <= k_max"),
-    ({"sens_k_min_factors": "4,-1"}, "must list numbers > 0"),
+    ({"sens_k_min_factors": "4,-1"}, "must list distinct numbers > 0"),
 ])
 def test_config_errors(override, match):
     cfg = {**resolve_config(STUDY), **override}
