@@ -49,8 +49,8 @@ _CONTROL = re.compile(r"\b(positive|negative|null|pre-registered)\s+control\b", 
 
 def check_role(row: dict) -> str:
     """``"diagnostic"`` for a control (positive, negative or null control of a rule), else ``"claim"``."""
-    if row.get("role"):
-        return str(row["role"])
+    if row.get("role") == "diagnostic":
+        return "diagnostic"
     first = re.split(r";", str(row.get("statistic", "")), maxsplit=1)[0]
     return "diagnostic" if _CONTROL.search(first) else "claim"
 
