@@ -559,20 +559,22 @@ CHECKS = (
                             f"(with 1/k term); -1 in the level-{1 - ALPHA:g} interval, -1/2 (1/sqrt(k)) rejected, c1 and "
                             f"c2 against their exact values at phi_hat, MC curve and Z-free dgap against the exact "
                             f"curve (max |t|, bootstrap reference)"),
-          _c1_check, lambda ds: 1.0 - (1.0 - N_C1_TESTS * ALPHA) ** ds.sizes["setting"], _c1_pvalues),
+          _c1_check, lambda ds: 1.0 - (1.0 - N_C1_TESTS * ALPHA) ** ds.sizes["setting"], _c1_pvalues,
+          label="gap slope and c1 at trained encoders"),
     Check("C2", lambda ds: (f"at trained encoders, {ds.sizes['setting']} settings: slope of log D_k, D_k = R_k - "
                             f"E CE(M_hat_k, Q_hat_k); -1 in the level-{1 - ALPHA:g} interval, -1/2 rejected"),
-          _c2_check, lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"]),
+          _c2_check, lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"], label="D_k log-log slope (earlier rule)"),
     Check("C2", lambda ds: ("InfoNCE learns retrieval (pre-stated): along training the risk falls and, paired over "
                             f"blocks, top-1 agreement of Q_hat with M_hat rises and CE(M_hat, Q_hat) falls from the "
                             f"first to the last checkpoint (one-sided paired t, {ALPHA:g} each), "
                             f"{ds.sizes['setting']} settings; tests that must reject: {ALPHA:g} is their false-pass "
                             f"rate, and no false-failure rate is stated (no power was planned)"),
-          _ret_check, None),
+          _ret_check, None, label="retrieval from a random start (earlier test)"),
     Check("C7", lambda ds: ("C1 (as above), the D_k rate and retrieval at trained encoders under the non-reversible "
                             "rotated kernel vMF(Rx, kappa); stated rate: the C1 and D_k tests only (retrieval must "
                             "reject, so it has a false-pass rate and no stated false-failure rate)"),
-          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rot(ds).size))),
+          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rot(ds).size)),
+          label="rotated cells: C1, earlier D_k and retrieval rules"),
     Check("C2", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…): D_k = a/k + b/k^2 + "
                             f"c/sqrt(k) over k >= k_min at trained encoders, {ds.sizes['setting']} settings; two-sided t "
                             f"of c = 0 at {ALPHA:g} (jackknife); a setting without power 0.9 against a 1/sqrt(k) term "
