@@ -67,6 +67,9 @@ def assess(row: dict) -> tuple[str, str]:
     v = str(row["verdict"])
     if v == "error":
         return v, ""
+    if v == NOT_ASSESSED:  # the check's own rule found no power at this design
+        detail = " ".join(str(row.get("detail", "")).split())
+        return v, "by its own rule" + (f": {detail[:200]}{'…' if len(detail) > 200 else ''}" if detail else "")
     stated = float(row.get("false_fail_rate", np.nan))
     if np.isfinite(stated) and stated > MAX_ASSESSED_RATE:
         return NOT_ASSESSED, (f"stated false-failure rate {stated:.2g} > {MAX_ASSESSED_RATE:g} at this design "
@@ -116,7 +119,9 @@ def one_line(rows: list[dict]) -> str:
     for r in rows:
         v, why = assess(r)
         head = f"{r['study']} {check_label(r)}"
-        if v == NOT_ASSESSED:
+        if v == NOT_ASSESSED and why.startswith("by its own rule"):
+            parts.append(f"{head}: not assessed by its own rule (no power at this design)")
+        elif v == NOT_ASSESSED:
             rate = float(r.get("false_fail_rate", np.nan))
             parts.append(f"{head}: not assessed (false-fail rate "
                          f"{rate if 'stated' in why else float(r.get('empirical_false_fail', np.nan)):.2g} here)")

@@ -94,3 +94,12 @@ def test_every_row_statistic_is_one_short_line():
     assert check_label(checks[1]).endswith("…") and len(check_label(checks[1])) == 60
     assert plus_minus(-1.00006, 0.00015) == "-1.00006 ± 0.00015"
     assert plus_minus(0.1743, 0.0) == "0.1743" and plus_minus(np.nan, 0.1) == "—"
+
+
+def test_a_check_its_own_rule_calls_not_assessed_says_so():
+    own = _row(false_fail_rate=0.0, verdict=NOT_ASSESSED, detail="rot: no power: MDE 0.08 > 0.01")
+    v, why = assess(own)
+    assert v == NOT_ASSESSED and why == "by its own rule: rot: no power: MDE 0.08 > 0.01"
+    t = combine_checks([own, _row(false_fail_rate=1e-3, verdict="pass")])
+    assert "not assessed by its own rule (no power at this design)" in str(t["statistic"].sel(claim="C4").values)
+    assert str(t["verdict"].sel(claim="C4").values) == "pass" and int(t["n_not_assessed"].sel(claim="C4")) == 1
