@@ -268,13 +268,13 @@ def _validate(args) -> int:
             executor.close()
     print(f"simkit: wrote {out} and {report}")
     from simkit.claims.validate import empirical_text
-    print(f"{'claim':<16}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
+    print(f"{'claim':<19}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
     for i, c in enumerate(ds["claim"].values):
         e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
         f = float(ds["false_fail_rate"].values[i])
         est = f"{e:.5g} ± {m:.2g}" if np.isfinite(e) else "-"
         an = str(ds["analysis"].values[i])
-        print(f"{c:<16}{ds['verdict'].values[i]:<17}{est:<26}{(f'{f:.1e}' if np.isfinite(f) else '-'):<12}"
+        print(f"{c:<19}{ds['verdict'].values[i]:<17}{est:<26}{(f'{f:.1e}' if np.isfinite(f) else '-'):<12}"
               f"{empirical_text(ds, i):<22}{ds['statistic'].values[i]}"
               + (f" [{an}]" if an.startswith("confirmatory") else ""))
     for i in np.flatnonzero(np.isfinite(ds["check_empirical_false_fail"].values)):  # calibrated checks

@@ -7,8 +7,10 @@ phi_hat the study tests the 1/k rate of gap_k (C1, against the 1/sqrt(k) alterna
 Ying 2026), D_k (C2) and both for the non-reversible rotated kernel (C7), and, along training
 checkpoints, whether "InfoNCE learns retrieval" by a test stated before the first run (training risk
 falls; top-1 agreement improves and CE(M_hat_k, Q_hat_k) falls, one-sided paired t tests at ALPHA).
-The ADEMP statement is the class attribute ``Encoders.ademp`` (stored in the dataset); in full, with
-the retrieval test: docs/design.md, "studies/encoders".
+Those C2 checks are exploratory; the pre-registered rules of protocols/encoders.md replace them as
+the test of C2: R (D_k with its second-order term in the fit, against a 1/sqrt(k) term, with a power
+condition) and L (top-1 rise from a collapsed start in the vMF cells only; the rotated cells are the
+representability limit of a symmetric score). The ADEMP statement is ``Encoders.ademp``.
 
 Run it: ``simkit run encoders`` (or ``python -m simkit run encoders``).
 """
@@ -20,14 +22,15 @@ import math
 import numpy as np
 from scipy import stats
 
-from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, truth_rng, truth_verdict,
-                             worst_slope)
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, jackknife, mean_mcse, rate_verdict,
+                             truth_rng, truth_verdict, worst_slope)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
 from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
 from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 from simkit.distributions.sphere import VMFMixture
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
@@ -47,6 +50,15 @@ D_MAX = 32
 SETTINGS = {f"{enc}-d{d}-{ker}": (enc, d, ker) for enc in ("lin", "mlp") for d in (8, 32) for ker in ("vmf", "rot")}
 CHECKPOINTS = (0, 5, 20, 100)
 N_PARAMS_MAX = TwoLayerEmbedding.n_params_for(P, D_MAX, HIDDEN)
+#: the pre-registered rules R (D_k with its second-order term) and L (retrieval from a far start)
+PROTOCOL_PATH = "protocols/encoders.md"
+#: R: power 0.9 against a 1/sqrt(k) term as large as D_k at k_min, or the setting is not assessed
+R_POWER = 0.9
+#: L: collapsed start (output layer u a^T + FAR_NOISE x random), precondition, margin, planned sd
+FAR_NOISE = 0.05
+MIN_RISK_FALL = 0.1
+MARGIN = 0.05
+PLANNED_SD_256 = 0.066
 
 S, K, C = ("setting",), ("setting", "k"), ("setting", "ckpt")
 NATS = "nats (dimensionless, udunits '1')"
@@ -77,6 +89,69 @@ def make_embedding(enc: str, d: int, theta: np.ndarray | None = None, *, rng=Non
             return TwoLayerEmbedding.random(P, d, HIDDEN, rng=rng)
         return TwoLayerEmbedding.from_vector(theta[: TwoLayerEmbedding.n_params_for(P, d, HIDDEN)], P, d, HIDDEN)
     raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
+
+
+def collapsed_start(init, rng):
+    """The far start of rule L (protocols/encoders.md section 2): ``init`` with its output layer
+    replaced by u a^T + FAR_NOISE * (that layer), u a random unit vector, a i.i.d. N(0, 1/len(a))."""
+    if isinstance(init, LinearEmbedding):
+        w = init.W
+        u = rng.standard_normal(w.shape[0])
+        a = rng.standard_normal(w.shape[1]) / math.sqrt(w.shape[1])
+        return LinearEmbedding(np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w)
+    w2 = init.W2
+    u = rng.standard_normal(w2.shape[0])
+    a = rng.standard_normal(w2.shape[1]) / math.sqrt(w2.shape[1])
+    return TwoLayerEmbedding(init.W1, init.b1, np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w2)
+
+
+def sqrt_k_rule(k: np.ndarray, blocks: np.ndarray, k_min: float, alpha: float) -> dict:
+    """Rule R (protocols/encoders.md section 3) on one setting's D_k blocks (block, k).
+
+    WLS of the block-mean curve on (1/k, 1/k^2, 1/sqrt(k)) over k >= k_min (weights 1/var of the
+    block means, fixed in the jackknife), delete-one-block jackknife SE; t of c = 0 on n - 1 df;
+    MDE = (t_{1-alpha/2} + t_{R_POWER}) SE(c) against c_match = sqrt(k_min) |mean D at k_min|.
+    """
+    out = {"a": math.nan, "a_se": math.nan, "c": math.nan, "c_se": math.nan, "t": math.nan, "mde": math.nan,
+           "c_match": math.nan, "verdict": "error", "reason": "no finite blocks"}
+    b = np.asarray(blocks, dtype=float)
+    b = b[np.all(np.isfinite(b), axis=1)]
+    n = b.shape[0]
+    sel = np.asarray(k, dtype=float) >= k_min
+    if n < 3 or sel.sum() < 4:
+        out["reason"] = f"{n} finished blocks, {int(sel.sum())} grid points >= k_min {k_min:g}: too few"
+        return out
+    kk = np.asarray(k, dtype=float)[sel]
+    x = np.column_stack([1 / kk, 1 / kk ** 2, 1 / np.sqrt(kk)])
+    mean, mcse = mean_mcse(b[:, sel], axis=0)
+    if np.any(~(mcse > 0)):
+        out["reason"] = "a block-mean variance is zero in the fit range"
+        return out
+    sw = 1.0 / mcse
+
+    def coef(curve):
+        return np.linalg.lstsq(x * sw[:, None], curve * sw, rcond=None)[0]
+
+    full, se, _ = jackknife(coef, b[:, sel])
+    t = full[2] / se[2]
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    mde = (crit + stats.t.ppf(R_POWER, n - 1)) * se[2]
+    c_match = math.sqrt(kk[0]) * abs(mean[0])
+    out.update(a=full[0], a_se=se[0], c=full[2], c_se=se[2], t=t, mde=mde, c_match=c_match)
+    if not mde <= c_match:
+        out.update(verdict="not assessed", reason=f"no power: MDE of c {mde:.3g} > sqrt(k_min)|D_kmin| {c_match:.3g}")
+    elif abs(t) > crit:
+        out.update(verdict="fail", reason=f"1/sqrt(k) term c = {full[2]:.3g} ± {se[2]:.2g} (t {t:+.2f}, |t| > {crit:.2f})")
+    else:
+        out.update(verdict="pass", reason="")
+    return out
+
+
+def planned_power(n_blocks: int, block_anchors: int, alpha: float) -> float:
+    """Rule L's planned power per cell at the margin (protocols/encoders.md section 4): one-sided
+    paired t on n_blocks - 1 df, sd PLANNED_SD_256 * sqrt(256 / block_anchors)."""
+    sd = PLANNED_SD_256 * math.sqrt(256 / block_anchors)
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, n_blocks - 1), n_blocks - 1, MARGIN * math.sqrt(n_blocks) / sd))
 
 
 #: every variable and coordinate of the dataset
@@ -169,6 +244,41 @@ SCHEMA = {
     "ret_verdict": _v(S, "verdict for 'InfoNCE learns retrieval'", f"pass when the training risk fell and both "
                       f"one-sided paired tests (top-1, CE) reject at {ALPHA:g}"),
     "ret_verdict_reason": _v(S, "why the retrieval test failed", "empty when it passed"),
+    **{f"raw_ret_far_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training from the "
+                              "collapsed start", "rule L (protocols/encoders.md); same anchors and database as raw_ret"
+                              + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1")},
+    "prep_theta_far": _v(("setting", "theta_far_dim0", "theta_far_dim1"), "encoder parameters of the collapsed-start "
+                         "run at each checkpoint", "rule L; flat parameter vector, zero-padded to the longest"),
+    "prep_train_risk_far": _v(("setting", "train_risk_far_dim0"), "empirical InfoNCE risk of the collapsed-start run "
+                              "at each checkpoint, in nats", "rule L; one value per checkpoint (ckpt)"),
+    "r_a": _v(S, "d1 = a of the fit D_k = a/k + b/k^2 + c/sqrt(k), in nats", "rule R (protocols/encoders.md section 3)"),
+    "r_a_se": _v(S, "jackknife SE of r_a, in nats", "delete-one-block jackknife, weights fixed"),
+    "r_c": _v(S, "coefficient c of 1/sqrt(k) in the fit of D_k, in nats", "rule R; 0 under C2"),
+    "r_c_se": _v(S, "jackknife SE of r_c, in nats", "delete-one-block jackknife, weights fixed"),
+    "r_t": _v(S, "t of c = 0", "r_c / r_c_se, Student t on n_blocks - 1 df, two-sided at alpha"),
+    "r_mde": _v(S, "smallest |c| detected with probability 0.9, in nats", "(t_{1-alpha/2} + t_0.9) r_c_se"),
+    "r_c_match": _v(S, "size of a 1/sqrt(k) term as large as D_k at k_min, in nats", "sqrt(k_min) |D_kmin|; the "
+                    "setting is assessed only if r_mde <= r_c_match"),
+    "r_verdict": _v(S, "verdict of rule R", "pass, fail, not assessed (no power) or error"),
+    "r_reason": _v(S, "why rule R did not pass", "empty when it passed"),
+    **{f"far_{n}": _v(C, f"retrieval {d} along training from the collapsed start", "mean over blocks; rule L"
+                      + ("; in nats" if n == "ce" else "")) for n, d in (("ce", "CE(M_hat, Q_hat)"), ("top1", "top-1 agreement"))},
+    **{f"far_{n}_mcse": _v(C, f"MCSE of far_{n}", "sd over blocks / sqrt(n_blocks)") for n in ("ce", "top1")},
+    **{f"far_{n}_diff": _v(S, f"last minus first checkpoint of far_{n}", "paired over blocks"
+                           + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1")},
+    **{f"far_{n}_diff_mcse": _v(S, f"MCSE of far_{n}_diff", "sd of paired block differences / sqrt(n_blocks)")
+       for n in ("ce", "top1")},
+    "far_top1_p": _v(S, "one-sided p-value of no top-1 rise from the collapsed start", "paired t, n_blocks - 1 df"),
+    "far_ce_p": _v(S, "one-sided p-value of no CE(M_hat, Q_hat) fall from the collapsed start", "paired t; "
+                   "secondary, no verdict"),
+    "far_risk_fall": _v(S, "fall of the empirical training risk from the collapsed start, in nats",
+                        f"first minus last checkpoint; rule L needs >= {MIN_RISK_FALL:g}"),
+    "far_sd_diff": _v(S, "realised sd of the paired per-block top-1 differences", f"planned {PLANNED_SD_256:g} at "
+                      "256 anchors"),
+    "far_mde": _v(S, "realised smallest top-1 rise detected with probability 0.9", f"margin {MARGIN:g}"),
+    "far_verdict": _v(S, "verdict of rule L", "pass, fail, not assessed (risk did not fall), not tested (rotated "
+                      "kernel: representability limit) or error"),
+    "far_reason": _v(S, "why rule L did not pass", "empty when it passed"),
     "ckpt": _v(("ckpt",), "L-BFGS iterations at the checkpoint", "maximum iterations of train() from the same start"),
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
     "setting": _v(S, "design setting", "<encoder>-d<d>-<kernel>: lin/mlp, output dimension, vmf/rot kernel"),
@@ -239,25 +349,99 @@ def _c1_pvalues(ds) -> dict:
     return out
 
 
+def _r_check(ds, rows=None) -> dict:
+    sel = np.arange(ds.sizes["setting"]) if rows is None else rows
+    if len(sel) == 0:
+        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": "not assessed",
+                "detail": "no setting of this kind in this design"}
+    v = [str(ds["r_verdict"].values[i]) for i in sel]
+    t = np.abs(ds["r_t"].values[sel])
+    worst = int(sel[np.nanargmax(t)]) if np.any(np.isfinite(t)) else int(sel[0]) if len(sel) else 0
+    detail = "; ".join(f"{ds['setting'].values[i]}: c {ds['r_c'].values[i]:+.3g} ± {ds['r_c_se'].values[i]:.2g} "
+                       f"(t {ds['r_t'].values[i]:+.2f}, MDE {ds['r_mde'].values[i]:.2g} vs {ds['r_c_match'].values[i]:.2g}),"
+                       f" d1 {ds['r_a'].values[i]:+.3f} ± {ds['r_a_se'].values[i]:.3f} -> {v[j]}" for j, i in enumerate(sel))
+    return {"estimate": ds["r_c"].values[worst], "estimate_mcse": ds["r_c_se"].values[worst],
+            "verdict": combine_verdicts(v) if v else "error", "detail": detail}
+
+
+def _r_rate(ds, rows=None) -> float:
+    sel = np.arange(ds.sizes["setting"]) if rows is None else rows
+    n = sum(str(ds["r_verdict"].values[i]) in ("pass", "fail") for i in sel)
+    return 1.0 - (1.0 - ALPHA) ** n
+
+
+def _vmf(ds) -> np.ndarray:
+    return np.array([i for i, k in enumerate(ds["kernel"].values) if str(k) == "vmf"], dtype=int)
+
+
+def _l_check(ds) -> dict:
+    sel = _vmf(ds)
+    if sel.size == 0:
+        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": "not assessed",
+                "detail": "no vMF-kernel setting in this design"}
+    v = [str(ds["far_verdict"].values[i]) for i in sel]
+    d, se = ds["far_top1_diff"].values[sel], ds["far_top1_diff_mcse"].values[sel]
+    worst = int(sel[np.nanargmin(d / se)]) if np.any(np.isfinite(d / se)) else int(sel[0])
+    detail = "; ".join(f"{ds['setting'].values[i]}: top-1 {ds['far_top1'].values[i, 0]:.3f} -> "
+                       f"{ds['far_top1'].values[i, -1]:.3f} (rise {ds['far_top1_diff'].values[i]:+.3f} ± "
+                       f"{ds['far_top1_diff_mcse'].values[i]:.3f}, p {ds['far_top1_p'].values[i]:.2g}; risk fall "
+                       f"{ds['far_risk_fall'].values[i]:.3f}) -> {ds['far_verdict'].values[i]}"
+                       for i in range(ds.sizes["setting"]))
+    return {"estimate": ds["far_top1_diff"].values[worst], "estimate_mcse": ds["far_top1_diff_mcse"].values[worst],
+            "verdict": combine_verdicts(v), "detail": detail}
+
+
+def _l_rate(ds) -> float:
+    n = int(_vmf(ds).size)
+    if n == 0:
+        return math.nan
+    return 1.0 - planned_power(ds.sizes["block"], _anchors(ds), ALPHA) ** n
+
+
+def _anchors(ds) -> int:
+    import json
+    return int(json.loads(str(ds.attrs.get("config", "{}"))).get("block_anchors", 256))
+
+
+def _sha(ds) -> str:
+    return str(ds.attrs.get("protocol_sha256", "?"))[:16]
+
+
 CHECKS = (
     Check("C1", lambda ds: (f"at InfoNCE-trained encoders, {ds.sizes['setting']} settings: slope of log gap_k on log k "
                             f"(with 1/k term); -1 in the level-{1 - ALPHA:g} interval, -1/2 (1/sqrt(k)) rejected, c1 and "
                             f"c2 against their exact values at phi_hat, MC curve and Z-free dgap against the exact "
                             f"curve (max |t|, bootstrap reference)"),
-          _c1_check, lambda ds: 1.0 - (1.0 - N_C1_TESTS * ALPHA) ** ds.sizes["setting"], _c1_pvalues),
+          _c1_check, lambda ds: 1.0 - (1.0 - N_C1_TESTS * ALPHA) ** ds.sizes["setting"], _c1_pvalues,
+          label="gap slope and c1 at trained encoders"),
     Check("C2", lambda ds: (f"at trained encoders, {ds.sizes['setting']} settings: slope of log D_k, D_k = R_k - "
                             f"E CE(M_hat_k, Q_hat_k); -1 in the level-{1 - ALPHA:g} interval, -1/2 rejected"),
-          _c2_check, lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"]),
+          _c2_check, lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"], label="D_k log-log slope (earlier rule)"),
     Check("C2", lambda ds: ("InfoNCE learns retrieval (pre-stated): along training the risk falls and, paired over "
                             f"blocks, top-1 agreement of Q_hat with M_hat rises and CE(M_hat, Q_hat) falls from the "
                             f"first to the last checkpoint (one-sided paired t, {ALPHA:g} each), "
                             f"{ds.sizes['setting']} settings; tests that must reject: {ALPHA:g} is their false-pass "
                             f"rate, and no false-failure rate is stated (no power was planned)"),
-          _ret_check, None),
+          _ret_check, None, label="retrieval from a random start (earlier test)"),
     Check("C7", lambda ds: ("C1 (as above), the D_k rate and retrieval at trained encoders under the non-reversible "
                             "rotated kernel vMF(Rx, kappa); stated rate: the C1 and D_k tests only (retrieval must "
                             "reject, so it has a false-pass rate and no stated false-failure rate)"),
-          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rot(ds).size))),
+          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rot(ds).size)),
+          label="rotated cells: C1, earlier D_k and retrieval rules"),
+    Check("C2", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…): D_k = a/k + b/k^2 + "
+                            f"c/sqrt(k) over k >= k_min at trained encoders, {ds.sizes['setting']} settings; two-sided t "
+                            f"of c = 0 at {ALPHA:g} (jackknife); a setting without power 0.9 against a 1/sqrt(k) term "
+                            f"as large as D_k at k_min is not assessed"),
+          _r_check, _r_rate, protocol=PROTOCOL_PATH, label="R: D_k with 2nd-order term, 1/sqrt(k) coefficient"),
+    Check("C2", lambda ds: (f"pre-registered rule L (protocols/encoders.md, sha256 {_sha(ds)}…): InfoNCE learns "
+                            f"retrieval: top-1 rise from a collapsed start in the vMF cells, one-sided paired t at "
+                            f"{ALPHA:g}, precondition risk fall >= {MIN_RISK_FALL:g} nats; stated rate 1 - power at "
+                            f"the margin {MARGIN:g} (planned sd {PLANNED_SD_256:g} at 256 anchors)"),
+          _l_check, _l_rate, protocol=PROTOCOL_PATH, label="L: top-1 rise from a collapsed start"),
+    Check("C7", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…) in the rotated-kernel "
+                            f"settings: D_k = a/k + b/k^2 + c/sqrt(k), two-sided t of c = 0 at {ALPHA:g}"),
+          lambda ds: _r_check(ds, _rot(ds)), lambda ds: _r_rate(ds, _rot(ds)), protocol=PROTOCOL_PATH,
+          label="R in the rotated cells"),
 )
 
 
@@ -311,6 +495,8 @@ class Encoders(Study):
         dims["ell_inf"] = ()
         for n in ("ce", "top1", "recall10"):
             dims[f"ret_{n}"] = ("ckpt",)
+        for n in ("ce", "top1"):
+            dims[f"ret_far_{n}"] = ("ckpt",)
         return dims, {"k": k_grid(cfg["k_max"]), "ckpt": np.array(CHECKPOINTS)}
 
     def prepare(self, cell, cfg, rng):
@@ -340,10 +526,19 @@ class Encoders(Study):
             c1s.append(ex["c1"])
             iters.append(it)
         ex = exact_constants(phi(atoms), log_w, TAU, k_grid(cfg["k_max"]))
+        far = collapsed_start(init, rng)  # rule L: a second run from a collapsed start (drawn last)
+        far_thetas, far_risks = [], []
+        for c in CHECKPOINTS:
+            phi_f = far if c == 0 else train(risk, far, maxiter=c).embedding
+            th = np.zeros(N_PARAMS_MAX)
+            th[: phi_f.n_params] = phi_f.params
+            far_thetas.append(th)
+            far_risks.append(risk.value(phi_f))
         out = {"atoms": atoms, "theta": np.array(thetas), "log_z": ex["log_z"], "log_z2": ex["log_z2"],
                "log_m1": ex["log_m1"], "c1_exact": ex["c1"], "c2_exact": ex["c2"], "ce_exact": ex["ce"],
                "rho": ex["rho"], "mbar": ex["mbar"], "gap_exact": ex["gap_exact"], "train_risk": np.array(risks),
-               "ce_ckpt": np.array(ces), "c1_ckpt": np.array(c1s), "iterations": np.array(iters, dtype=float)}
+               "ce_ckpt": np.array(ces), "c1_ckpt": np.array(c1s), "iterations": np.array(iters, dtype=float),
+               "theta_far": np.array(far_thetas), "train_risk_far": np.array(far_risks)}
         return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
     def generate(self, cell, cfg, prep, rng):
@@ -364,6 +559,10 @@ class Encoders(Study):
         ret = [retrieval_terms(e(atoms), lw, anchors, db, TAU) for e in embs]
         for name in ("ce", "top1", "recall10"):
             out[f"ret_{name}"] = np.array([r[name] for r in ret])
+        far = [retrieval_terms(make_embedding(cell["encoder"], cell["dim"], th)(atoms), lw, anchors, db, TAU)
+               for th in np.asarray(prep["theta_far"])]
+        for name in ("ce", "top1"):
+            out[f"ret_far_{name}"] = np.array([r[name] for r in far])
         return out
 
     def summarise(self, raw, cfg) -> dict:
@@ -413,7 +612,50 @@ class Encoders(Study):
                             ("k_min", "d2_k_min"), ("verdict", "d2_verdict"), ("reason", "d2_verdict_reason")):
             out[name] = [r[field] for r in d2rows]
         self._retrieval(raw, out)
+        rr = [sqrt_k_rule(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
+                          else math.inf, ALPHA) for i in range(n_s)]
+        for field in ("a", "a_se", "c", "c_se", "t", "mde", "c_match", "verdict", "reason"):
+            out[f"r_{field}"] = [r[field] for r in rr]
+        self._far(raw, out, cfg)
         return out
+
+    @staticmethod
+    def _far(raw, out, cfg) -> None:
+        """Rule L (protocols/encoders.md section 4): top-1 rise from the collapsed start, vMF cells."""
+        n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
+        for name in ("ce", "top1"):
+            blocks = raw[f"raw_ret_far_{name}"].values
+            out[f"far_{name}"], out[f"far_{name}_mcse"] = mean_mcse(blocks, axis=1)
+            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"] = mean_mcse(blocks[:, :, -1] - blocks[:, :, 0],
+                                                                              axis=1)
+        p1 = lambda d, se: float(stats.t.sf(d / se, n_b - 1)) if se > 0 else (0.0 if d > 0 else 1.0)  # noqa: E731
+        out["far_top1_p"] = np.array([p1(out["far_top1_diff"][i], out["far_top1_diff_mcse"][i]) for i in range(n_s)])
+        out["far_ce_p"] = np.array([p1(-out["far_ce_diff"][i], out["far_ce_diff_mcse"][i]) for i in range(n_s)])
+        risk = raw["prep_train_risk_far"].values
+        out["far_risk_fall"] = risk[:, 0] - risk[:, -1]
+        out["far_sd_diff"] = out["far_top1_diff_mcse"] * math.sqrt(n_b)
+        crit = stats.t.ppf(1 - ALPHA, n_b - 1) + stats.t.ppf(0.9, n_b - 1)
+        out["far_mde"] = crit * out["far_top1_diff_mcse"]
+        verdicts, reasons = [], []
+        for i in range(n_s):
+            if str(raw["kernel"].values[i]) != "vmf":
+                verdicts.append("not tested")
+                reasons.append("rotated kernel: a symmetric score cannot represent vMF(Rx, kappa) (representability "
+                               f"limit: top-1 {out['far_top1'][i, 0]:.3f} -> {out['far_top1'][i, -1]:.3f})")
+            elif not (np.all(np.isfinite(risk[i])) and np.isfinite(out["far_top1_p"][i])):
+                verdicts.append("error")
+                reasons.append("preparation or blocks failed (see cell_error)")
+            elif not out["far_risk_fall"][i] >= MIN_RISK_FALL:
+                verdicts.append("not assessed")
+                reasons.append(f"training risk fell {out['far_risk_fall'][i]:.3f} < {MIN_RISK_FALL:g} nats")
+            elif out["far_top1_p"][i] < ALPHA:
+                verdicts.append("pass")
+                reasons.append("")
+            else:
+                verdicts.append("fail")
+                reasons.append(f"top-1 rise not shown (diff {out['far_top1_diff'][i]:+.4f} ± "
+                               f"{out['far_top1_diff_mcse'][i]:.4f}, p = {out['far_top1_p'][i]:.3g})")
+        out["far_verdict"], out["far_reason"] = verdicts, reasons
 
     @staticmethod
     def _retrieval(raw, out) -> None:
@@ -449,7 +691,7 @@ class Encoders(Study):
         out["ret_verdict"], out["ret_verdict_reason"] = verdicts, reasons
 
     def attrs(self, cfg):
-        return {"alpha": ALPHA, "tau": TAU, "kappa_pi": KAPPA_PI, "kappa_m": KAPPA_M, "rotation_angle": ANGLE,
+        return {**protocol_attrs(PROTOCOL_PATH), "alpha": ALPHA, "tau": TAU, "kappa_pi": KAPPA_PI, "kappa_m": KAPPA_M, "rotation_angle": ANGLE,
                 "hidden": HIDDEN, "mixture_weights": list(MIXTURE_WEIGHTS), "mixture_seed": MIXTURE_SEED,
                 "checkpoints": list(CHECKPOINTS),
                 "route": "pi_N = N atoms of the vMF mixture (prepare rng), M_N = Discrete importance-weight "

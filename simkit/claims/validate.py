@@ -2,9 +2,12 @@
 
 Each registered study contributes *checks* through ``Study.claim_rows(ds)``: the claim it tests,
 the statistic, its estimate and Monte Carlo standard error, the check's false-failure rate and a
-verdict. The validation dataset has one row per claim (dimension ``claim``, C1..C7) combining its
-checks -- "pass" only if every check passes, "fail" if any fails, "error" if a task failed, and
-"not yet studied" where no study exists -- and every check in full (dimension ``check``).
+verdict. A check whose false-failure rate at the design that ran exceeds 0.2 (stated, or shown by
+its calibration there) is "not assessed" at that design, with the reason. The validation dataset
+has rows per claim (dimension ``claim``: exploratory, confirmatory and diagnostic rows apart), each
+combining its assessed checks -- "pass" only if every one passes, "fail" if any fails, "error" if a
+task failed, "not assessed" if none is assessed, "not yet studied" where no study exists -- with
+its statistic in one line, and every check in full (dimension ``check``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +25,8 @@ from simkit.stats.analysis import combine_verdicts
 from simkit.runner import canonical, get_study, resolve_config, run_study, study_names, write_dataset
 from simkit.runner.provenance import git_commit, platform_text, versions
 
-__all__ = ["CLAIMS", "NOT_STUDIED", "run_validation", "combine_checks", "validation_report", "empirical_text"]
+__all__ = ["CLAIMS", "NOT_STUDIED", "NOT_ASSESSED", "MAX_ASSESSED_RATE", "run_validation", "combine_checks", "assess",
+           "check_role", "check_label", "one_line", "validation_report", "empirical_text"]
 
 #: the claims of docs/theory.md section 3, in words
 CLAIMS = {
@@ -34,39 +39,139 @@ CLAIMS = {
     "C7": "C1-C3 hold for non-reversible, asymmetric positive kernels",
 }
 NOT_STUDIED = "not yet studied"
+NOT_ASSESSED = "not assessed"
+#: a check whose false-failure rate at the design that ran exceeds this is not assessed there
+MAX_ASSESSED_RATE = 0.2
+#: a check is a diagnostic (a control of the machinery, not a test of the claim) when its statistic's
+#: first clause names a control, or when its row says ``role="diagnostic"``
+_CONTROL = re.compile(r"\b(positive|negative|null|pre-registered)\s+control\b", re.IGNORECASE)
+
+
+def check_role(row: dict) -> str:
+    """``"diagnostic"`` for a control (positive, negative or null control of a rule), else ``"claim"``."""
+    if row.get("role") == "diagnostic":
+        return "diagnostic"
+    first = re.split(r";", str(row.get("statistic", "")), maxsplit=1)[0]
+    return "diagnostic" if _CONTROL.search(first) else "claim"
+
+
+def assess(row: dict) -> tuple[str, str]:
+    """``(verdict, reason)`` of one check at the design that ran.
+
+    "not assessed" (with the reason) where the check's stated false-failure rate at that design
+    exceeds :data:`MAX_ASSESSED_RATE`, or where its calibration at that design shows it (lower
+    Clopper--Pearson 95% limit of the empirical rate above it): a failure there says nothing about
+    the claim, and a pass is not counted either. Otherwise (and always for "error") the rule's own
+    verdict, with an empty reason.
+    """
+    v = str(row["verdict"])
+    if v == "error":
+        return v, ""
+    if v == NOT_ASSESSED:  # the check's own rule found no power at this design
+        detail = " ".join(str(row.get("detail", "")).split())
+        return v, "by its own rule" + (f": {detail[:200]}{'…' if len(detail) > 200 else ''}" if detail else "")
+    stated = float(row.get("false_fail_rate", np.nan))
+    if np.isfinite(stated) and stated > MAX_ASSESSED_RATE:
+        return NOT_ASSESSED, (f"stated false-failure rate {stated:.2g} > {MAX_ASSESSED_RATE:g} at this design "
+                              f"(its rule said {v})")
+    low = float(row.get("empirical_false_fail_low", np.nan))
+    if np.isfinite(low) and low > MAX_ASSESSED_RATE and not row.get("calibration_other_design"):
+        rate, high = (float(row.get(f"empirical_false_fail{k}", np.nan)) for k in ("", "_high"))
+        return NOT_ASSESSED, (f"calibrated false-failure rate {rate:.3f} [{low:.3f}, {high:.3f}] > "
+                              f"{MAX_ASSESSED_RATE:g} at this design (its rule said {v})")
+    return v, ""
+
+
+def check_label(row: dict) -> str:
+    """A short name of the check: its ``label``, else the first clause of its statistic without
+    parentheses, cut at the first comma; for a "pre-registered ..." clause the first phrase after
+    its colon too (at most 60 characters)."""
+    if row.get("label"):
+        return str(row["label"])
+    text = str(row.get("statistic", "")).split(";")[0]
+    while True:
+        shorter = re.sub(r"\s*\([^()]*\)", "", text)
+        if shorter == text:
+            break
+        text = shorter
+    head, _, rest = text.partition(":")
+    text = head.split(",")[0].strip()
+    if text.lower().startswith("pre-registered") and rest.strip():
+        text += ": " + rest.split(",")[0].split(":")[0].strip()
+    return text if len(text) <= 60 else text[:59].rstrip() + "…"
+
+
+def plus_minus(e: float, m: float) -> str:
+    """``e ± m`` to the MCSE's second significant digit; ``e`` alone (4 digits) when the MCSE is 0
+    (an exact or deterministic value); "—" when ``e`` is not finite."""
+    if not np.isfinite(e):
+        return "—"
+    if not np.isfinite(m) or m <= 0:
+        return f"{e:.4g}"
+    d = max(0, 1 - int(np.floor(np.log10(m))))
+    return f"{e:.{d}f} ± {m:.{d}f}"
+
+
+def one_line(rows: list[dict]) -> str:
+    """The statistic of a claim row in one line: per check its study, short name, estimate ± MCSE and
+    verdict, or why it is not assessed."""
+    parts = []
+    for r in rows:
+        v, why = assess(r)
+        head = f"{r['study']} {check_label(r)}"
+        if v == NOT_ASSESSED and why.startswith("by its own rule"):
+            parts.append(f"{head}: not assessed by its own rule (no power at this design)")
+        elif v == NOT_ASSESSED:
+            rate = float(r.get("false_fail_rate", np.nan))
+            parts.append(f"{head}: not assessed (false-fail rate "
+                         f"{rate if 'stated' in why else float(r.get('empirical_false_fail', np.nan)):.2g} here)")
+        else:
+            parts.append(f"{head} {plus_minus(float(r['estimate']), float(r['estimate_mcse']))} {v}")
+    return "; ".join(parts)
 
 
 def _row_groups(checks: list[dict]) -> list[tuple[str, str, list[dict]]]:
     """``(label, analysis, rows)`` per claim: the exploratory row (label ``C6``; also for a claim
-    without checks) and, apart from it, a confirmatory row per protocol (label ``C6 confirmatory``)."""
+    without checks), apart from it a confirmatory row per protocol (label ``C6 confirmatory``), and
+    the diagnostic row (label ``C6 diagnostic``: the controls, whatever their analysis)."""
     groups = []
     for c in CLAIMS:
         rows = [r for r in checks if r["claim"] == c]
+        diag = [r for r in rows if check_role(r) == "diagnostic"]
+        rows = [r for r in rows if check_role(r) != "diagnostic"]
         is_conf = [str(r.get("analysis", "exploratory")).startswith("confirmatory") for r in rows]
         expl = [r for r, c_ in zip(rows, is_conf) if not c_]
         conf: dict[str, list[dict]] = {}
         for r, c_ in zip(rows, is_conf):
             if c_:
                 conf.setdefault(str(r["analysis"]), []).append(r)
-        if expl or not conf:
+        if expl or not (conf or diag):
             groups.append((c, "exploratory", expl))
         for n, (analysis, rs) in enumerate(conf.items()):
             groups.append((f"{c} confirmatory" + (f" {n + 1}" if n else ""), analysis, rs))
+        if diag:
+            groups.append((f"{c} diagnostic", "diagnostic (controls of the rules: they test the machinery, "
+                           "not the claim)", diag))
     return groups
 
 
 def combine_checks(checks: list[dict]) -> xr.Dataset:
-    """The per-claim table (dimension ``claim``: confirmatory rows apart from exploratory ones) and
-    every check (dimension ``check``)."""
+    """The per-claim table (dimension ``claim``: confirmatory, exploratory and diagnostic rows apart)
+    and every check (dimension ``check``). A check is first assessed (:func:`assess`): one whose
+    false-failure rate at the design that ran exceeds :data:`MAX_ASSESSED_RATE` is "not assessed"
+    there, and a row is "not assessed" only when none of its checks is."""
     groups = _row_groups(checks)
     claims = [g[0] for g in groups]
     analysis = [g[1] for g in groups]
-    verdict, statistic, est, mcse, ffr, studies, detail = [], [], [], [], [], [], []
+    assessed = [assess(r) for r in checks]
+    by_id = {id(r): a_ for r, a_ in zip(checks, assessed)}
+    verdict, statistic, est, mcse, ffr, studies, detail, n_na = [], [], [], [], [], [], [], []
     emp = {k: [] for k in ("", "_low", "_high")}
     for _, _, rows in groups:
-        # demonstrated rate of the row: seeds of one study's calibration on which any of the row's rated checks
-        # failed, only where every rated check was calibrated on the design that ran
-        rated = [r for r in rows if np.isfinite(float(r["false_fail_rate"]))]
+        live = [r for r in rows if by_id[id(r)][0] != NOT_ASSESSED]
+        # demonstrated rate of the row: seeds of one study's calibration on which any of the row's assessed
+        # rated checks failed, only where every such check was calibrated on the design that ran
+        rated = [r for r in live if np.isfinite(float(r["false_fail_rate"]))]
         rej = [r.get("calibration_rejects") for r in rated]
         rate = (np.nan, np.nan, np.nan)
         if (rated and len({r["study"] for r in rated}) == 1 and all(x is not None for x in rej)
@@ -77,6 +182,7 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
                 rate = (r_, low, high)
         for key, v in zip(emp, rate):
             emp[key].append(float(v))
+        n_na.append(len(rows) - len(live))
         if not rows:
             verdict.append(NOT_STUDIED)
             statistic.append("")
@@ -86,15 +192,18 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             studies.append("")
             detail.append("no study of this claim exists yet")
             continue
-        verdict.append(combine_verdicts([r["verdict"] for r in rows]))
-        statistic.append("; ".join(r["statistic"] for r in rows))
-        est.append(float(rows[0]["estimate"]))
-        mcse.append(float(rows[0]["estimate_mcse"]))
-        rates = [float(r["false_fail_rate"]) for r in rows if np.isfinite(float(r["false_fail_rate"]))]
-        # deterministic checks (no rate) add nothing; NaN only when every check is deterministic
+        verdict.append(combine_verdicts([by_id[id(r)][0] for r in rows]))
+        statistic.append(one_line(rows))
+        first = (live or rows)[0]
+        est.append(float(first["estimate"]))
+        mcse.append(float(first["estimate_mcse"]))
+        rates = [float(r["false_fail_rate"]) for r in live if np.isfinite(float(r["false_fail_rate"]))]
+        # deterministic checks (no rate) add nothing; NaN only when every assessed check is deterministic
         ffr.append(float(1.0 - np.prod([1.0 - f for f in rates])) if rates else np.nan)
         studies.append(", ".join(sorted({r["study"] for r in rows})))
-        detail.append("; ".join(r.get("detail", "") for r in rows if r.get("detail")))
+        detail.append("; ".join([f"{r['study']} {check_label(r)}: {NOT_ASSESSED}: {by_id[id(r)][1]}"
+                                 for r in rows if by_id[id(r)][0] == NOT_ASSESSED]
+                                + [r.get("detail", "") for r in rows if r.get("detail")]))
 
     def a(long_name, units, description):
         return {"long_name": long_name, "units": units, "description": description}
@@ -118,7 +227,12 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
             "check_estimate": (("check",), np.array([float(r["estimate"]) for r in checks], dtype=float)),
             "check_estimate_mcse": (("check",), np.array([float(r["estimate_mcse"]) for r in checks], dtype=float)),
             "check_false_fail_rate": (("check",), np.array([float(r["false_fail_rate"]) for r in checks], dtype=float)),
-            "check_verdict": (("check",), np.array([r["verdict"] for r in checks], dtype=str)),
+            "n_not_assessed": (("claim",), np.array(n_na, dtype=np.int64)),
+            "check_verdict": (("check",), np.array([a_[0] for a_ in assessed], dtype=str)),
+            "check_rule_verdict": (("check",), np.array([r["verdict"] for r in checks], dtype=str)),
+            "check_not_assessed_reason": (("check",), np.array([a_[1] for a_ in assessed], dtype=str)),
+            "check_role": (("check",), np.array([check_role(r) for r in checks], dtype=str)),
+            "check_label": (("check",), np.array([check_label(r) for r in checks], dtype=str)),
             "check_detail": (("check",), np.array([r.get("detail", "") for r in checks], dtype=str)),
             "check_calibration_other_design": (("check",), np.array(
                 [str(r.get("calibration_other_design", "")) for r in checks], dtype=str)),
@@ -131,12 +245,16 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         coords={"claim": np.array(claims, dtype=str), "check": np.arange(len(checks))},
     )
     attrs = {
-        "verdict": a("verdict", "1", f"pass, fail, error (a task failed) or '{NOT_STUDIED}'"),
-        "statistic": a("statistic tested", "1", "the checks' statistics, joined"),
+        "verdict": a("verdict", "1", f"pass, fail, error (a task failed), '{NOT_ASSESSED}' (no check of the row is "
+                     f"assessed at this design: each one's false-failure rate there exceeds {MAX_ASSESSED_RATE:g}) "
+                     f"or '{NOT_STUDIED}'; the assessed checks decide (error > fail > pass)"),
+        "statistic": a("statistic tested, in one line", "1", "per check: study, short name, estimate ± MCSE and "
+                       "verdict, or why it is not assessed; the full statistics are check_statistic"),
+        "n_not_assessed": a("checks of the row not assessed at this design", "1", "see check_not_assessed_reason"),
         "estimate": a("estimate of the first check's statistic", "1", "see check_estimate for every check"),
         "estimate_mcse": a("Monte Carlo standard error of estimate", "1", "jackknife or sd/sqrt(n) over blocks"),
-        "false_fail_rate": a("false-failure rate", "1", "probability that the claim's checks fail when it holds: "
-                             "1 - prod(1 - rate of each check)"),
+        "false_fail_rate": a("false-failure rate", "1", "probability that the row's assessed checks fail when the "
+                             "claim holds: 1 - prod(1 - rate of each assessed check)"),
         "studies": a("studies", "1", "studies contributing checks"),
         "detail": a("detail", "1", "what each check found"),
         "claim_text": a("claim", "1", "docs/theory.md section 3"),
@@ -150,7 +268,12 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "check_estimate": a("estimate", "1", "units depend on the statistic"),
         "check_estimate_mcse": a("MCSE of the estimate", "1", ""),
         "check_false_fail_rate": a("false-failure rate of the check", "1", ""),
-        "check_verdict": a("verdict of the check", "1", "pass, fail or error"),
+        "check_verdict": a("verdict of the check at this design", "1", f"pass, fail, error or '{NOT_ASSESSED}' "
+                           f"(false-failure rate at this design, stated or calibrated, above {MAX_ASSESSED_RATE:g})"),
+        "check_rule_verdict": a("verdict of the check's rule", "1", "pass, fail or error, before the assessment"),
+        "check_not_assessed_reason": a("why the check is not assessed", "1", "empty when it is assessed"),
+        "check_role": a("role of the check", "1", "'claim' (tests the claim) or 'diagnostic' (a control of a rule)"),
+        "check_label": a("short name of the check", "1", "simkit.claims.validate.check_label"),
         "check_detail": a("detail of the check", "1", ""),
         "check_calibration_other_design": a("design of the calibration, where another", "1",
                                             "'quick' where the run is a full design calibrated only on its quick "
@@ -159,8 +282,8 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         "check_calibration_stated_rate": a("stated false-failure rate at the calibrated design", "1",
                                            "nominal rate of the check's verdict row in the calibration dataset; "
                                            "NaN for a deterministic or uncalibrated check"),
-        "claim": a("claim", "1", "docs/theory.md section 3; 'C6 confirmatory' rows are kept apart from the "
-                   "exploratory rows of the same claim"),
+        "claim": a("claim", "1", "docs/theory.md section 3; 'C6 confirmatory' and 'C6 diagnostic' (controls) rows "
+                   "are kept apart from the exploratory rows of the same claim"),
         "check": a("check index", "1", "one row per study check"),
         **{f"{pre}empirical_false_fail{k}": a(f"empirical false-failure rate{lim}", "1", f"share of seeds of "
                                                f"'simkit calibrate' (data/calibration/<study>.nc) on which the {what} "
@@ -294,6 +417,14 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
                          empirical_text(ds, i), str(ds["verdict"].values[i])])
         doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate",
                    "empirical false-fail (95% CI)", "verdict"], rows, [0.5, 2.4, 2.9, 1.4, 0.8, 1.1, 0.9])
+        if "check_rule_verdict" in ds:
+            doc.heading("Checks at this design")
+            doc.text(f"A check whose false-failure rate at the design that ran exceeds {MAX_ASSESSED_RATE:g} (stated, "
+                     "or shown by its calibration there) is not assessed: its rule's verdict is kept beside.")
+            doc.table(["claim", "study", "check", "role", "rule's verdict", "verdict here", "why not assessed"],
+                      [[str(ds[f"check_{n}"].values[i]) for n in ("claim", "study", "label", "role", "rule_verdict",
+                                                                   "verdict", "not_assessed_reason")]
+                       for i in range(ds.sizes["check"])], [0.5, 1.1, 2.6, 0.8, 0.8, 0.9, 3.0])
         details = [[str(c), str(d)] for c, d in zip(ds["claim"].values, ds["detail"].values) if str(d)]
         if details:
             doc.heading("Details")

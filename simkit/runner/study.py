@@ -97,6 +97,10 @@ class Check:
     #: path of the pre-registered protocol (``protocols/<study>.md``) whose rule this check applies;
     #: its rows are confirmatory only on a full-design dataset of that protocol (simkit.claims.protocol)
     protocol: str | None = None
+    #: short name of the check in the claim table's one-line statistic (default: from ``statistic``)
+    label: str | None = None
+    #: "claim" (tests the claim) or "diagnostic" (a control of a rule: kept in its own row)
+    role: str = "claim"
 
     def row(self, ds: xr.Dataset) -> dict:
         out = dict(self.evaluate(ds))
@@ -106,7 +110,8 @@ class Check:
                 "estimate_mcse": float(out["estimate_mcse"]),
                 "false_fail_rate": float("nan") if rate is None else float(rate),
                 "verdict": str(out["verdict"]), "detail": str(out.get("detail", "")),
-                "analysis": analysis_label(ds, self.protocol)}
+                "analysis": analysis_label(ds, self.protocol), "role": self.role,
+                **({"label": self.label} if self.label else {})}
 
 
 class Study:
