@@ -27,7 +27,7 @@ from scipy import stats
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _fit_mask, _json_attr,
                                     _label, _legend, _line, _log_axes, _marker, _num, _v, format_pm, residual_legend,
                                     residual_panel)
-from simkit.report.search_ce import _fin
+from simkit.report.spec import fin as _fin
 
 __all__ = ["asymmetry_sections"]
 

@@ -173,13 +173,26 @@ class ReportDocument:
         """Lay out the queued flow at ``scale``; return the filled height of each page (inches)."""
         self._dry, self._scale, self._fills = dry, scale, [0.0]
         self.fig, self.y = (None if dry else self._figure()), MARGIN
-        for name, args, kw in self._queue:
+        for j, (name, args, kw) in enumerate(self._queue):
+            if name == "_heading" and j + 1 < len(self._queue):  # keep a heading with what follows it
+                args = args[:2] + (max(args[2], self._first_height(*self._queue[j + 1])),)
             getattr(self, name)(*args, **kw)
         self._fills[-1] = self.y - MARGIN
         if not dry:
             self.save(self.fig)
         self.fig, self._dry, self._scale = None, False, 1.0
         return self._fills
+
+    def _first_height(self, name: str, args: tuple, kw: dict) -> float:
+        """Height of the first unbreakable piece of a queued item (a table's header and first row)."""
+        if name != "_table":
+            return 0.0
+        header, rows, widths = args
+        size, fam = kw.get("size", TABLE) * self._scale, kw.get("families") or ["sans-serif"] * len(widths)
+        cols = [w * self.width / float(sum(widths)) for w in widths]
+        rows = ([header] if header is not None else []) + list(rows[:1])
+        return sum(max(len(wrap_text(c, cw - 0.1, size, f)) for c, cw, f in zip(r, cols, fam)) * size * LEADING / 72
+                   + 0.1 for r in rows)
 
     def finish_page(self) -> None:
         """Lay out and write the queued flowing text, if any."""
@@ -266,7 +279,7 @@ class ReportDocument:
         self.y += after
 
     def _heading(self, text: str, size: float, keep: float) -> None:
-        self._room(size * self._scale * LEADING / 72 + keep * self._scale)
+        self._room((size * LEADING / 72 + 0.11) * self._scale + keep)
         self.y += 0.06 * self._scale
         self._text(text, size=size, weight="bold", after=0.05)
 
@@ -485,8 +498,8 @@ def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
 
 def _legend(fig: Figure, y: float, handles: list) -> None:
     """One legend for the page, in the band reserved below the axes (it never covers data)."""
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=min(len(handles), 6),
-               frameon=False)
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=len(handles), frameon=False,
+               fontsize=8 if len(handles) <= 5 else 6.5)
 
 
 def _marker(color: str, marker: str = "o", hollow: bool = False, label: str = "") -> Line2D:
