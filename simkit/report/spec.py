@@ -152,6 +152,7 @@ class Panel:
     zoom: bool = False
     ylim: tuple[float, float] | None = None
     title: Source = "{facet}"
+    reason: str = "verdict_reason"
     ylabel: str | None = None
     label: str | None = None
     fit_label: str = "fit"
@@ -194,9 +195,11 @@ class ClaimTable:
 
 @dataclasses.dataclass(frozen=True)
 class Failures:
-    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with why."""
+    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with why (the
+    non-empty ``reasons`` variables)."""
 
     dim: str = "setting"
+    reasons: tuple[str, ...] = ("verdict_reason",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,7 +313,8 @@ def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures) -> None:
     if not bad:
         doc.text("All settings pass; no task raised an error.", size=SMALL, weight="bold")
         return
-    reason = lambda i: str(_at(ds, "verdict_reason", f.dim, i)) if "verdict_reason" in ds else ""  # noqa: E731
+    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in f.reasons  # noqa: E731
+                                 if r in ds and str(_at(ds, r, f.dim, i)))
     doc.heading("Failures and task errors")
     doc.table(["setting", "verdict: why", "task errors (variable cell_error)"],
               [[str(ds[f.dim].values[i]), f"{verdicts[i]}: {reason(i) or '—'}", errs[i] or "—"] for i in bad],
@@ -339,10 +343,10 @@ def _title(ax: Axes, text: str) -> None:
     ax.set_title("\n".join(lines[:2]), fontsize=size)
 
 
-def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None) -> None:
+def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None, reason: str) -> None:
     why = "no estimates"
     if facet is not None:
-        reason = str(_at(ds, "verdict_reason", facet, i)) if "verdict_reason" in ds else ""
+        reason = str(_at(ds, reason, facet, i)) if reason in ds else ""
         err = str(_at(ds, "cell_error", facet, i)) if "cell_error" in ds else ""
         why = f"no estimates: {reason or 'failed'}. {err}".strip()
     ax.text(0.5, 0.5, "\n".join(wrap_text(why, 2.4, SMALL)), transform=ax.transAxes, ha="center", va="center",
@@ -357,7 +361,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     used: set = set()
     title = fill(p.title, ds, facet, i)
     if not np.isfinite(y).any():
-        _no_data(ax, ds, facet, i)
+        _no_data(ax, ds, facet, i, p.reason)
         _title(ax, title)
         return used
     xmin = float(_at(ds, p.fit_range, facet, i)) if p.fit_range else -math.inf
