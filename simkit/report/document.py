@@ -553,9 +553,9 @@ def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> s
     return _num(r[off][np.argmax(np.abs(r[off]))], 0) if off.any() else ""
 
 
-def residual_legend(fig: Figure, y: float) -> None:
-    """The legend of :func:`residual_panel`."""
-    _legend(fig, y, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
+def residual_legend(fig: Figure, y: float, extra: Sequence = ()) -> None:
+    """The legend of :func:`residual_panel`, after the handles ``extra`` of other panels on the page."""
+    _legend(fig, y, [*extra, _marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
                      _line(COLORS["ref"], ":", label="±3")])

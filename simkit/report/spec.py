@@ -489,7 +489,7 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None
                 for key in sorted(draw_panel(ax, ds, p, page.facet, None if page.facet is None else i)):
                     used.setdefault(key, None)
         if any(r == "residual" for r, _ in used):
-            residual_legend(fig, ly)
+            residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
         else:
             _legend(fig, ly, [_handle(r, lab) for r, lab in used])
         doc.save(fig)
