@@ -14,7 +14,7 @@ import json
 import numpy as np
 import xarray as xr
 from simkit.report.document import COLORS, ReportDocument, format_pm
-from simkit.report.spec import FigurePage, Panel, render
+from simkit.report.spec import FigurePage, Panel, protocol_block, render
 from simkit.report.spec import fin as _fin
 
 __all__ = ["hard_regime_sections"]
@@ -175,17 +175,9 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         cfg = json.loads(_attr(ds, "config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
-    doc.key_values([
-        ("protocol", f"{_attr(ds, 'protocol_path')}"),
-        ("protocol SHA-256", f"{_attr(ds, 'protocol_sha256')}"),
-        ("protocol commit", f"{_attr(ds, 'protocol_commit')}"),
-        ("dataset commit", f"{_attr(ds, 'git_commit')}"),
-        ("analysis", f"{_attr(ds, 'analysis')}"),
-        ("design", f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
-                   f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
-                   f"{_attr(ds, 'seed')}"),
-        ("wall time", f"{float(_attr(ds, 'wall_time_s', float('nan'))):.0f} s (all cells)"),
-    ], key_width=1.2, value_width=4.0, value_family="monospace")
+    protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
+                            f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
+                            f"{_attr(ds, 'seed')}")
     i = _idx(ds, "hard")
     if i is None:
         doc.text("The dataset has no 'hard' cell.", weight="bold")
