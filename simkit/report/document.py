@@ -498,8 +498,9 @@ def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
 
 def _legend(fig: Figure, y: float, handles: list) -> None:
     """One legend for the page, in the band reserved below the axes (it never covers data)."""
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=len(handles), frameon=False,
-               fontsize=8 if len(handles) <= 5 else 6.5)
+    n = len(handles)  # more than six entries: two rows, which the band below the axes still holds
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=n if n <= 6 else -(-n // 2),
+               frameon=False, fontsize=8 if n <= 5 else 6.5)
 
 
 def _marker(color: str, marker: str = "o", hollow: bool = False, label: str = "") -> Line2D:

@@ -131,6 +131,8 @@ class Panel:
         ``a0 + a1/x + ...`` (drawn over the fit range).
     hline : str, optional
         A scalar drawn as a horizontal line (e.g. an exact constant); ``hline_band`` its MCSE.
+    reference_band : str, optional
+        The MCSE of a reference variable: a grey band of ±2 MCSE around it.
     fit : str or tuple of str, optional
         The fitted curve, as ``reference``; drawn over the fit range.
     fit_range : str, optional
@@ -149,6 +151,7 @@ class Panel:
     x: str = "k"
     band: str | None = None
     reference: str | tuple[str, ...] | None = None
+    reference_band: str | None = None
     hline: str | None = None
     hline_band: str | None = None
     fit: str | tuple[str, ...] | None = None
@@ -211,6 +214,7 @@ class Failures:
 
     dim: str = "setting"
     reasons: tuple[str, ...] = ("verdict_reason",)
+    verdicts: tuple[str, ...] = ("verdict",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +296,7 @@ def _table(doc: ReportDocument, ds: xr.Dataset, t: Table) -> None:
         row = [fill(c, ds, t.dim, i) for c in cells]
         if verdicts is not None:
             row.append(verdicts[i].upper())
-            colors[(i, len(row) - 1)] = COLORS.get(verdicts[i], COLORS["fail"])
+            colors[(i, len(row) - 1)] = COLORS.get(verdicts[i], COLORS["head" if verdicts[i] == "n/a" else "fail"])
         rows.append(row)
     if t.heading:
         doc.heading(fill(t.heading, ds))
@@ -318,7 +322,8 @@ def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> N
 
 def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures) -> None:
     n = ds.sizes[f.dim]
-    verdicts = [str(v) for v in ds["verdict"].values] if "verdict" in ds else ["pass"] * n
+    outcome = [[str(ds[v].values[i]) for v in f.verdicts if v in ds] for i in range(n)]
+    verdicts = [next((v for v in o if v not in ("pass", "n/a")), "pass") for o in outcome]
     errs = [str(e) for e in ds["cell_error"].values] if "cell_error" in ds else [""] * n
     bad = [i for i in range(n) if verdicts[i] != "pass" or errs[i]]
     if not bad:
@@ -412,6 +417,11 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
             cv, role = _curve(ds, spec, facet, i, xx), role + "c"
         else:
             continue
+        if role == "ref" and p.reference_band:
+            rb = 2 * np.asarray(_at(ds, p.reference_band, facet, i), dtype=float)[m]
+            lo_r = np.maximum(cv - rb, 1e-3 * cv) if p.logy else cv - rb
+            ax.fill_between(xx, lo_r, cv + rb, color="0.8", lw=0, zorder=1)
+            used.add(("refband", f"{lab} ± 2 MCSE"))
         if np.isfinite(cv).any():
             ls, color, lw = _STYLE[role]
             ax.plot(xx, np.abs(cv) if p.absolute else cv, ls, color=color, lw=lw, zorder=3)
@@ -468,6 +478,7 @@ _HANDLES = {
        for role, st in _STYLE.items()},
     "hline": lambda lab: Patch(color=COLORS["band"], alpha=0.5, label=lab),
     "span": lambda lab: Patch(color=COLORS["span"], label=lab),
+    "refband": lambda lab: Patch(color="0.8", label=lab),
     "slope--": lambda lab: Line2D([], [], color=COLORS["ref"], ls="--", label=lab),
     "slope:": lambda lab: Line2D([], [], color=COLORS["ref"], ls=":", label=lab),
     "slope-.": lambda lab: Line2D([], [], color=COLORS["ref"], ls="-.", label=lab),
