@@ -167,6 +167,7 @@ class Panel:
     ylim: tuple[float, float] | None = None
     title: Source = "{facet}"
     reason: str = "verdict_reason"
+    color: str | None = None
     ylabel: str | None = None
     label: str | None = None
     fit_label: str = "fit"
@@ -435,13 +436,14 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     lo, hi = v - 2 * se, v + 2 * se
     if p.logy:
         lo = np.maximum(lo, v / 1e3)
+    color = p.color or COLORS["data"]
     if p.band:
-        ax.fill_between(x[ok], lo[ok], hi[ok], color=COLORS["data"], alpha=0.18, lw=0, zorder=4)
+        ax.fill_between(x[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0, zorder=4)
     neg = y < 0 if p.absolute else np.zeros(y.shape, bool)
-    for m, mfc in ((ok & ~neg, COLORS["data"]), (ok & neg, "white")):
+    for m, mfc in ((ok & ~neg, color), (ok & neg, "white")):
         if m.any():
             ax.errorbar(x[m], v[m], yerr=[v[m] - lo[m], hi[m] - v[m]] if p.band else None, fmt="o", ms=3.5,
-                        color=COLORS["data"], mfc=mfc, lw=0.9, zorder=5)
+                        color=color, mfc=mfc, lw=0.9, zorder=5)
     used.add(("data", p.label or (f"{p.var} ± 2 MCSE" if p.band else p.var)))
     if neg.any():
         used.add(("neg", f"{p.var} < 0 (|{p.var}| shown)"))
