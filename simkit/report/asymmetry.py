@@ -14,7 +14,7 @@ import xarray as xr
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from simkit.report.document import COLORS, _json_attr, _legend, _line, _marker, _v, format_pm
+from simkit.report.document import COLORS, ReportDocument, _json_attr, _legend, _line, _marker, _v, format_pm
 from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, fin, render, require
 
 __all__ = ["asymmetry_sections"]

@@ -22,8 +22,9 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend,
-                                    _line, _log_axes, _marker, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _label, _legend, _line, _log_axes,
+                                    _marker, format_pm)
+from simkit.report.spec import TitlePage, fin, render, require
 
 __all__ = ["continuity_sections"]
 
@@ -54,17 +55,6 @@ _REQUIRED = ("setting", "eps", "k", "dl", "bound_avg", "bound_max", "bound_score
              "conclusion")
 
 
-def _check(ds: xr.Dataset) -> None:
-    missing = [v for v in _REQUIRED if v not in ds.variables]
-    if missing:
-        raise ValueError(f"'ds' must be a continuity dataset; it lacks {', '.join(map(repr, missing))} "
-                         f"(open the output of 'simkit run continuity')")
-
-
-def _g(x: float, fmt: str = ".3g") -> str:
-    return format(float(x), fmt).replace("-", MINUS) if math.isfinite(float(x)) else "n/a"
-
-
 def _eps_colors(n: int) -> list:
     """Shades of one hue for the eps values (light = small eps)."""
     cmap = colormaps["viridis"]
@@ -90,14 +80,14 @@ def _checks_table(ds: xr.Dataset):
             rows.append([
                 str(s), f"{e:g}", f"{n_tuples} × {k.size}", viol,
                 f"{format_pm(ds['slope_avg'].values[i, j], ds['slope_avg_se'].values[i, j])}\n"
-                f"(p = {_g(ds['slope_avg_p'].values[i, j], '.2g')})",
-                _g(ds["slope_avg_detect80"].values[i, j], ".1e") if "slope_avg_detect80" in ds else "n/a",
+                f"(p = {fin(ds['slope_avg_p'].values[i, j], '.2g')})",
+                fin(ds["slope_avg_detect80"].values[i, j], ".1e") if "slope_avg_detect80" in ds else "n/a",
                 f"{format_pm(ds['slope_max'].values[i, j], ds['slope_max_se'].values[i, j])}\n"
-                f"(p = {_g(ds['slope_max_p'].values[i, j], '.1e')})",
+                f"(p = {fin(ds['slope_max_p'].values[i, j], '.1e')})",
                 format_pm(ds["ratio_max_avg"].values[i, j, -1], ds["ratio_max_avg_mcse"].values[i, j, -1]),
                 format_pm(ds["ratio_negmax_negavg"].values[i, j, -1], ds["ratio_negmax_negavg_mcse"].values[i, j, -1])
                 if "ratio_negmax_negavg" in ds else "n/a",
-                _g(np.nanmax(ds["tightness_avg"].values[i, j]), ".3f") if "tightness_avg" in ds else "n/a",
+                fin(np.nanmax(ds["tightness_avg"].values[i, j]), ".3f") if "tightness_avg" in ds else "n/a",
                 v.upper()])
             colors[(len(rows) - 1, len(header) - 1)] = COLORS.get(v, COLORS["fail"])
     return header, rows, [0.85, 0.35, 0.75, 0.85, 1.15, 0.8, 1.05, 0.95, 0.95, 0.6, 0.5], colors
@@ -106,7 +96,7 @@ def _checks_table(ds: xr.Dataset):
 def _pct(ds, name, i, j, se=True) -> str:
     g = float(ds[name].values[i, j]) * 100
     if not se:
-        return f"{_g(g, '+.2f')}%"
+        return f"{fin(g, '+.2f')}%"
     return f"{format_pm(g, float(ds[name + '_se'].values[i, j]) * 100)}%"
 
 
@@ -119,13 +109,13 @@ def _confirmatory_table(ds: xr.Dataset):
         for j, e in enumerate(ds["eps"].values):
             rows.append([
                 str(s), f"{e:g}", _pct(ds, "ni_avg_growth", i, j),
-                f"{_g(ds['ni_avg_t'].values[i, j], '.1f')} · {_g(ds['ni_avg_p'].values[i, j], '.2g')}",
+                f"{fin(ds['ni_avg_t'].values[i, j], '.1f')} · {fin(ds['ni_avg_p'].values[i, j], '.2g')}",
                 str(ds["verdict"].values[i, j]).upper(),
-                f"{_pct(ds, 'ni_negmax_growth', i, j, False)} ({_g(ds['ni_negmax_p'].values[i, j], '.2g')})",
-                f"{_pct(ds, 'ni_max_growth', i, j, False)} ({_g(ds['ni_max_p'].values[i, j], '.2g')})"
+                f"{_pct(ds, 'ni_negmax_growth', i, j, False)} ({fin(ds['ni_negmax_p'].values[i, j], '.2g')})",
+                f"{_pct(ds, 'ni_max_growth', i, j, False)} ({fin(ds['ni_max_p'].values[i, j], '.2g')})"
                 + ("" if bump else " ·descr."),
                 str(ds["control_verdict"].values[i, j]).upper(),
-                f"{_g(ds['s1_p'].values[i, j], '.1e')} · {_g(ds['s2_p'].values[i, j], '.1e')}",
+                f"{fin(ds['s1_p'].values[i, j], '.1e')} · {fin(ds['s2_p'].values[i, j], '.1e')}",
                 str(ds["secondary_verdict"].values[i, j]).upper()])
             for c, name in ((4, "verdict"), (7, "control_verdict"), (9, "secondary_verdict")):
                 colors[(len(rows) - 1, c)] = COLORS.get(str(ds[name].values[i, j]), COLORS["fail"])
@@ -141,15 +131,8 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     delta = float(ds.attrs.get("delta", np.nan))
     k = ds["k"].values
     n_cells = ds.sizes["setting"] * ds.sizes["eps"]
-    if doc.fig is None or doc.y > MARGIN:  # a fresh page (e.g. from the validation report) is reused
-        doc.new_page()
-    doc.text(str(ds.attrs.get("title", "Claim C4")), size=TITLE, weight="bold", after=0.02)
-    proto = (f" · protocol {ds.attrs['protocol_path']} (sha256 {str(ds.attrs.get('protocol_sha256', '?'))[:12]}, "
-             f"commit {str(ds.attrs.get('protocol_commit', '?'))[:12]})" if "protocol_path" in ds.attrs else
-             " · not the pre-registered design: exploratory")
-    doc.text(f"simkit study '{ds.attrs.get('study', 'continuity')}' · dataset created {ds.attrs.get('created', '?')} · "
-             f"seed {ds.attrs.get('seed', '?')} · commit {str(ds.attrs.get('git_commit', '?'))[:12]}"
-             f"{' · quick design' if cfg.get('quick') else ''}{proto}", size=SMALL, color="0.3", after=0.12)
+    render(doc, ds, (TitlePage(note="" if "protocol_path" in ds.attrs else
+                               " · not the pre-registered design: exploratory"),))
     doc.text(C4_TEXT, after=0.08)
     doc.text(BOUNDS_TEXT, size=SMALL, after=0.08)
     settings = ", ".join(f"{s} ({ds['family'].values[i]}, p = {int(ds['p'].values[i])}, d = {int(ds['d'].values[i])}, "
@@ -264,30 +247,30 @@ def _findings(ds: xr.Dataset) -> str:
     """The findings paragraph, with its numbers read from the dataset."""
     kmax = int(ds["k"].values[-1])
     nv = int(sum(ds[f"violations_{t}"].values.sum() for t in ("score", "avg", "max")))
-    rng = lambda name, fmt=".3g": (f"{_g(np.nanmin(ds[name].values), fmt)}–"  # noqa: E731
-                                   f"{_g(np.nanmax(ds[name].values), fmt)}")
+    rng = lambda name, fmt=".3g": (f"{fin(np.nanmin(ds[name].values), fmt)}–"  # noqa: E731
+                                   f"{fin(np.nanmax(ds[name].values), fmt)}")
     end = lambda name: ds[name].values[..., -1]  # noqa: E731
     n_flat_rej = int(np.sum(ds["slope_avg_p"].values < float(ds.attrs.get("alpha", np.nan))))
     out = [f"Findings to read with the figures. {'Both bounds hold on every tuple' if nv == 0 else f'{nv} violations'} "
            f"({int(ds.attrs.get('tuples_per_k', 0))} tuples at each of {ds.sizes['k']} values of k, for every setting "
            f"and ε).",
            f"The mean averaging bound changes little with k (pre-registered growth per doubling "
-           f"{_g(100 * np.nanmin(ds['ni_avg_growth'].values), '.2g')}% to "
-           f"{_g(100 * np.nanmax(ds['ni_avg_growth'].values), '.2g')}%; exploratory WLS slopes "
+           f"{fin(100 * np.nanmin(ds['ni_avg_growth'].values), '.2g')}% to "
+           f"{fin(100 * np.nanmax(ds['ni_avg_growth'].values), '.2g')}%; exploratory WLS slopes "
            f"{rng('slope_avg', '.1e')}, the two-sided test of zero slope rejects in {n_flat_rej} of "
            f"{ds['slope_avg_p'].size} cells), while the "
            f"mean max bound grows with slope {rng('slope_max')} per unit of log k, like the maximum of k draws of "
-           f"‖φ(x⁻) − ψ(x⁻)‖. At k = {kmax}, E B_max / E B_avg = {_g(np.nanmin(end('ratio_max_avg')))}–"
-           f"{_g(np.nanmax(end('ratio_max_avg')))}: where it is near 1 the shared anchor/positive term "
+           f"‖φ(x⁻) − ψ(x⁻)‖. At k = {kmax}, E B_max / E B_avg = {fin(np.nanmin(end('ratio_max_avg')))}–"
+           f"{fin(np.nanmax(end('ratio_max_avg')))}: where it is near 1 the shared anchor/positive term "
            f"2‖Δu‖ + ‖Δv‖ dominates both bounds (parametric ψ); where it is large the max has picked up rare displaced "
-           f"negatives (bump ψ); on the negatives' term alone the max is {_g(np.nanmin(end('ratio_negmax_negavg')))}–"
-           f"{_g(np.nanmax(end('ratio_negmax_negavg')))} times the softmax average (page 4), and the ratio keeps "
+           f"negatives (bump ψ); on the negatives' term alone the max is {fin(np.nanmin(end('ratio_negmax_negavg')))}–"
+           f"{fin(np.nanmax(end('ratio_negmax_negavg')))} times the softmax average (page 4), and the ratio keeps "
            f"growing with k.",
-           f"B_avg is conservative by a factor {_g(np.nanmin(end('ratio_avg_dl')))}–"
-           f"{_g(np.nanmax(end('ratio_avg_dl')))} against the mean |Δℓ| (the step |w′_j − v′| ≤ 2 and the 1/τ), while "
-           f"the score-level bound B_score is within a factor {_g(np.nanmin(end('ratio_score_dl')))}–"
-           f"{_g(np.nanmax(end('ratio_score_dl')))} and nearly attained on some tuples (largest |Δℓ|/B_score "
-           f"1 − {_g(1 - np.nanmax(ds['tightness_score'].values), '.1e')}, page 6)."]
+           f"B_avg is conservative by a factor {fin(np.nanmin(end('ratio_avg_dl')))}–"
+           f"{fin(np.nanmax(end('ratio_avg_dl')))} against the mean |Δℓ| (the step |w′_j − v′| ≤ 2 and the 1/τ), while "
+           f"the score-level bound B_score is within a factor {fin(np.nanmin(end('ratio_score_dl')))}–"
+           f"{fin(np.nanmax(end('ratio_score_dl')))} and nearly attained on some tuples (largest |Δℓ|/B_score "
+           f"1 − {fin(1 - np.nanmax(ds['tightness_score'].values), '.1e')}, page 6)."]
     return " ".join(out)
 
 
@@ -337,7 +320,7 @@ def _bounds_page(doc: ReportDocument, ds: xr.Dataset) -> None:
                 ys.append(m)
             _log_axes(ax, k, *ys)
             ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: slopes avg "
-                         f"{_g(ds['slope_avg'].values[i, j], '.1e')}, max {_g(ds['slope_max'].values[i, j], '.3f')}",
+                         f"{fin(ds['slope_avg'].values[i, j], '.1e')}, max {fin(ds['slope_max'].values[i, j], '.3f')}",
                          fontsize=8)
             ax.set(xlabel=_label(ds, "k"), ylabel="nat")
     _legend(fig, ly, [Line2D([], [], marker=mk, color=c, mfc="white" if h else c, label=lab)
@@ -450,7 +433,7 @@ def _validity_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C4 study (all but provenance), for its own report or the validation report."""
-    _check(ds)
+    require(ds, _REQUIRED, "continuity")
     _title_page(doc, ds)
     _growth_page(doc, ds)
     _bounds_page(doc, ds)

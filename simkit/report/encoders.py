@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import COLORS, ReportDocument, format_pm
+from simkit.report.spec import fin
 
 __all__ = ["encoders_sections"]
 
@@ -24,24 +25,19 @@ TEXT = (
     "falls from the first to the last checkpoint (one-sided paired t over blocks).")
 
 
-def _f(x, fmt):
-    x = float(x)
-    return format(x, fmt) if math.isfinite(x) else "n/a"
-
-
 def _c1_table(doc: ReportDocument, ds: xr.Dataset) -> None:
     header = ["setting", "k_min", "slope ± SE", "p(slope = −1/2)", "c1 fitted ± MCSE\nc1 exact",
               "c2 fitted ± MCSE\nc2 exact", "p: curve\np: dgap", "C1 verdict"]
     rows, colors = [], {}
     for i, s in enumerate(ds["setting"].values):
         v = str(ds["verdict"].values[i])
-        rows.append([str(s), _f(ds["k_min"].values[i], "g"), format_pm(ds["slope"].values[i], ds["slope_se"].values[i]),
-                     _f(ds["slope_p_half"].values[i], ".2g"),
+        rows.append([str(s), fin(ds["k_min"].values[i], "g"), format_pm(ds["slope"].values[i], ds["slope_se"].values[i]),
+                     fin(ds["slope_p_half"].values[i], ".2g"),
                      format_pm(ds["c1_estimate"].values[i], ds["c1_estimate_mcse"].values[i]) + "\n"
-                     + _f(ds["c1_exact"].values[i], ".4f"),
+                     + fin(ds["c1_exact"].values[i], ".4f"),
                      format_pm(ds["c2_estimate"].values[i], ds["c2_estimate_mcse"].values[i]) + "\n"
-                     + _f(ds["c2_exact"].values[i], ".4f"),
-                     _f(ds["curve_p"].values[i], ".2g") + "\n" + _f(ds["dgap_p"].values[i], ".2g"), v.upper()])
+                     + fin(ds["c2_exact"].values[i], ".4f"),
+                     fin(ds["curve_p"].values[i], ".2g") + "\n" + fin(ds["dgap_p"].values[i], ".2g"), v.upper()])
         colors[(i, len(header) - 1)] = COLORS.get(v, COLORS["fail"])
     doc.table(header, rows, [1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6], colors=colors)
     reasons = [f"{s}: {r}" for s, r in zip(ds["setting"].values, ds["verdict_reason"].values) if str(r)]
@@ -57,13 +53,13 @@ def _c2_table(doc: ReportDocument, ds: xr.Dataset) -> None:
         g = lambda n, j: ds[n].values[i, j]  # noqa: E731
         dv, rv = str(ds["d2_verdict"].values[i]), str(ds["ret_verdict"].values[i])
         rows.append([str(s), format_pm(ds["d2_slope"].values[i], ds["d2_slope_se"].values[i]),
-                     _f(ds["d2_slope_p_half"].values[i], ".2g"), dv.upper(),
+                     fin(ds["d2_slope_p_half"].values[i], ".2g"), dv.upper(),
                      f"{format_pm(g('ret_top1', 0), g('ret_top1_mcse', 0))}\n{format_pm(g('ret_top1', -1), g('ret_top1_mcse', -1))}",
                      f"{format_pm(g('ret_recall10', 0), g('ret_recall10_mcse', 0))}\n"
                      f"{format_pm(g('ret_recall10', -1), g('ret_recall10_mcse', -1))}",
                      f"{format_pm(g('ret_ce', 0), g('ret_ce_mcse', 0))}\n{format_pm(g('ret_ce', -1), g('ret_ce_mcse', -1))}",
-                     _f(ds["ret_top1_p"].values[i], ".2g") + "\n" + _f(ds["ret_ce_p"].values[i], ".2g"),
-                     _f(ds["ret_spearman"].values[i], "+.2f"), rv.upper()])
+                     fin(ds["ret_top1_p"].values[i], ".2g") + "\n" + fin(ds["ret_ce_p"].values[i], ".2g"),
+                     fin(ds["ret_spearman"].values[i], "+.2f"), rv.upper()])
         colors[(i, 3)] = COLORS.get(dv, COLORS["fail"])
         colors[(i, len(header) - 1)] = COLORS.get(rv, COLORS["fail"])
     doc.table(header, rows, [1.0, 0.9, 0.5, 0.55, 0.9, 0.9, 0.9, 0.6, 0.6, 0.6], colors=colors)

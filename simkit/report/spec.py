@@ -21,7 +21,6 @@ facet dimension is read at the current facet.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -33,7 +32,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
-                                    _log_axes, _num, format_pm, residual_legend, residual_panel, wrap_text)
+                                    _log_axes, _num, format_pm, residual_legend,
+                                    residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
            "fin", "require", "fill", "protocol_block"]
@@ -49,7 +49,7 @@ def fin(x, fmt: str = ".3g") -> str:
     try:
         x = float(x)
     except (TypeError, ValueError):
-        return str(x)
+        return "n/a"
     return format(x, fmt).replace("-", "\u2212") if math.isfinite(x) else "n/a"
 
 
@@ -229,12 +229,13 @@ class Text:
 
 @dataclasses.dataclass(frozen=True)
 class TitlePage:
-    """The title and provenance line, then ``texts`` (claim, method, ...), then the ADEMP statement
+    """The title and provenance line (with the protocol when the dataset names one, then ``note``), then ``texts`` (claim, method, ...), then the ADEMP statement
     from the dataset's ``ademp`` attribute when ``ademp`` is set, then ``then`` (tables, text)."""
 
     texts: tuple[Source, ...] = ()
     ademp: bool = False
     then: tuple = ()
+    note: Source = ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -271,7 +272,10 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> 
     doc.text(str(a.get("title", getattr(study, "title", ""))), size=TITLE, weight="bold", after=0.02)
     doc.text(f"simkit study '{a.get('study', '?')}' · claim {a.get('claim', '?')} · dataset created "
              f"{a.get('created', '?')} · seed {a.get('seed', '?')} · commit {str(a.get('git_commit', '?'))[:12]}"
-             f"{' · quick design' if cfg.get('quick') else ''}", size=SMALL, color="0.3", after=0.12)
+             f"{' · quick design' if cfg.get('quick') else ''}"
+             + (f" · protocol {a['protocol_path']} (sha256 {str(a.get('protocol_sha256', '?'))[:12]}, commit "
+                f"{str(a.get('protocol_commit', '?'))[:12]})" if "protocol_path" in a else "") + fill(page.note, ds),
+             size=SMALL, color="0.3", after=0.12)
     for t in page.texts:
         doc.text(fill(t, ds), after=0.1)
     ademp = _json_attr(ds, "ademp", {})

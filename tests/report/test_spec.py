@@ -152,7 +152,10 @@ def test_figure_page_facets(tmp_path):
     assert _build(tmp_path, [page], ds) == 2  # four settings, three a page
 
 
-STUDIES = sorted(p.stem for p in DATA.glob("*.nc") if p.stem not in ("claims", "validation", "validation_full"))
+#: the reports that take longest to draw (5–20 s each on 2 cores) run with the slow tests
+_SLOW = {"asymmetry", "continuity", "generalisation", "search_ce", "temperature"}
+STUDIES = [pytest.param(p.stem, marks=pytest.mark.slow) if p.stem in _SLOW else p.stem
+           for p in sorted(DATA.glob("*.nc")) if p.stem not in ("claims", "validation", "validation_full")]
 
 
 @pytest.mark.parametrize("name", STUDIES)
