@@ -141,7 +141,7 @@ class ReportDocument:
     """
 
     #: a flow's last page holding less than this (inches of text) is merged into the page before
-    LONE = 1.2
+    LONE = 1.8
     SCALES = (1.0, 0.95, 0.9, 0.85, 0.8)
 
     def __init__(self, pdf: PdfPages, footer: str = ""):
