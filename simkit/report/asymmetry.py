@@ -15,7 +15,8 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from simkit.report.document import COLORS, ReportDocument, _json_attr, _legend, _line, _marker, _v, format_pm
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, fin, render, require
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
+                                TitlePage, fin, render, require)
 
 __all__ = ["asymmetry_sections"]
 
@@ -227,4 +228,5 @@ def _asymmetry_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 def asymmetry_sections(doc, ds: xr.Dataset, study=None) -> None:
     """The pages of the C7 study (all but provenance), for its own report or the validation report."""
     require(ds, _REQUIRED, "asymmetry")
-    render(doc, ds, PAGES + (_asymmetry_page,), study=study)
+    claims = (ClaimTable("The study's claim checks (simkit validate)"),) if study is not None else ()
+    render(doc, ds, PAGES[:1] + claims + PAGES[1:] + (_asymmetry_page,), study=study)

@@ -9,7 +9,8 @@ import xarray as xr
 from scipy import stats
 
 from simkit.report.document import COLORS, SETTINGS_PER_PAGE, ReportDocument, _json_attr, _legend, _line, format_pm
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, fin, label, render, require
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
+                                TitlePage, fin, label, render, require)
 
 __all__ = ["digits_sections"]
 
@@ -194,7 +195,8 @@ def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     require(ds, _REQUIRED, "digits")
     ds = _derived(ds)
     n = ds.sizes["setting"]
-    render(doc, ds, PAGES, study=study)
+    claims = (ClaimTable("The study's claim checks (simkit validate)"),) if study is not None else ()
+    render(doc, ds, PAGES[:1] + claims + PAGES[1:], study=study)
     lab = [i for i in range(n) if str(ds["d_verdict"].values[i]) != "n/a"]
     if lab:
         render(doc, ds.isel(setting=lab), (D_PAGE,))

@@ -165,3 +165,57 @@ def test_committed_dataset_renders(tmp_path, name):
     study = get_study(ds.attrs["study"])
     pages = study.report(ds, tmp_path / f"{name}.pdf")
     assert pages >= 2 and n_pages(tmp_path / f"{name}.pdf") == pages
+
+
+def _heading_pages(tmp_path, monkeypatch, m: int) -> tuple[int, int]:
+    """Page of a heading and page of the first row of the table under it, after ``m`` sentences."""
+    seen: dict = {}
+    heading, rule = document.ReportDocument._heading, document.ReportDocument._rule
+
+    def _heading(self, *args):
+        heading(self, *args)
+        if not self._dry:
+            seen["heading"] = len(self._fills)
+
+    def _rule(self):
+        rule(self)
+        if not self._dry and "heading" in seen:
+            seen.setdefault("table", len(self._fills))
+
+    monkeypatch.setattr(document.ReportDocument, "_heading", _heading)
+    monkeypatch.setattr(document.ReportDocument, "_rule", _rule)
+    table = Table((("setting", "{facet}"), ("y", "{c±c_mcse}\nsecond line\nthird line")), heading="A heading",
+                  verdict=None)
+    ds = xr.concat([synthetic()] * 8, "setting").assign_coords(setting=[f"s{j}" for j in range(16)])
+    _build(tmp_path, [TitlePage(texts=tuple(f"Sentence {j}." for j in range(m))), table], ds)  # a long table:
+    return seen["heading"], seen["table"]  # its second page is well filled and nothing is scaled to fit
+
+
+def test_heading_stays_with_its_table(tmp_path, monkeypatch):
+    """Wherever the page ends, a heading is never the last line of a page with its table on the next.
+    Positive control: without keeping the table's first rows, some length orphans the heading."""
+    pages = [_heading_pages(tmp_path, monkeypatch, m) for m in range(18, 30)]
+    assert all(h == t for h, t in pages)
+    monkeypatch.setattr(document.ReportDocument, "_first_height", lambda self, *a: 0.0)
+    orphaned = [_heading_pages(tmp_path, monkeypatch, m) for m in range(18, 30)]
+    assert any(h != t for h, t in orphaned)
+
+
+def test_claim_table_from_the_study_checks(tmp_path, monkeypatch):
+    seen = []
+    original = document.ReportDocument.table
+    monkeypatch.setattr(document.ReportDocument, "table",
+                        lambda self, h, rows, *a, **k: (seen.append((h, rows)), original(self, h, rows, *a, **k)))
+
+    class Study:
+        def claim_rows(self, ds):
+            return [{"claim": "C1", "statistic": "slope", "estimate": -1.0008, "estimate_mcse": 0.0004,
+                     "false_fail_rate": 0.005, "verdict": "pass", "detail": "3 of 3 settings pass"},
+                    {"claim": "C4", "statistic": "bound", "estimate": 0.5, "estimate_mcse": 0.0,
+                     "false_fail_rate": float("nan"), "verdict": "fail", "detail": "violated"}]
+
+    document.write_report(tmp_path / "r.pdf", lambda doc: render(doc, synthetic(), [spec.ClaimTable()], study=Study()))
+    header, rows = seen[0]
+    assert header[:5] == ["claim", "statistic", "estimate ± MCSE", "false-fail rate", "verdict"]
+    assert rows == [["C1", "slope", "−1.00080 ± 0.00040", "0.005", "PASS", "3 of 3 settings pass"],
+                    ["C4", "bound", "0.5 (exact)", "deterministic", "FAIL", "violated"]]
