@@ -3,9 +3,10 @@
 Generic helpers any study can reuse: :class:`ReportDocument` (A4-landscape pages; flowing text and
 tables that wrap long text, break between rows and never overlap; figure pages with room reserved
 for a legend and a caption), :func:`format_pm` (every number with its MCSE), :func:`provenance_pages`
-and :func:`write_report` (atomic write). Each study's pages live in a module of
-this package named for the study; :func:`study_report` assembles any study's PDF. Figures are plain :class:`matplotlib.figure.Figure` objects on an Agg
-canvas, written by ``PdfPages``: no pyplot state is touched.
+and :func:`write_report` (atomic write). Studies declare their pages with :mod:`simkit.report.spec`, in a
+module of this package named for the study; :func:`study_report` assembles any study's PDF. Figures are
+plain :class:`matplotlib.figure.Figure` objects on an Agg canvas, written by ``PdfPages``: no pyplot state
+is touched.
 """
 
 from __future__ import annotations

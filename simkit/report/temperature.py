@@ -25,7 +25,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from simkit.stats.analysis import combine_verdicts
 from simkit.report.document import (COLORS, LEADING, SETTINGS_PER_PAGE, SMALL, ReportDocument, _json_attr, _legend,
-                                    _line, _marker, _v, format_pm)
+                                    _line, _marker, _power_label, _v, format_pm)
 from simkit.report.spec import TitlePage, fin, render, require
 
 __all__ = ["temperature_sections"]
@@ -41,11 +41,9 @@ _REQUIRED = ("setting", "tau", "k", "ce_exact", "ce_estimate", "ce_estimate_mcse
              "kl_bound", "kl_max", "kl_max_mcse", "kl_mean", "kl_mean_exact", "gap", "gap_mcse", "k_gap",
              "verdict_kl", "verdict_ce", "verdict_c1")
 
-_SUP = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
-
 
 def _pm(value: float, se: float) -> str:
-    """format_pm, but an exact value (MCSE 0) as four significant digits without '± 0 (exact)'."""
+    """format_pm, but an exact value (MCSE 0) as four significant digits, without '(exact)'."""
     return fin(value, ".4g") if float(se) == 0 and math.isfinite(float(value)) else format_pm(value, se)
 
 
@@ -67,19 +65,13 @@ def _tau_axes(ax: Axes, taus: np.ndarray) -> None:
 
 def _log_y(ax: Axes, *ys: np.ndarray, pad: float = 3.0) -> None:
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _power(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v)))
     ax.yaxis.set_minor_formatter(NullFormatter())
     y = np.concatenate([np.ravel(a) for a in ys]) if ys else np.array([])
     y = y[np.isfinite(y) & (y > 0)]
     if y.size:
         ax.set_ylim(y.min() / pad, y.max() * pad)
 
-
-def _power(v: float) -> str:
-    if v <= 0:
-        return ""
-    e = math.log10(v)
-    return f"10{str(round(e)).translate(_SUP)}" if abs(e - round(e)) < 1e-9 else ""
 
 
 def _log_err(v: np.ndarray, se: np.ndarray) -> list[np.ndarray]:
