@@ -22,8 +22,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _label, _legend, _line, _log_axes,
-                                    _marker, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _log_axes, _marker,
+                                    format_pm, label)
 from simkit.report.spec import TitlePage, fin, render, require
 
 __all__ = ["continuity_sections"]
@@ -322,7 +322,7 @@ def _bounds_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: slopes avg "
                          f"{fin(ds['slope_avg'].values[i, j], '.1e')}, max {fin(ds['slope_max'].values[i, j], '.3f')}",
                          fontsize=8)
-            ax.set(xlabel=_label(ds, "k"), ylabel="nat")
+            ax.set(xlabel=label(ds, "k"), ylabel="nat")
     _legend(fig, ly, [Line2D([], [], marker=mk, color=c, mfc="white" if h else c, label=lab)
                       for c, mk, h, lab in _ROLE.values()])
     doc.save(fig)
@@ -358,7 +358,7 @@ def _negatives_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             rs = ds["ratio_negmax_negavg_mcse"].values[i, j, -1] if "ratio_negmax_negavg" in ds else np.nan
             ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: max/avg {format_pm(r, rs)}",
                          fontsize=8)
-            ax.set(xlabel=_label(ds, "k"), ylabel="‖φ(x⁻) − ψ(x⁻)‖")
+            ax.set(xlabel=label(ds, "k"), ylabel="‖φ(x⁻) − ψ(x⁻)‖")
     _legend(fig, ly, [_marker(COLORS["data"], label="softmax average over the first k negatives"),
                       _marker(COLORS["fit"], "s", label="maximum over the first k negatives"),
                       _line(COLORS["ref"], label="unweighted mean (all negatives) ± 2 MCSE")])
@@ -390,8 +390,8 @@ def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         _log_axes(top, k)
         ys = np.concatenate([ds[n].values[i].ravel() for n in ("ratio_avg_dl", "ratio_max_dl", "ratio_score_dl")])
         _log_axes(bot, k, ys)
-        top.set(title=f"{ds['setting'].values[i]}: E B_max / E B_avg", xlabel=_label(ds, "k"), ylabel="ratio")
-        bot.set(title=f"{ds['setting'].values[i]}: E B / E |Δℓ|", xlabel=_label(ds, "k"), ylabel="ratio")
+        top.set(title=f"{ds['setting'].values[i]}: E B_max / E B_avg", xlabel=label(ds, "k"), ylabel="ratio")
+        bot.set(title=f"{ds['setting'].values[i]}: E B / E |Δℓ|", xlabel=label(ds, "k"), ylabel="ratio")
     handles = [Line2D([], [], color=shades[j], marker="o", label=f"ε = {e:g}") for j, e in enumerate(ds["eps"].values)]
     handles += [_marker("0.3", "o", label="B_avg / |Δℓ|"), _marker("0.3", "s", label="B_max / |Δℓ|"),
                 _marker("0.3", "^", hollow=True, label="B_score / |Δℓ|")]
@@ -424,7 +424,7 @@ def _validity_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             _log_axes(ax, k)
             ax.set_ylim(0, 1.1)
             nv = int(ds[f"violations_{tag}"].values[i].sum())
-            ax.set(title=f"{ds['setting'].values[i]}: {name}, {nv} violations", xlabel=_label(ds, "k"),
+            ax.set(title=f"{ds['setting'].values[i]}: {name}, {nv} violations", xlabel=label(ds, "k"),
                    ylabel=f"max |Δℓ| / {name}")
     _legend(fig, ly, [Line2D([], [], color=shades[j], marker="o", label=f"ε = {e:g}")
                       for j, e in enumerate(ds["eps"].values)] + [_line(COLORS["fit"], "--", label="equality (1)")])

@@ -518,8 +518,8 @@ def _v(ds: xr.Dataset, name: str, i: int):
     return ds[name].values[i] if name in ds.variables else np.nan
 
 
-def _label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
-    """Axis label from the variable's ``long_name`` (or ``text``) and ``units`` attributes."""
+def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
+    """Axis label from the variable's ``long_name`` (or ``text``), with its ``units`` unless ``"1"``."""
     attrs = ds[name].attrs if name in ds.variables else {}
     text, units = text or attrs.get("long_name", name), attrs.get("units", "1")
     return text if units in ("1", "") else f"{text} ({units})"

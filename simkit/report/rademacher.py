@@ -21,8 +21,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _label, _legend, _line, _log_axes,
-                                    _marker, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _log_axes, _marker,
+                                    format_pm, label)
 from simkit.report.spec import FigurePage, Panel, TitlePage, draw_panel, fin, render, require
 
 __all__ = ["rademacher_sections"]
@@ -220,7 +220,7 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         c.set_xlim(ns[0] / 1.3, ns[-1] * 1.3)
         c.set_xticks(ns, [str(int(n)) for n in ns])
         c.legend(loc="upper right", fontsize=7, frameon=False)
-    c.set(title="InfoNCE: R̂_n against n", xlabel=_label(ds, "n"), ylabel="R̂_n (nats)")
+    c.set(title="InfoNCE: R̂_n against n", xlabel=label(ds, "n"), ylabel="R̂_n (nats)")
     _legend(fig, ly, [_marker(_COLOR["infonce"], label="InfoNCE, best of all starts"),
                       _marker(COLORS["plain"], "s", hollow=True, label="InfoNCE, first start only"),
                       _marker(_COLOR["pairsum"], label="control (sum over negatives)"),
@@ -255,7 +255,7 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         _log_axes(a, k)
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.nanmax(sf[:, R - 2] / full) if R >= 2 else np.nan
-        a.set(title=f"{_SHORT.get(name, name)}: shortfall (r = {R - 1}: ≤ {100 * rel:.2g}%)", xlabel=_label(ds, "k"),
+        a.set(title=f"{_SHORT.get(name, name)}: shortfall (r = {R - 1}: ≤ {100 * rel:.2g}%)", xlabel=label(ds, "k"),
               ylabel="shortfall (nats)")
         share = ds["share_improved"].values[j]
         for r in range(1, R):
@@ -263,14 +263,14 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             b.plot(k[ok], share[ok, r], "o-", ms=3, lw=1, color=shades[r])
         _log_axes(b, k)
         b.set_ylim(-0.02, 1.02)
-        b.set(title=f"{_SHORT.get(name, name)}: share raised by start r", xlabel=_label(ds, "k"), ylabel="share")
+        b.set(title=f"{_SHORT.get(name, name)}: share raised by start r", xlabel=label(ds, "k"), ylabel="share")
         br, bs = ds["slope_by_restart"].values[j], ds["slope_by_restart_se"].values[j]
         rr = ds["restart"].values
         c.errorbar(rr, br, yerr=2 * bs, fmt=_MARK.get(name, "o") + "-", color=_COLOR.get(name, "0.3"), ms=4)
         if name == "infonce":
             c.axhline(0.0, color=COLORS["ref"], ls="--", lw=0.8)
         c.set_xticks(rr)
-        c.set(title=f"{_SHORT.get(name, name)}: k-exponent with r starts", xlabel=_label(ds, "restart"),
+        c.set(title=f"{_SHORT.get(name, name)}: k-exponent with r starts", xlabel=label(ds, "restart"),
               ylabel="exponent b")
     _legend(fig, ly, [Line2D([], [], color=shades[r], marker="o", label=f"r = {r + 1}") for r in range(R)]
             + [_marker(_COLOR["infonce"], label="InfoNCE exponent ±2 SE"),

@@ -32,8 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
-                                    _log_axes, _num, format_pm, residual_legend,
-                                    residual_panel, wrap_text)
+                                    _log_axes, _num, format_pm, label, residual_legend, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
            "fin", "require", "fill", "protocol_block"]
@@ -71,12 +70,6 @@ def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
         ("wall time", f"{float(a.get('wall_time_s', float('nan'))):.0f} s"),
     ], key_width=1.2, value_width=4.0, value_family="monospace")
 
-
-def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
-    """Axis label from the variable's ``long_name`` (or ``text``), with its ``units`` unless ``"1"``."""
-    attrs = ds[name].attrs if name in ds.variables else {}
-    text, units = text or attrs.get("long_name", name), attrs.get("units", "1")
-    return text if units in ("1", "") else f"{text} ({units})"
 
 
 def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
