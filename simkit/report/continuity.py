@@ -13,6 +13,7 @@ against max; (5) ratios of means; (6) validity on every tuple (largest |dl|/boun
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -24,7 +25,7 @@ from scipy import stats
 
 from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _log_axes, _marker,
                                     format_pm, label)
-from simkit.report.spec import TitlePage, fin, render, require
+from simkit.report.spec import FigurePage, Panel, TitlePage, fin, render, require
 
 __all__ = ["continuity_sections"]
 
@@ -399,36 +400,24 @@ def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.save(fig)
 
 
-def _validity_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    shades = _eps_colors(E)
-    n_tuples = int(ds.attrs.get("tuples_per_k", 0))
-    cap = (f"Largest ratio |Δℓ| / B over all {n_tuples} tuples at each k, one curve per ε: a bound holds on every "
-           "tuple exactly when its curve stays at or below 1 (dashed line) — the violation counts, which include a "
-           f"rounding allowance ({ds.attrs.get('tolerance', '?')}), are in the titles. The score-level bound B_score "
-           "comes within a few per cent of equality on some tuples; B_avg and B_max, after bounding score differences "
-           "by embedding distances, stay well below it.")
-    fig, axes, ly = doc.figure("Validity on every tuple: the largest |Δℓ| / bound", S, 3, caption=cap)
-    for i in range(S):
-        for c, (tag, name) in enumerate((("score", "B_score"), ("avg", "B_avg"), ("max", "B_max"))):
-            ax = axes[i, c]
-            var = f"tightness_{tag}"
-            if var not in ds:
-                continue
-            for j in range(E):
-                t = ds[var].values[i, j]
-                ok = np.isfinite(t)
-                ax.plot(k[ok], t[ok], "o-", ms=3, lw=1, color=shades[j])
-            ax.axhline(1.0, color=COLORS["fit"], ls="--", lw=0.9)
-            _log_axes(ax, k)
-            ax.set_ylim(0, 1.1)
-            nv = int(ds[f"violations_{tag}"].values[i].sum())
-            ax.set(title=f"{ds['setting'].values[i]}: {name}, {nv} violations", xlabel=label(ds, "k"),
-                   ylabel=f"max |Δℓ| / {name}")
-    _legend(fig, ly, [Line2D([], [], color=shades[j], marker="o", label=f"ε = {e:g}")
-                      for j, e in enumerate(ds["eps"].values)] + [_line(COLORS["fit"], "--", label="equality (1)")])
-    doc.save(fig)
+VALIDITY = FigurePage(
+    "Validity on every tuple: the largest |Δℓ| / bound",
+    tuple(Panel(f"tightness_{tag}", series="eps", level=1.0, level_label="equality (1)", ylim=(0.0, 1.1),
+                title=f"{{facet}}: {name}, {{violations_{tag}_total:.0f}} violations", ylabel=f"max |Δℓ| / {name}")
+          for tag, name in (("score", "B_score"), ("avg", "B_avg"), ("max", "B_max"))),
+    caption=lambda ds: (
+        f"Largest ratio |Δℓ| / B over all {int(ds.attrs.get('tuples_per_k', 0))} tuples at each k, one curve per ε: "
+        "a bound holds on every tuple exactly when its curve stays at or below 1 (dashed line) — the violation "
+        f"counts, which include a rounding allowance ({ds.attrs.get('tolerance', '?')}), are in the titles. The "
+        "score-level bound B_score comes within a few per cent of equality on some tuples; B_avg and B_max, after "
+        "bounding score differences by embedding distances, stay well below it."))
+
+
+def _validity(doc: ReportDocument, ds: xr.Dataset) -> None:
+    tags = [t for t in ("score", "avg", "max") if f"tightness_{t}" in ds]
+    ds = ds.assign({f"violations_{t}_total": ds[f"violations_{t}"].sum(("eps", "k")) for t in tags})
+    render(doc, ds, (dataclasses.replace(VALIDITY, panels=tuple(p for p in VALIDITY.panels
+                                                                if p.var.split("_")[1] in tags)),))
 
 
 def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
@@ -439,4 +428,4 @@ def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     _bounds_page(doc, ds)
     _negatives_page(doc, ds)
     _ratios_page(doc, ds)
-    _validity_page(doc, ds)
+    _validity(doc, ds)

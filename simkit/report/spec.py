@@ -27,7 +27,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import xarray as xr
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -136,6 +138,10 @@ class Panel:
         Further variables over ``x`` drawn as lines on the same axes.
     kind : {"points", "residual"}
         ``"residual"`` draws standardised residuals with ±2, ±3 lines (in the fit range filled).
+    series : str, optional
+        A further dimension of ``var``: one curve (and ±2 MCSE bars) per value, in shades of one hue.
+    level : float, optional
+        A constant drawn as a dashed horizontal line (e.g. equality, ratio 1), labelled ``level_label``.
     absolute : bool
         Draw ``|var|`` (hollow markers where ``var < 0``).
     """
@@ -152,6 +158,9 @@ class Panel:
     slopes: tuple[float, ...] = ()
     also: tuple[str, ...] = ()
     kind: str = "points"
+    series: str | None = None
+    level: float | None = None
+    level_label: str = ""
     absolute: bool = False
     logx: bool = True
     logy: bool = False
@@ -381,6 +390,8 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     sel = x >= xmin if math.isfinite(xmin) else np.ones(x.shape, bool) if not p.fit_range else np.zeros(x.shape, bool)
     shown = sel if p.zoom and sel.any() else np.ones(x.shape, bool)
     ylabel = p.ylabel or label(ds, p.var)
+    if p.series:
+        return _series_panel(ax, ds, p, facet, i, title)
     if p.kind == "residual":
         worst = residual_panel(ax, x, y, sel)
         _title(ax, title + (f"; largest off scale {worst}" if worst else ""))
@@ -466,6 +477,32 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     return used
 
 
+def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str) -> set:
+    """One curve per value of ``p.series``, each with ±2 MCSE bars, shaded light (first) to dark (last)."""
+    x = ds[p.x].values.astype(float)
+    sub = lambda name: (ds[name].isel({facet: i}) if facet else ds[name]).transpose(p.series, p.x).values  # noqa
+    y = sub(p.var).astype(float)
+    se = sub(p.band).astype(float) if p.band else np.zeros_like(y)
+    values, used, shown = ds[p.series].values, set(), []
+    for j, v in enumerate(values):
+        color = to_hex(colormaps["viridis"](0.15 + 0.7 * j / max(len(values) - 1, 1)))
+        ok = np.isfinite(y[j]) & ((y[j] > 0) if p.logy else True)
+        lo = np.minimum(2 * se[j][ok], 0.999 * y[j][ok]) if p.logy else 2 * se[j][ok]
+        ax.errorbar(x[ok], y[j][ok], yerr=[lo, 2 * se[j][ok]] if p.band else None, fmt="o-", ms=3, lw=1,
+                    color=color, zorder=4)
+        shown.append(y[j][ok])
+        used.add((f"series|{j:03d}|{color}", f"{p.series} = {fin(v, 'g')}"))
+    if p.level is not None:
+        ax.axhline(p.level, color=COLORS["fit"], ls="--", lw=0.9)
+        used.add(("level", p.level_label or f"{p.level:g}"))
+    _log_axes(ax, x, *(shown if p.logy else ()))
+    if p.ylim:
+        ax.set_ylim(*p.ylim)
+    _title(ax, title)
+    ax.set(xlabel=label(ds, p.x), ylabel=p.ylabel or label(ds, p.var))
+    return used
+
+
 _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "ref": ("-", COLORS["exact"], 0.8),
           "refc": ("--", COLORS["exact"], 0.9)}
 
@@ -484,6 +521,10 @@ _HANDLES = {
 
 
 def _handle(role: str, lab: str):
+    if role.startswith("series|"):
+        return Line2D([], [], marker="o", color=role.split("|")[2], label=lab)
+    if role == "level":
+        return Line2D([], [], ls="--", color=COLORS["fit"], lw=0.9, label=lab)
     if role.startswith("also"):
         n = int(role[4:])
         return Line2D([], [], marker="s", mfc="white", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3],

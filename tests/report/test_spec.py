@@ -219,3 +219,16 @@ def test_claim_table_from_the_study_checks(tmp_path, monkeypatch):
     assert header[:5] == ["claim", "statistic", "estimate ± MCSE", "false-fail rate", "verdict"]
     assert rows == [["C1", "slope", "−1.00080 ± 0.00040", "0.005", "PASS", "3 of 3 settings pass"],
                     ["C4", "bound", "0.5 (exact)", "deterministic", "FAIL", "violated"]]
+
+
+def test_series_draws_one_curve_per_value():
+    ds = synthetic()
+    ds = ds.assign_coords(eps=[0.1, 0.5, 1.0])
+    ds["r"] = (("setting", "eps", "k"), np.arange(2 * 3 * 8, dtype=float).reshape(2, 3, 8) + 1.0)
+    ds["r_mcse"] = 0.1 * ds["r"]
+    ax = _axes()
+    used = spec.draw_panel(ax, ds, Panel("r", band="r_mcse", series="eps", level=1.0, level_label="one"), "setting", 1)
+    assert sorted(lab for _, lab in used) == ["eps = 0.1", "eps = 0.5", "eps = 1", "one"]
+    curves = [line for line in ax.lines if len(line.get_xdata()) == 8]
+    assert len(curves) == 3
+    assert np.array_equal(curves[2].get_ydata(), ds["r"].values[1, 2])  # the facet's own values, in series order
