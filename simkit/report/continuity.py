@@ -14,12 +14,10 @@ against max; (5) ratios of means; (6) validity on every tuple (largest |dl|/boun
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import xarray as xr
 from matplotlib import colormaps
-from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy import stats
 
@@ -278,92 +276,28 @@ def _findings(ds: xr.Dataset) -> str:
 # ------------------------------------------------------------------------------------------------
 # figure pages
 
-def _errorbars(ax: Axes, k: np.ndarray, m: np.ndarray, se: np.ndarray, color, marker="o", hollow=False,
-               label=None, ls="-") -> None:
-    ok = np.isfinite(m) & (m > 0)
-    lower = np.minimum(2 * se[ok], 0.999 * m[ok])  # a log axis shows positive values only
-    ax.errorbar(k[ok], m[ok], yerr=[lower, 2 * se[ok]], fmt=marker, ls=ls, ms=3.2, lw=1.0, color=color,
-                mfc="white" if hollow else color, label=label, zorder=4)
-
-
-def _empty(ax: Axes, ds: xr.Dataset, i: int, j: int) -> bool:
-    if np.any(np.isfinite(ds["bound_avg"].values[i, j])):
-        return False
-    ax.text(0.5, 0.5, f"no estimates ({ds['verdict_reason'].values[i, j] or 'failed'})", transform=ax.transAxes,
-            ha="center", va="center", fontsize=SMALL, color=COLORS["fit"], wrap=True)
-    ax.set(xticks=[], yticks=[])
-    return True
-
-
-_ROLE = {"dl": ("black", "o", True, "E |Δℓ|"), "bound_score": (COLORS["band"], "^", False, "E B_score (1)"),
-         "bound_avg": (COLORS["data"], "o", False, "E B_avg (AVG)"), "bound_max": (COLORS["fit"], "s", False,
-                                                                                    "E B_max (MAX)")}
-
-
-def _bounds_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    cap = ("Means over tuples and pairs of |ℓ_k(ψ) − ℓ_k(φ)| and of the three bounds, ±2 MCSE (mostly hidden by the "
-           "markers), on log–log axes: rows are settings, columns the perturbation size ε. The slope of log E[B] "
-           "on log k (WLS over the fit range, jackknife SE) is in each panel title for B_avg and B_max. The ordering "
-           "E|Δℓ| ≤ E B_score ≤ E B_avg ≤ E B_max holds tuple by tuple, not only on average.")
-    fig, axes, ly = doc.figure("Loss differences and their bounds against k", S, E, caption=cap,
-                               subtitle="averaging bound B_avg flat in k, max bound B_max growing")
-    for i in range(S):
-        for j in range(E):
-            ax = axes[i, j]
-            if _empty(ax, ds, i, j):
-                continue
-            ys = []
-            for name, (c, mk, hollow, _) in _ROLE.items():
-                m, se = ds[name].values[i, j], ds[f"{name}_mcse"].values[i, j]
-                _errorbars(ax, k, m, se, c, mk, hollow)
-                ys.append(m)
-            _log_axes(ax, k, *ys)
-            ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: slopes avg "
-                         f"{fin(ds['slope_avg'].values[i, j], '.1e')}, max {fin(ds['slope_max'].values[i, j], '.3f')}",
-                         fontsize=8)
-            ax.set(xlabel=label(ds, "k"), ylabel="nat")
-    _legend(fig, ly, [Line2D([], [], marker=mk, color=c, mfc="white" if h else c, label=lab)
-                      for c, mk, h, lab in _ROLE.values()])
-    doc.save(fig)
-
-
-def _negatives_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    cap = ("The only part in which the two bounds differ: the softmax-weighted average over the first k negatives of "
-           "‖φ(x⁻_j) − ψ(x⁻_j)‖ (larger of the two endpoint weightings; blue) and its maximum (red), means ±2 MCSE. "
-           "Grey line: the unweighted mean of ‖φ(x⁻) − ψ(x⁻)‖ over all negatives (its MCSE as a band). The average "
-           "stays at its k → ∞ limit (the Q(x,·)-average) for every k; the maximum grows like the maximum of k "
-           "draws. Ratio E max / E average at the largest k ± jackknife MCSE in each title.")
-    fig, axes, ly = doc.figure("The negatives' term: softmax average against maximum", S, E, caption=cap)
-    for i in range(S):
-        for j in range(E):
-            ax = axes[i, j]
-            if _empty(ax, ds, i, j):
-                continue
-            avg, mx = ds["neg_avg"].values[i, j], ds["neg_max"].values[i, j]
-            plain = float(ds["neg_plain"].values[i, j]) if "neg_plain" in ds else np.nan
-            pse = float(ds["neg_plain_mcse"].values[i, j]) if "neg_plain_mcse" in ds else np.nan
-            if math.isfinite(plain):
-                ax.axhline(plain, color=COLORS["ref"], lw=0.9, zorder=1)
-                if math.isfinite(pse):
-                    ax.axhspan(plain - 2 * pse, plain + 2 * pse, color=COLORS["ref"], alpha=0.2, lw=0, zorder=0)
-            _errorbars(ax, k, avg, ds["neg_avg_mcse"].values[i, j], COLORS["data"], "o")
-            _errorbars(ax, k, mx, ds["neg_max_mcse"].values[i, j], COLORS["fit"], "s")
-            _log_axes(ax, k)
-            lo = np.nanmin(np.concatenate([avg, [plain]])) * 0.8
-            ax.set_ylim(max(lo, 0), np.nanmax(mx) * 1.1)
-            r = ds["ratio_negmax_negavg"].values[i, j, -1] if "ratio_negmax_negavg" in ds else np.nan
-            rs = ds["ratio_negmax_negavg_mcse"].values[i, j, -1] if "ratio_negmax_negavg" in ds else np.nan
-            ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: max/avg {format_pm(r, rs)}",
-                         fontsize=8)
-            ax.set(xlabel=label(ds, "k"), ylabel="‖φ(x⁻) − ψ(x⁻)‖")
-    _legend(fig, ly, [_marker(COLORS["data"], label="softmax average over the first k negatives"),
-                      _marker(COLORS["fit"], "s", label="maximum over the first k negatives"),
-                      _line(COLORS["ref"], label="unweighted mean (all negatives) ± 2 MCSE")])
-    doc.save(fig)
+_CELL = "{setting}, ε = {facet}"
+BOUNDS = FigurePage(
+    "Loss differences and their bounds against k",
+    (Panel("dl", band="dl_mcse", also=("bound_score", "bound_avg", "bound_max"), logy=True,
+           title=_CELL + ": slopes avg {slope_avg:.1e}, max {slope_max:.3f}", label="E |Δℓ| ± 2 MCSE",
+           also_labels=("E B_score (1)", "E B_avg (AVG)", "E B_max (MAX)"), ylabel="nats"),),
+    caption="Means over tuples and pairs of |ℓ_k(ψ) − ℓ_k(φ)| (± 2 MCSE, mostly hidden by the markers) and of the "
+            "three bounds, on log–log axes: rows are settings, columns the perturbation size ε. The slope of log E[B] "
+            "on log k (WLS over the fit range, jackknife SE) is in each panel title for B_avg and B_max. The ordering "
+            "E|Δℓ| ≤ E B_score ≤ E B_avg ≤ E B_max holds tuple by tuple, not only on average.",
+    subtitle="averaging bound B_avg flat in k, max bound B_max growing", facet=("setting", "eps"))
+NEGATIVES = FigurePage(
+    "The negatives' term: softmax average against maximum",
+    (Panel("neg_avg", band="neg_avg_mcse", also=("neg_max",), hline="neg_plain", hline_band="neg_plain_mcse",
+           title=_CELL + ": max/avg {negmax_negavg_end±negmax_negavg_mcse_end}", ylabel="‖φ(x⁻) − ψ(x⁻)‖",
+           label="softmax average over the first k negatives ± 2 MCSE",
+           also_labels=("maximum over the first k negatives",), hline_label="unweighted mean ± 2 MCSE"),),
+    caption="The only part in which the two bounds differ: the softmax-weighted average over the first k negatives "
+            "of ‖φ(x⁻_j) − ψ(x⁻_j)‖ (larger of the two endpoint weightings) and its maximum, means ± 2 MCSE. Green "
+            "line and band: the unweighted mean of ‖φ(x⁻) − ψ(x⁻)‖ over all negatives ± 2 MCSE. The average stays at "
+            "its k → ∞ limit (the Q(x,·)-average) for every k; the maximum grows like the maximum of k draws. Ratio "
+            "E max / E average at the largest k ± jackknife MCSE in each title.", facet=("setting", "eps"))
 
 
 def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
@@ -425,7 +359,7 @@ def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     require(ds, _REQUIRED, "continuity")
     _title_page(doc, ds)
     _growth_page(doc, ds)
-    _bounds_page(doc, ds)
-    _negatives_page(doc, ds)
+    end = {n: ds[f"ratio_{n}"].isel(k=-1) for n in ("negmax_negavg", "negmax_negavg_mcse") if f"ratio_{n}" in ds}
+    render(doc, ds.assign({f"{n}_end": v for n, v in end.items()}), (BOUNDS, NEGATIVES))
     _ratios_page(doc, ds)
     _validity(doc, ds)

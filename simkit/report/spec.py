@@ -135,7 +135,7 @@ class Panel:
     slopes : tuple of float
         Reference power laws ``x**s`` through the first point of the fit range (log–log panels).
     also : tuple of str
-        Further variables over ``x`` drawn as lines on the same axes.
+        Further variables over ``x`` drawn as lines on the same axes (legend: ``also_labels`` or long_name).
     kind : {"points", "residual"}
         ``"residual"`` draws standardised residuals with ±2, ±3 lines (in the fit range filled).
     series : str, optional
@@ -157,6 +157,7 @@ class Panel:
     fit_range: str | None = None
     slopes: tuple[float, ...] = ()
     also: tuple[str, ...] = ()
+    also_labels: tuple[str, ...] = ()
     kind: str = "points"
     series: str | None = None
     level: float | None = None
@@ -180,13 +181,14 @@ class Panel:
 @dataclasses.dataclass(frozen=True)
 class FigurePage:
     """Panels in rows, one column per facet value (``per_page`` facets a page), or in one row
-    when ``facet`` is None. ``caption`` and ``title`` may be templates or callables of the dataset."""
+    when ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on
+    their grid, one page. ``caption`` and ``title`` may be templates or callables of the dataset."""
 
     title: Source
     panels: tuple[Panel, ...]
     caption: Source = ""
     subtitle: Source = ""
-    facet: str | None = "setting"
+    facet: str | tuple[str, str] | None = "setting"
     per_page: int = SETTINGS_PER_PAGE
 
 
@@ -355,10 +357,12 @@ def _curve(ds: xr.Dataset, spec, facet: str | None, i: int | None, x: np.ndarray
 
 
 def _title(ax: Axes, text: str) -> None:
-    """A panel title wrapped to the panel's width (at most two lines), never clipped."""
+    """A panel title that fits the panel's width: one line in type down to 7.5 pt, else two lines."""
     width = ax.get_position().width * ax.figure.get_figwidth()
-    size = 9.0
-    lines = wrap_text(text, width, size)
+    for size in (9.0, 8.5, 8.0, 7.5):
+        lines = wrap_text(text, width, size)
+        if len(lines) == 1:
+            break
     while len(lines) > 2 and size > 6.5:
         size -= 0.5
         lines = wrap_text(text, width, size)
@@ -438,7 +442,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         w = np.asarray(_at(ds, name, facet, i), dtype=float)
         ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
                 mfc="white", lw=0.8)
-        used.add((f"also{n}", label(ds, name)))
+        used.add((f"also{n}", p.also_labels[n] if n < len(p.also_labels) else label(ds, name)))
     ok = shown & np.isfinite(v) & ((v > 0) if p.logy else True)
     lo, hi = v - 2 * se, v + 2 * se
     if p.logy:
@@ -463,8 +467,8 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     elif p.symlog:
         ax.set_yscale("symlog", linthresh=float(np.nanmin(np.abs(v[ok][v[ok] != 0]), initial=1.0)))
     else:
-        yy = np.concatenate([lo[ok], hi[ok]] + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and
-                                                math.isfinite(c) else []))
+        yy = np.concatenate([lo[ok], hi[ok]] + [np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also]
+                            + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else []))
         yy = yy[np.isfinite(yy)]
         if yy.size:
             pad = 0.08 * (yy.max() - yy.min()) + 1e-9 * max(1.0, abs(yy.max()))
@@ -532,7 +536,25 @@ def _handle(role: str, lab: str):
     return _HANDLES[role](lab)
 
 
+def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
+    if any(r == "residual" for r, _ in used):
+        residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
+    else:
+        _legend(fig, ly, [_handle(r, lab) for r, lab in used])
+    doc.save(fig)
+
+
 def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None:
+    head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
+    if isinstance(page.facet, tuple):  # a grid of one panel over two dimensions
+        rdim, cdim = page.facet
+        fig, axes, ly = doc.figure(fill(page.title, ds), ds.sizes[rdim], ds.sizes[cdim], **head)
+        used: dict = {}
+        for r in range(ds.sizes[rdim]):
+            for c in range(ds.sizes[cdim]):
+                for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
+                    used.setdefault(key, None)
+        return _finish(doc, fig, ly, used)
     if page.facet is None:
         groups, rows = [[None]], 1
     else:
@@ -540,17 +562,11 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None
         groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
     for idx in groups:
         ncols = len(page.panels) if page.facet is None else len(idx)
-        fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, caption=fill(page.caption, ds),
-                                   subtitle=fill(page.subtitle, ds))
-        used: dict = {}
+        fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
+        used = {}
         for col, i in enumerate(idx if page.facet is not None else range(ncols)):
             for row in range(rows):
                 p = page.panels[col if page.facet is None else row]
-                ax = axes[row, col]
-                for key in sorted(draw_panel(ax, ds, p, page.facet, None if page.facet is None else i)):
+                for key in sorted(draw_panel(axes[row, col], ds, p, page.facet, None if page.facet is None else i)):
                     used.setdefault(key, None)
-        if any(r == "residual" for r, _ in used):
-            residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
-        else:
-            _legend(fig, ly, [_handle(r, lab) for r, lab in used])
-        doc.save(fig)
+        _finish(doc, fig, ly, used)
