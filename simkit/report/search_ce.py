@@ -138,7 +138,7 @@ PAGES = (
                fit_label="fit d1 + d2/k", hline_label="derived d1 ± 2 MCSE", **_K),
          Panel("k_d", band="k_d_mcse", hline="d1_exact", hline_band="d1_exact_mcse", fit=("d1_estimate", "d2_estimate"),
                zoom=True, title="k ≥ {k_min}: derived d1 {d1_exact±d1_exact_mcse}", label="k·D_k",
-               hline_label="derived d1 ± 2 MCSE", **_K)),
+               fit_label="fit d1 + d2/k", hline_label="derived d1 ± 2 MCSE", **_K)),
         caption="Top: k·D_k and its two parts over the whole grid: k·E log(1 + e^{s0}/S_k), which tends to E[m1/Z], "
                 "and k·(E[V_k/W_k] − E s0), which tends to −E Cov_M(m, s), the bias of self-normalised retrieval. "
                 "Bottom: k·D_k in the fit range k ≥ k_min, band and error bars ±2 MCSE; green band: the derived "
