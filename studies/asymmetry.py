@@ -489,7 +489,7 @@ class Asymmetry(Study):
 
     def report_sections(self, doc, ds):
         from simkit.report.asymmetry import asymmetry_sections
-        asymmetry_sections(doc, ds)
+        asymmetry_sections(doc, ds, study=self)
 
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<16}{'C1 slope ± SE':>19}{'c1 est ± MCSE':>19}{'c1 exact':>18}{'z':>7}  "

@@ -678,7 +678,7 @@ class Digits(Study):
 
     def report_sections(self, doc, ds):
         from simkit.report.digits import digits_sections
-        digits_sections(doc, ds)
+        digits_sections(doc, ds, study=self)
 
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<15}{'slope ± SE':>19}{'p(-1/2)':>10}{'c1 exact':>18}{'c1 fit':>18}{'z':>7}"

@@ -701,7 +701,7 @@ class Encoders(Study):
 
     def report_sections(self, doc, ds):
         from simkit.report.encoders import encoders_sections
-        encoders_sections(doc, ds)
+        encoders_sections(doc, ds, study=self)
 
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<14}{'slope':>16}{'p(-1/2)':>10}{'c1 est':>18}{'c1 exact':>10}{'curve p':>9}"

@@ -13,17 +13,17 @@ against max; (5) ratios of means; (6) validity on every tuple (largest |dl|/boun
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import numpy as np
 import xarray as xr
 from matplotlib import colormaps
-from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend,
-                                    _line, _log_axes, _marker, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _log_axes, _marker,
+                                    format_pm, label)
+from simkit.report.spec import FigurePage, Panel, TitlePage, fin, render, require
 
 __all__ = ["continuity_sections"]
 
@@ -54,17 +54,6 @@ _REQUIRED = ("setting", "eps", "k", "dl", "bound_avg", "bound_max", "bound_score
              "conclusion")
 
 
-def _check(ds: xr.Dataset) -> None:
-    missing = [v for v in _REQUIRED if v not in ds.variables]
-    if missing:
-        raise ValueError(f"'ds' must be a continuity dataset; it lacks {', '.join(map(repr, missing))} "
-                         f"(open the output of 'simkit run continuity')")
-
-
-def _g(x: float, fmt: str = ".3g") -> str:
-    return format(float(x), fmt).replace("-", MINUS) if math.isfinite(float(x)) else "n/a"
-
-
 def _eps_colors(n: int) -> list:
     """Shades of one hue for the eps values (light = small eps)."""
     cmap = colormaps["viridis"]
@@ -90,14 +79,14 @@ def _checks_table(ds: xr.Dataset):
             rows.append([
                 str(s), f"{e:g}", f"{n_tuples} × {k.size}", viol,
                 f"{format_pm(ds['slope_avg'].values[i, j], ds['slope_avg_se'].values[i, j])}\n"
-                f"(p = {_g(ds['slope_avg_p'].values[i, j], '.2g')})",
-                _g(ds["slope_avg_detect80"].values[i, j], ".1e") if "slope_avg_detect80" in ds else "n/a",
+                f"(p = {fin(ds['slope_avg_p'].values[i, j], '.2g')})",
+                fin(ds["slope_avg_detect80"].values[i, j], ".1e") if "slope_avg_detect80" in ds else "n/a",
                 f"{format_pm(ds['slope_max'].values[i, j], ds['slope_max_se'].values[i, j])}\n"
-                f"(p = {_g(ds['slope_max_p'].values[i, j], '.1e')})",
+                f"(p = {fin(ds['slope_max_p'].values[i, j], '.1e')})",
                 format_pm(ds["ratio_max_avg"].values[i, j, -1], ds["ratio_max_avg_mcse"].values[i, j, -1]),
                 format_pm(ds["ratio_negmax_negavg"].values[i, j, -1], ds["ratio_negmax_negavg_mcse"].values[i, j, -1])
                 if "ratio_negmax_negavg" in ds else "n/a",
-                _g(np.nanmax(ds["tightness_avg"].values[i, j]), ".3f") if "tightness_avg" in ds else "n/a",
+                fin(np.nanmax(ds["tightness_avg"].values[i, j]), ".3f") if "tightness_avg" in ds else "n/a",
                 v.upper()])
             colors[(len(rows) - 1, len(header) - 1)] = COLORS.get(v, COLORS["fail"])
     return header, rows, [0.85, 0.35, 0.75, 0.85, 1.15, 0.8, 1.05, 0.95, 0.95, 0.6, 0.5], colors
@@ -106,7 +95,7 @@ def _checks_table(ds: xr.Dataset):
 def _pct(ds, name, i, j, se=True) -> str:
     g = float(ds[name].values[i, j]) * 100
     if not se:
-        return f"{_g(g, '+.2f')}%"
+        return f"{fin(g, '+.2f')}%"
     return f"{format_pm(g, float(ds[name + '_se'].values[i, j]) * 100)}%"
 
 
@@ -119,13 +108,13 @@ def _confirmatory_table(ds: xr.Dataset):
         for j, e in enumerate(ds["eps"].values):
             rows.append([
                 str(s), f"{e:g}", _pct(ds, "ni_avg_growth", i, j),
-                f"{_g(ds['ni_avg_t'].values[i, j], '.1f')} · {_g(ds['ni_avg_p'].values[i, j], '.2g')}",
+                f"{fin(ds['ni_avg_t'].values[i, j], '.1f')} · {fin(ds['ni_avg_p'].values[i, j], '.2g')}",
                 str(ds["verdict"].values[i, j]).upper(),
-                f"{_pct(ds, 'ni_negmax_growth', i, j, False)} ({_g(ds['ni_negmax_p'].values[i, j], '.2g')})",
-                f"{_pct(ds, 'ni_max_growth', i, j, False)} ({_g(ds['ni_max_p'].values[i, j], '.2g')})"
+                f"{_pct(ds, 'ni_negmax_growth', i, j, False)} ({fin(ds['ni_negmax_p'].values[i, j], '.2g')})",
+                f"{_pct(ds, 'ni_max_growth', i, j, False)} ({fin(ds['ni_max_p'].values[i, j], '.2g')})"
                 + ("" if bump else " ·descr."),
                 str(ds["control_verdict"].values[i, j]).upper(),
-                f"{_g(ds['s1_p'].values[i, j], '.1e')} · {_g(ds['s2_p'].values[i, j], '.1e')}",
+                f"{fin(ds['s1_p'].values[i, j], '.1e')} · {fin(ds['s2_p'].values[i, j], '.1e')}",
                 str(ds["secondary_verdict"].values[i, j]).upper()])
             for c, name in ((4, "verdict"), (7, "control_verdict"), (9, "secondary_verdict")):
                 colors[(len(rows) - 1, c)] = COLORS.get(str(ds[name].values[i, j]), COLORS["fail"])
@@ -141,15 +130,8 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     delta = float(ds.attrs.get("delta", np.nan))
     k = ds["k"].values
     n_cells = ds.sizes["setting"] * ds.sizes["eps"]
-    if doc.fig is None or doc.y > MARGIN:  # a fresh page (e.g. from the validation report) is reused
-        doc.new_page()
-    doc.text(str(ds.attrs.get("title", "Claim C4")), size=TITLE, weight="bold", after=0.02)
-    proto = (f" · protocol {ds.attrs['protocol_path']} (sha256 {str(ds.attrs.get('protocol_sha256', '?'))[:12]}, "
-             f"commit {str(ds.attrs.get('protocol_commit', '?'))[:12]})" if "protocol_path" in ds.attrs else
-             " · not the pre-registered design: exploratory")
-    doc.text(f"simkit study '{ds.attrs.get('study', 'continuity')}' · dataset created {ds.attrs.get('created', '?')} · "
-             f"seed {ds.attrs.get('seed', '?')} · commit {str(ds.attrs.get('git_commit', '?'))[:12]}"
-             f"{' · quick design' if cfg.get('quick') else ''}{proto}", size=SMALL, color="0.3", after=0.12)
+    render(doc, ds, (TitlePage(note="" if "protocol_path" in ds.attrs else
+                               " · not the pre-registered design: exploratory"),))
     doc.text(C4_TEXT, after=0.08)
     doc.text(BOUNDS_TEXT, size=SMALL, after=0.08)
     settings = ", ".join(f"{s} ({ds['family'].values[i]}, p = {int(ds['p'].values[i])}, d = {int(ds['d'].values[i])}, "
@@ -264,122 +246,58 @@ def _findings(ds: xr.Dataset) -> str:
     """The findings paragraph, with its numbers read from the dataset."""
     kmax = int(ds["k"].values[-1])
     nv = int(sum(ds[f"violations_{t}"].values.sum() for t in ("score", "avg", "max")))
-    rng = lambda name, fmt=".3g": (f"{_g(np.nanmin(ds[name].values), fmt)}–"  # noqa: E731
-                                   f"{_g(np.nanmax(ds[name].values), fmt)}")
+    rng = lambda name, fmt=".3g": (f"{fin(np.nanmin(ds[name].values), fmt)}–"  # noqa: E731
+                                   f"{fin(np.nanmax(ds[name].values), fmt)}")
     end = lambda name: ds[name].values[..., -1]  # noqa: E731
     n_flat_rej = int(np.sum(ds["slope_avg_p"].values < float(ds.attrs.get("alpha", np.nan))))
     out = [f"Findings to read with the figures. {'Both bounds hold on every tuple' if nv == 0 else f'{nv} violations'} "
            f"({int(ds.attrs.get('tuples_per_k', 0))} tuples at each of {ds.sizes['k']} values of k, for every setting "
            f"and ε).",
            f"The mean averaging bound changes little with k (pre-registered growth per doubling "
-           f"{_g(100 * np.nanmin(ds['ni_avg_growth'].values), '.2g')}% to "
-           f"{_g(100 * np.nanmax(ds['ni_avg_growth'].values), '.2g')}%; exploratory WLS slopes "
+           f"{fin(100 * np.nanmin(ds['ni_avg_growth'].values), '.2g')}% to "
+           f"{fin(100 * np.nanmax(ds['ni_avg_growth'].values), '.2g')}%; exploratory WLS slopes "
            f"{rng('slope_avg', '.1e')}, the two-sided test of zero slope rejects in {n_flat_rej} of "
            f"{ds['slope_avg_p'].size} cells), while the "
            f"mean max bound grows with slope {rng('slope_max')} per unit of log k, like the maximum of k draws of "
-           f"‖φ(x⁻) − ψ(x⁻)‖. At k = {kmax}, E B_max / E B_avg = {_g(np.nanmin(end('ratio_max_avg')))}–"
-           f"{_g(np.nanmax(end('ratio_max_avg')))}: where it is near 1 the shared anchor/positive term "
+           f"‖φ(x⁻) − ψ(x⁻)‖. At k = {kmax}, E B_max / E B_avg = {fin(np.nanmin(end('ratio_max_avg')))}–"
+           f"{fin(np.nanmax(end('ratio_max_avg')))}: where it is near 1 the shared anchor/positive term "
            f"2‖Δu‖ + ‖Δv‖ dominates both bounds (parametric ψ); where it is large the max has picked up rare displaced "
-           f"negatives (bump ψ); on the negatives' term alone the max is {_g(np.nanmin(end('ratio_negmax_negavg')))}–"
-           f"{_g(np.nanmax(end('ratio_negmax_negavg')))} times the softmax average (page 4), and the ratio keeps "
+           f"negatives (bump ψ); on the negatives' term alone the max is {fin(np.nanmin(end('ratio_negmax_negavg')))}–"
+           f"{fin(np.nanmax(end('ratio_negmax_negavg')))} times the softmax average (page 4), and the ratio keeps "
            f"growing with k.",
-           f"B_avg is conservative by a factor {_g(np.nanmin(end('ratio_avg_dl')))}–"
-           f"{_g(np.nanmax(end('ratio_avg_dl')))} against the mean |Δℓ| (the step |w′_j − v′| ≤ 2 and the 1/τ), while "
-           f"the score-level bound B_score is within a factor {_g(np.nanmin(end('ratio_score_dl')))}–"
-           f"{_g(np.nanmax(end('ratio_score_dl')))} and nearly attained on some tuples (largest |Δℓ|/B_score "
-           f"1 − {_g(1 - np.nanmax(ds['tightness_score'].values), '.1e')}, page 6)."]
+           f"B_avg is conservative by a factor {fin(np.nanmin(end('ratio_avg_dl')))}–"
+           f"{fin(np.nanmax(end('ratio_avg_dl')))} against the mean |Δℓ| (the step |w′_j − v′| ≤ 2 and the 1/τ), while "
+           f"the score-level bound B_score is within a factor {fin(np.nanmin(end('ratio_score_dl')))}–"
+           f"{fin(np.nanmax(end('ratio_score_dl')))} and nearly attained on some tuples (largest |Δℓ|/B_score "
+           f"1 − {fin(1 - np.nanmax(ds['tightness_score'].values), '.1e')}, page 6)."]
     return " ".join(out)
 
 
 # ------------------------------------------------------------------------------------------------
 # figure pages
 
-def _errorbars(ax: Axes, k: np.ndarray, m: np.ndarray, se: np.ndarray, color, marker="o", hollow=False,
-               label=None, ls="-") -> None:
-    ok = np.isfinite(m) & (m > 0)
-    lower = np.minimum(2 * se[ok], 0.999 * m[ok])  # a log axis shows positive values only
-    ax.errorbar(k[ok], m[ok], yerr=[lower, 2 * se[ok]], fmt=marker, ls=ls, ms=3.2, lw=1.0, color=color,
-                mfc="white" if hollow else color, label=label, zorder=4)
-
-
-def _empty(ax: Axes, ds: xr.Dataset, i: int, j: int) -> bool:
-    if np.any(np.isfinite(ds["bound_avg"].values[i, j])):
-        return False
-    ax.text(0.5, 0.5, f"no estimates ({ds['verdict_reason'].values[i, j] or 'failed'})", transform=ax.transAxes,
-            ha="center", va="center", fontsize=SMALL, color=COLORS["fit"], wrap=True)
-    ax.set(xticks=[], yticks=[])
-    return True
-
-
-_ROLE = {"dl": ("black", "o", True, "E |Δℓ|"), "bound_score": (COLORS["band"], "^", False, "E B_score (1)"),
-         "bound_avg": (COLORS["data"], "o", False, "E B_avg (AVG)"), "bound_max": (COLORS["fit"], "s", False,
-                                                                                    "E B_max (MAX)")}
-
-
-def _bounds_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    cap = ("Means over tuples and pairs of |ℓ_k(ψ) − ℓ_k(φ)| and of the three bounds, ±2 MCSE (mostly hidden by the "
-           "markers), on log–log axes: rows are settings, columns the perturbation size ε. The slope of log E[B] "
-           "on log k (WLS over the fit range, jackknife SE) is in each panel title for B_avg and B_max. The ordering "
-           "E|Δℓ| ≤ E B_score ≤ E B_avg ≤ E B_max holds tuple by tuple, not only on average.")
-    fig, axes, ly = doc.figure("Loss differences and their bounds against k", S, E, caption=cap,
-                               subtitle="averaging bound B_avg flat in k, max bound B_max growing")
-    for i in range(S):
-        for j in range(E):
-            ax = axes[i, j]
-            if _empty(ax, ds, i, j):
-                continue
-            ys = []
-            for name, (c, mk, hollow, _) in _ROLE.items():
-                m, se = ds[name].values[i, j], ds[f"{name}_mcse"].values[i, j]
-                _errorbars(ax, k, m, se, c, mk, hollow)
-                ys.append(m)
-            _log_axes(ax, k, *ys)
-            ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: slopes avg "
-                         f"{_g(ds['slope_avg'].values[i, j], '.1e')}, max {_g(ds['slope_max'].values[i, j], '.3f')}",
-                         fontsize=8)
-            ax.set(xlabel=_label(ds, "k"), ylabel="nat")
-    _legend(fig, ly, [Line2D([], [], marker=mk, color=c, mfc="white" if h else c, label=lab)
-                      for c, mk, h, lab in _ROLE.values()])
-    doc.save(fig)
-
-
-def _negatives_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    cap = ("The only part in which the two bounds differ: the softmax-weighted average over the first k negatives of "
-           "‖φ(x⁻_j) − ψ(x⁻_j)‖ (larger of the two endpoint weightings; blue) and its maximum (red), means ±2 MCSE. "
-           "Grey line: the unweighted mean of ‖φ(x⁻) − ψ(x⁻)‖ over all negatives (its MCSE as a band). The average "
-           "stays at its k → ∞ limit (the Q(x,·)-average) for every k; the maximum grows like the maximum of k "
-           "draws. Ratio E max / E average at the largest k ± jackknife MCSE in each title.")
-    fig, axes, ly = doc.figure("The negatives' term: softmax average against maximum", S, E, caption=cap)
-    for i in range(S):
-        for j in range(E):
-            ax = axes[i, j]
-            if _empty(ax, ds, i, j):
-                continue
-            avg, mx = ds["neg_avg"].values[i, j], ds["neg_max"].values[i, j]
-            plain = float(ds["neg_plain"].values[i, j]) if "neg_plain" in ds else np.nan
-            pse = float(ds["neg_plain_mcse"].values[i, j]) if "neg_plain_mcse" in ds else np.nan
-            if math.isfinite(plain):
-                ax.axhline(plain, color=COLORS["ref"], lw=0.9, zorder=1)
-                if math.isfinite(pse):
-                    ax.axhspan(plain - 2 * pse, plain + 2 * pse, color=COLORS["ref"], alpha=0.2, lw=0, zorder=0)
-            _errorbars(ax, k, avg, ds["neg_avg_mcse"].values[i, j], COLORS["data"], "o")
-            _errorbars(ax, k, mx, ds["neg_max_mcse"].values[i, j], COLORS["fit"], "s")
-            _log_axes(ax, k)
-            lo = np.nanmin(np.concatenate([avg, [plain]])) * 0.8
-            ax.set_ylim(max(lo, 0), np.nanmax(mx) * 1.1)
-            r = ds["ratio_negmax_negavg"].values[i, j, -1] if "ratio_negmax_negavg" in ds else np.nan
-            rs = ds["ratio_negmax_negavg_mcse"].values[i, j, -1] if "ratio_negmax_negavg" in ds else np.nan
-            ax.set_title(f"{ds['setting'].values[i]}, ε = {ds['eps'].values[j]:g}: max/avg {format_pm(r, rs)}",
-                         fontsize=8)
-            ax.set(xlabel=_label(ds, "k"), ylabel="‖φ(x⁻) − ψ(x⁻)‖")
-    _legend(fig, ly, [_marker(COLORS["data"], label="softmax average over the first k negatives"),
-                      _marker(COLORS["fit"], "s", label="maximum over the first k negatives"),
-                      _line(COLORS["ref"], label="unweighted mean (all negatives) ± 2 MCSE")])
-    doc.save(fig)
+_CELL = "{setting}, ε = {facet}"
+BOUNDS = FigurePage(
+    "Loss differences and their bounds against k",
+    (Panel("dl", band="dl_mcse", also=("bound_score", "bound_avg", "bound_max"), logy=True,
+           title=_CELL + ": slopes avg {slope_avg:.1e}, max {slope_max:.3f}", label="E |Δℓ| ± 2 MCSE",
+           also_labels=("E B_score (1)", "E B_avg (AVG)", "E B_max (MAX)"), ylabel="nats"),),
+    caption="Means over tuples and pairs of |ℓ_k(ψ) − ℓ_k(φ)| (± 2 MCSE, mostly hidden by the markers) and of the "
+            "three bounds, on log–log axes: rows are settings, columns the perturbation size ε. The slope of log E[B] "
+            "on log k (WLS over the fit range, jackknife SE) is in each panel title for B_avg and B_max. The ordering "
+            "E|Δℓ| ≤ E B_score ≤ E B_avg ≤ E B_max holds tuple by tuple, not only on average.",
+    subtitle="averaging bound B_avg flat in k, max bound B_max growing", facet=("setting", "eps"))
+NEGATIVES = FigurePage(
+    "The negatives' term: softmax average against maximum",
+    (Panel("neg_avg", band="neg_avg_mcse", also=("neg_max",), hline="neg_plain", hline_band="neg_plain_mcse",
+           title=_CELL + ": max/avg {negmax_negavg_end±negmax_negavg_mcse_end}", ylabel="‖φ(x⁻) − ψ(x⁻)‖",
+           label="softmax average over the first k negatives ± 2 MCSE",
+           also_labels=("maximum over the first k negatives",), hline_label="unweighted mean ± 2 MCSE"),),
+    caption="The only part in which the two bounds differ: the softmax-weighted average over the first k negatives "
+            "of ‖φ(x⁻_j) − ψ(x⁻_j)‖ (larger of the two endpoint weightings) and its maximum, means ± 2 MCSE. Green "
+            "line and band: the unweighted mean of ‖φ(x⁻) − ψ(x⁻)‖ over all negatives ± 2 MCSE. The average stays at "
+            "its k → ∞ limit (the Q(x,·)-average) for every k; the maximum grows like the maximum of k draws. Ratio "
+            "E max / E average at the largest k ± jackknife MCSE in each title.", facet=("setting", "eps"))
 
 
 def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
@@ -407,8 +325,8 @@ def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         _log_axes(top, k)
         ys = np.concatenate([ds[n].values[i].ravel() for n in ("ratio_avg_dl", "ratio_max_dl", "ratio_score_dl")])
         _log_axes(bot, k, ys)
-        top.set(title=f"{ds['setting'].values[i]}: E B_max / E B_avg", xlabel=_label(ds, "k"), ylabel="ratio")
-        bot.set(title=f"{ds['setting'].values[i]}: E B / E |Δℓ|", xlabel=_label(ds, "k"), ylabel="ratio")
+        top.set(title=f"{ds['setting'].values[i]}: E B_max / E B_avg", xlabel=label(ds, "k"), ylabel="ratio")
+        bot.set(title=f"{ds['setting'].values[i]}: E B / E |Δℓ|", xlabel=label(ds, "k"), ylabel="ratio")
     handles = [Line2D([], [], color=shades[j], marker="o", label=f"ε = {e:g}") for j, e in enumerate(ds["eps"].values)]
     handles += [_marker("0.3", "o", label="B_avg / |Δℓ|"), _marker("0.3", "s", label="B_max / |Δℓ|"),
                 _marker("0.3", "^", hollow=True, label="B_score / |Δℓ|")]
@@ -416,44 +334,32 @@ def _ratios_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.save(fig)
 
 
-def _validity_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    S, E = ds.sizes["setting"], ds.sizes["eps"]
-    shades = _eps_colors(E)
-    n_tuples = int(ds.attrs.get("tuples_per_k", 0))
-    cap = (f"Largest ratio |Δℓ| / B over all {n_tuples} tuples at each k, one curve per ε: a bound holds on every "
-           "tuple exactly when its curve stays at or below 1 (dashed line) — the violation counts, which include a "
-           f"rounding allowance ({ds.attrs.get('tolerance', '?')}), are in the titles. The score-level bound B_score "
-           "comes within a few per cent of equality on some tuples; B_avg and B_max, after bounding score differences "
-           "by embedding distances, stay well below it.")
-    fig, axes, ly = doc.figure("Validity on every tuple: the largest |Δℓ| / bound", S, 3, caption=cap)
-    for i in range(S):
-        for c, (tag, name) in enumerate((("score", "B_score"), ("avg", "B_avg"), ("max", "B_max"))):
-            ax = axes[i, c]
-            var = f"tightness_{tag}"
-            if var not in ds:
-                continue
-            for j in range(E):
-                t = ds[var].values[i, j]
-                ok = np.isfinite(t)
-                ax.plot(k[ok], t[ok], "o-", ms=3, lw=1, color=shades[j])
-            ax.axhline(1.0, color=COLORS["fit"], ls="--", lw=0.9)
-            _log_axes(ax, k)
-            ax.set_ylim(0, 1.1)
-            nv = int(ds[f"violations_{tag}"].values[i].sum())
-            ax.set(title=f"{ds['setting'].values[i]}: {name}, {nv} violations", xlabel=_label(ds, "k"),
-                   ylabel=f"max |Δℓ| / {name}")
-    _legend(fig, ly, [Line2D([], [], color=shades[j], marker="o", label=f"ε = {e:g}")
-                      for j, e in enumerate(ds["eps"].values)] + [_line(COLORS["fit"], "--", label="equality (1)")])
-    doc.save(fig)
+VALIDITY = FigurePage(
+    "Validity on every tuple: the largest |Δℓ| / bound",
+    tuple(Panel(f"tightness_{tag}", series="eps", level=1.0, level_label="equality (1)", ylim=(0.0, 1.1),
+                title=f"{{facet}}: {name}, {{violations_{tag}_total:.0f}} violations", ylabel=f"max |Δℓ| / {name}")
+          for tag, name in (("score", "B_score"), ("avg", "B_avg"), ("max", "B_max"))),
+    caption=lambda ds: (
+        f"Largest ratio |Δℓ| / B over all {int(ds.attrs.get('tuples_per_k', 0))} tuples at each k, one curve per ε: "
+        "a bound holds on every tuple exactly when its curve stays at or below 1 (dashed line) — the violation "
+        f"counts, which include a rounding allowance ({ds.attrs.get('tolerance', '?')}), are in the titles. The "
+        "score-level bound B_score comes within a few per cent of equality on some tuples; B_avg and B_max, after "
+        "bounding score differences by embedding distances, stay well below it."))
+
+
+def _validity(doc: ReportDocument, ds: xr.Dataset) -> None:
+    tags = [t for t in ("score", "avg", "max") if f"tightness_{t}" in ds]
+    ds = ds.assign({f"violations_{t}_total": ds[f"violations_{t}"].sum(("eps", "k")) for t in tags})
+    render(doc, ds, (dataclasses.replace(VALIDITY, panels=tuple(p for p in VALIDITY.panels
+                                                                if p.var.split("_")[1] in tags)),))
 
 
 def continuity_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C4 study (all but provenance), for its own report or the validation report."""
-    _check(ds)
+    require(ds, _REQUIRED, "continuity")
     _title_page(doc, ds)
     _growth_page(doc, ds)
-    _bounds_page(doc, ds)
-    _negatives_page(doc, ds)
+    end = {n: ds[f"ratio_{n}"].isel(k=-1) for n in ("negmax_negavg", "negmax_negavg_mcse") if f"ratio_{n}" in ds}
+    render(doc, ds.assign({f"{n}_end": v for n, v in end.items()}), (BOUNDS, NEGATIVES))
     _ratios_page(doc, ds)
-    _validity_page(doc, ds)
+    _validity(doc, ds)

@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import COLORS, ReportDocument, _legend, _line, _marker, format_pm
+from simkit.report.spec import Table, protocol_block, render
 
 __all__ = ["dimension_sections"]
 
@@ -58,16 +59,9 @@ def dimension_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         cfg = json.loads(_attr(ds, "config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
-    doc.key_values([
-        ("protocol", f"{_attr(ds, 'protocol_path')}"),
-        ("protocol SHA-256", f"{_attr(ds, 'protocol_sha256')}"),
-        ("protocol commit", f"{_attr(ds, 'protocol_commit')}"),
-        ("dataset commit", f"{_attr(ds, 'git_commit')}"),
-        ("analysis", f"{_attr(ds, 'analysis')}"),
-        ("design", f"d = {cfg.get('ds', '?')}; n = {cfg.get('n', '?')}, k = {cfg.get('k', '?')}, τ = {cfg.get('tau', '?')}, "
-                   f"κ_M = {cfg.get('kappa_m', '?')}; {cfg.get('n_blocks', '?')} blocks; seed {_attr(ds, 'seed')}"),
-        ("wall time", f"{float(_attr(ds, 'wall_time_s', float('nan'))):.0f} s"),
-    ], key_width=1.2, value_width=4.0, value_family="monospace")
+    protocol_block(doc, ds, f"d = {cfg.get('ds', '?')}; n = {cfg.get('n', '?')}, k = {cfg.get('k', '?')}, τ = "
+                            f"{cfg.get('tau', '?')}, κ_M = {cfg.get('kappa_m', '?')}; {cfg.get('n_blocks', '?')} blocks; "
+                            f"seed {_attr(ds, 'seed')}")
     doc.heading("Verdict (protocol section 7)")
     doc.text(_conclusion(ds), weight="bold")
     rows = [_family_row(ds, "fourier", "primary: Fourier lift (9 parameters, frame redrawn per block), τ",
@@ -125,13 +119,11 @@ def dimension_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
                       _line("0.4", ":", label="√d law")])
     doc.save(fig)
 
-    doc.heading("Every design point")
-    rows = []
-    for j in range(ds.sizes["point"]):
-        rows.append([str(ds["point"].values[j]), f"{ds['n_params'].values[j]:.0f}", f"{ds['tau_train'].values[j]:.4g}",
-                     format_pm(ds["gap_cv"].values[j], ds["gap_cv_mcse"].values[j]),
-                     format_pm(ds["gap"].values[j], ds["gap_mcse"].values[j]), f"{ds['gap_sd'].values[j]:.4f}",
-                     f"{ds['gap_eval_mcse'].values[j]:.4f}", f"{ds['converged'].values[j]:.2f}",
-                     f"{ds['iterations'].values[j]:.0f}", f"{ds['n_finished'].values[j]:.0f}"])
-    doc.table(["point", "params", "τ of φ̂", "E[G] (cv, nats)", "E[G] (plain)", "sd G", "eval MCSE", "conv.",
-               "iter.", "blocks"], rows, [1.5, 0.7, 0.8, 1.5, 1.5, 0.8, 0.8, 0.6, 0.6, 0.6])
+    render(doc, ds, (POINTS,))
+
+
+POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂", "{tau_train:.4g}"),
+                ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"),
+                ("eval MCSE", "{gap_eval_mcse:.4f}"), ("conv.", "{converged:.2f}"), ("iter.", "{iterations:.0f}"),
+                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
+               widths=(1.5, 0.7, 0.8, 1.5, 1.5, 0.8, 0.8, 0.6, 0.6, 0.6))

@@ -3,9 +3,10 @@
 Generic helpers any study can reuse: :class:`ReportDocument` (A4-landscape pages; flowing text and
 tables that wrap long text, break between rows and never overlap; figure pages with room reserved
 for a legend and a caption), :func:`format_pm` (every number with its MCSE), :func:`provenance_pages`
-and :func:`write_report` (atomic write). Each study's pages live in a module of
-this package named for the study; :func:`study_report` assembles any study's PDF. Figures are plain :class:`matplotlib.figure.Figure` objects on an Agg
-canvas, written by ``PdfPages``: no pyplot state is touched.
+and :func:`write_report` (atomic write). Studies declare their pages with :mod:`simkit.report.spec`, in a
+module of this package named for the study; :func:`study_report` assembles any study's PDF. Figures are
+plain :class:`matplotlib.figure.Figure` objects on an Agg canvas, written by ``PdfPages``: no pyplot state
+is touched.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def _decimals(se: float, sig: int = 2) -> int:
 def format_pm(value: float, se: float, *, sig: int = 2) -> str:
     """``value ± se``, the error rounded to ``sig`` significant figures and the value to match.
 
-    ``se == 0`` (an exact value) prints ``± 0 (exact)``; a non-finite value prints ``n/a``.
+    ``se == 0`` (an exact value) prints the value alone, ``(exact)``; a non-finite value prints ``n/a``.
     """
     value, se = float(value), float(se)
     if not math.isfinite(value):
@@ -114,7 +115,7 @@ def format_pm(value: float, se: float, *, sig: int = 2) -> str:
     if not math.isfinite(se):
         return f"{value:.4g} ± n/a".replace("-", MINUS)
     if se == 0:
-        return f"{value:#.6g} ± 0 (exact)".replace("-", MINUS)
+        return f"{value:.6g} (exact)".replace("-", MINUS)
     dec = _decimals(se, sig)
     return f"{_num(value, dec)} ± {_num(se, dec)}"
 
@@ -125,8 +126,11 @@ def format_pm(value: float, se: float, *, sig: int = 2) -> str:
 class ReportDocument:
     """The pages of a PDF report: flowing text and tables, and figure pages.
 
-    Text and tables are laid out top-down in inches; a line or table row that would not fit starts
-    a new page (a table repeats its header), so nothing overlaps. Every page gets the footer and a
+    Flowing items (text, headings, tables) are queued and laid out top-down in inches when the flow
+    ends (a figure page, :meth:`new_page` or :meth:`finish_page`); a line or table row that would not
+    fit starts a new page (a table repeats its header), so nothing overlaps. If the last page of a
+    flow would hold only a few lines, the flow is set again slightly smaller (down to 80%) so that
+    they join the page before: no page holds a sentence alone. Every page gets the footer and a
     page number.
 
     Parameters
@@ -137,12 +141,18 @@ class ReportDocument:
         Left-hand footer of every page.
     """
 
+    #: a flow's last page holding less than this (inches of text) is merged into the page before
+    LONE = 1.8
+    SCALES = (1.0, 0.95, 0.9, 0.85, 0.8)
+
     def __init__(self, pdf: PdfPages, footer: str = ""):
         self.pdf, self.footer = pdf, footer
         self.w, self.h = PAGE
         self.width = self.w - 2 * MARGIN
         self.fig: Figure | None = None
         self.y, self.pages = MARGIN, 0
+        self._queue: list[tuple[str, tuple, dict]] = []
+        self._dry, self._scale, self._fills = False, 1.0, [0.0]
 
     @staticmethod
     def _figure() -> Figure:
@@ -158,48 +168,89 @@ class ReportDocument:
         fig.text(self.w - MARGIN, 0.25, f"page {self.pages}", ha="right", **kw)
         self.pdf.savefig(fig)
 
-    def finish_page(self) -> None:
-        """Write the current flowing page, if any."""
-        if self.fig is not None:
+    # -- the flow: queued, then laid out once its extent is known
+
+    def _layout(self, scale: float, dry: bool) -> list[float]:
+        """Lay out the queued flow at ``scale``; return the filled height of each page (inches)."""
+        self._dry, self._scale, self._fills = dry, scale, [0.0]
+        self.fig, self.y = (None if dry else self._figure()), MARGIN
+        for j, (name, args, kw) in enumerate(self._queue):
+            if name == "_heading" and j + 1 < len(self._queue):  # keep a heading with what follows it
+                args = args[:2] + (max(args[2], self._first_height(*self._queue[j + 1])),)
+            getattr(self, name)(*args, **kw)
+        self._fills[-1] = self.y - MARGIN
+        if not dry:
             self.save(self.fig)
-        self.fig = None
+        self.fig, self._dry, self._scale = None, False, 1.0
+        return self._fills
+
+    def _first_height(self, name: str, args: tuple, kw: dict) -> float:
+        """Height of the first unbreakable piece of a queued item (a table's header and first row)."""
+        if name != "_table":
+            return 0.0
+        header, rows, widths = args
+        size, fam = kw.get("size", TABLE) * self._scale, kw.get("families") or ["sans-serif"] * len(widths)
+        cols = [w * self.width / float(sum(widths)) for w in widths]
+        rows = ([header] if header is not None else []) + list(rows[:1])
+        return sum(max(len(wrap_text(c, cw - 0.1, size, f)) for c, cw, f in zip(r, cols, fam)) * size * LEADING / 72
+                   + 0.1 for r in rows)
+
+    def finish_page(self) -> None:
+        """Lay out and write the queued flowing text, if any."""
+        if not self._queue:
+            return
+        scale = 1.0
+        for s in self.SCALES:
+            fills = self._layout(s, dry=True)
+            if len(fills) == 1 or fills[-1] >= self.LONE:
+                scale = s
+                break
+        else:  # no scale joins the last lines to the page before: keep the full size
+            scale = 1.0
+        self._layout(scale, dry=False)
+        self._queue = []
 
     def new_page(self) -> None:
+        """End the current flow: what follows starts on a new page."""
         self.finish_page()
-        self.fig, self.y = self._figure(), MARGIN
+
+    def _break(self) -> None:
+        self._fills[-1] = self.y - MARGIN
+        self._fills.append(0.0)
+        if not self._dry:
+            self.save(self.fig)
+            self.fig = self._figure()
+        self.y = MARGIN
 
     def _room(self, height: float) -> None:
-        if self.fig is None or self.y + height > self.h - MARGIN - 0.2:
-            self.new_page()
+        if self.y + height > self.h - MARGIN - 0.2 and self.y > MARGIN:
+            self._break()
 
     def _put(self, x: float, y: float, s: str, **kw) -> None:
-        self.fig.text(x, self.h - y, s, transform=self.fig.dpi_scale_trans, va="top", **kw)
+        if not self._dry:
+            self.fig.text(x, self.h - y, s, transform=self.fig.dpi_scale_trans, va="top", **kw)
 
     def _rect(self, x: float, width: float, height: float, color: str, z: float) -> None:
-        self.fig.add_artist(Rectangle((x, self.h - self.y - height), width, height, facecolor=color,
-                                      edgecolor="none", transform=self.fig.dpi_scale_trans, zorder=z))
+        if not self._dry:
+            self.fig.add_artist(Rectangle((x, self.h - self.y - height), width, height, facecolor=color,
+                                          edgecolor="none", transform=self.fig.dpi_scale_trans, zorder=z))
 
-    def text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
-             color: str = "black", after: float = 0.08, keep: int = 1) -> None:
-        """A wrapped paragraph; its first ``keep`` lines stay on one page."""
-        lines = wrap_text(text, self.width, size, family)
-        lh = size * LEADING / 72
-        self._room(lh * min(keep, len(lines)))
-        for line in lines:
-            self._room(lh)
-            self._put(MARGIN, self.y, line, fontsize=size, weight=weight, family=family, color=color)
-            self.y += lh
-        self.y += after
+    def _rule(self) -> None:
+        if not self._dry:
+            self.fig.add_artist(Line2D([MARGIN, MARGIN + self.width], [self.h - self.y] * 2, lw=0.4, color="0.6",
+                                       transform=self.fig.dpi_scale_trans))
 
-    def heading(self, text: str, size: float = HEAD) -> None:
-        """A bold heading, kept on the page with about three lines of what follows."""
-        self._room(size * LEADING / 72 + 0.45)
-        self.y += 0.06
-        self.text(text, size=size, weight="bold", after=0.05)
+    def text(self, text: str, **kw) -> None:
+        """A wrapped paragraph (``size``, ``weight``, ``family``, ``color``, space ``after`` in inches);
+        its first ``keep`` lines stay on one page."""
+        self._queue.append(("_text", (text,), kw))
 
-    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]], widths: Sequence[float], *,
-              size: float = TABLE, colors: dict[tuple[int, int], str] | None = None,
-              families: Sequence[str] | None = None, after: float = 0.15) -> None:
+    def heading(self, text: str, size: float = HEAD, keep: float = 0.45) -> None:
+        """A bold heading, kept on the page with ``keep`` inches (about three lines) of what follows."""
+        self._queue.append(("_heading", (text, size, keep), {}))
+
+    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]], widths: Sequence[float],
+              **kw) -> None:
         """A table whose cells wrap within their columns; a row never splits across pages.
 
         Parameters
@@ -214,6 +265,28 @@ class ReportDocument:
             Font size (pt); background colour of cell ``(row, column)``; font family per column;
             space below the table (inches).
         """
+        self._queue.append(("_table", (header, [list(r) for r in rows], widths), kw))
+
+    def _text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
+              color: str = "black", after: float = 0.08, keep: int = 1) -> None:
+        size, after = size * self._scale, after * self._scale
+        lines = wrap_text(text, self.width, size, family)
+        lh = size * LEADING / 72
+        self._room(lh * min(keep, len(lines)))
+        for line in lines:
+            self._room(lh)
+            self._put(MARGIN, self.y, line, fontsize=size, weight=weight, family=family, color=color)
+            self.y += lh
+        self.y += after
+
+    def _heading(self, text: str, size: float, keep: float) -> None:
+        self._room((size * LEADING / 72 + 0.11) * self._scale + keep)
+        self.y += 0.06 * self._scale
+        self._text(text, size=size, weight="bold", after=0.05)
+
+    def _table(self, header, rows, widths, *, size: float = TABLE, colors: dict | None = None,
+               families: Sequence[str] | None = None, after: float = 0.15) -> None:
+        size, after = size * self._scale, after * self._scale
         cols = [w * self.width / float(sum(widths)) for w in widths]
         fam = list(families) if families is not None else ["sans-serif"] * len(cols)
         pad, lh, colors = 0.05, size * LEADING / 72, colors or {}
@@ -233,8 +306,7 @@ class ReportDocument:
                               weight="bold" if bold else "normal", zorder=2)
                 x += cw
             self.y += height
-            self.fig.add_artist(Line2D([MARGIN, MARGIN + self.width], [self.h - self.y] * 2, lw=0.4, color="0.6",
-                                       transform=self.fig.dpi_scale_trans))
+            self._rule()
 
         head = layout(header) if header is not None else None
         body = [layout(r) for r in rows]
@@ -243,7 +315,7 @@ class ReportDocument:
             draw(*head, COLORS["head"], bold=True)
         for i, (wrapped, height) in enumerate(body):
             if self.y + height > self.h - MARGIN - 0.2:
-                self.new_page()
+                self._break()
                 if head:
                     draw(*head, COLORS["head"], bold=True)
             fills = {j: c for (r, j), c in colors.items() if r == i}
@@ -427,7 +499,9 @@ def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
 
 def _legend(fig: Figure, y: float, handles: list) -> None:
     """One legend for the page, in the band reserved below the axes (it never covers data)."""
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=len(handles), frameon=False)
+    n = len(handles)  # more than six entries: two rows, which the band below the axes still holds
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=n if n <= 6 else -(-n // 2),
+               frameon=False, fontsize=8 if n <= 5 else 6.5)
 
 
 def _marker(color: str, marker: str = "o", hollow: bool = False, label: str = "") -> Line2D:
@@ -444,8 +518,8 @@ def _v(ds: xr.Dataset, name: str, i: int):
     return ds[name].values[i] if name in ds.variables else np.nan
 
 
-def _label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
-    """Axis label from the variable's ``long_name`` (or ``text``) and ``units`` attributes."""
+def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
+    """Axis label from the variable's ``long_name`` (or ``text``), with its ``units`` unless ``"1"``."""
     attrs = ds[name].attrs if name in ds.variables else {}
     text, units = text or attrs.get("long_name", name), attrs.get("units", "1")
     return text if units in ("1", "") else f"{text} ({units})"
@@ -481,9 +555,9 @@ def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> s
     return _num(r[off][np.argmax(np.abs(r[off]))], 0) if off.any() else ""
 
 
-def residual_legend(fig: Figure, y: float) -> None:
-    """The legend of :func:`residual_panel`."""
-    _legend(fig, y, [_marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
+def residual_legend(fig: Figure, y: float, extra: Sequence = ()) -> None:
+    """The legend of :func:`residual_panel`, after the handles ``extra`` of other panels on the page."""
+    _legend(fig, y, [*extra, _marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
                      _line(COLORS["ref"], ":", label="±3")])

@@ -4,12 +4,11 @@ training. Reads the saved dataset only."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import COLORS, ReportDocument, format_pm
+from simkit.report.document import ReportDocument, format_pm
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, render, require
 
 __all__ = ["encoders_sections"]
 
@@ -24,85 +23,56 @@ TEXT = (
     "falls from the first to the last checkpoint (one-sided paired t over blocks).")
 
 
-def _f(x, fmt):
-    x = float(x)
-    return format(x, fmt) if math.isfinite(x) else "n/a"
+def _first_last(name: str):
+    """A variable over checkpoints at the first and the last one, each ± MCSE."""
+    return lambda ds, i: "\n".join(format_pm(ds[name].values[i, j], ds[f"{name}_mcse"].values[i, j]) for j in (0, -1))
 
 
-def _c1_table(doc: ReportDocument, ds: xr.Dataset) -> None:
-    header = ["setting", "k_min", "slope ± SE", "p(slope = −1/2)", "c1 fitted ± MCSE\nc1 exact",
-              "c2 fitted ± MCSE\nc2 exact", "p: curve\np: dgap", "C1 verdict"]
-    rows, colors = [], {}
-    for i, s in enumerate(ds["setting"].values):
-        v = str(ds["verdict"].values[i])
-        rows.append([str(s), _f(ds["k_min"].values[i], "g"), format_pm(ds["slope"].values[i], ds["slope_se"].values[i]),
-                     _f(ds["slope_p_half"].values[i], ".2g"),
-                     format_pm(ds["c1_estimate"].values[i], ds["c1_estimate_mcse"].values[i]) + "\n"
-                     + _f(ds["c1_exact"].values[i], ".4f"),
-                     format_pm(ds["c2_estimate"].values[i], ds["c2_estimate_mcse"].values[i]) + "\n"
-                     + _f(ds["c2_exact"].values[i], ".4f"),
-                     _f(ds["curve_p"].values[i], ".2g") + "\n" + _f(ds["dgap_p"].values[i], ".2g"), v.upper()])
-        colors[(i, len(header) - 1)] = COLORS.get(v, COLORS["fail"])
-    doc.table(header, rows, [1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6], colors=colors)
-    reasons = [f"{s}: {r}" for s, r in zip(ds["setting"].values, ds["verdict_reason"].values) if str(r)]
-    if reasons:
-        doc.text("C1 failures: " + "; ".join(reasons))
+def _reasons(*names: str):
+    def text(ds: xr.Dataset) -> str:
+        out = [f"{s} ({n}): {r}" for n in names for s, r in zip(ds["setting"].values, ds[n].values) if str(r)]
+        return ("Failures: " + "; ".join(out)) if out else "No setting failed these checks."
+    return text
 
 
-def _c2_table(doc: ReportDocument, ds: xr.Dataset) -> None:
-    header = ["setting", "D_k slope ± SE", "p(−1/2)", "D_k verdict", "top-1 first → last", "recall@10 first → last",
-              "CE(M̂,Q̂) first → last", "p top-1 / p CE", "Spearman(risk, top-1)", "retrieval verdict"]
-    rows, colors = [], {}
-    for i, s in enumerate(ds["setting"].values):
-        g = lambda n, j: ds[n].values[i, j]  # noqa: E731
-        dv, rv = str(ds["d2_verdict"].values[i]), str(ds["ret_verdict"].values[i])
-        rows.append([str(s), format_pm(ds["d2_slope"].values[i], ds["d2_slope_se"].values[i]),
-                     _f(ds["d2_slope_p_half"].values[i], ".2g"), dv.upper(),
-                     f"{format_pm(g('ret_top1', 0), g('ret_top1_mcse', 0))}\n{format_pm(g('ret_top1', -1), g('ret_top1_mcse', -1))}",
-                     f"{format_pm(g('ret_recall10', 0), g('ret_recall10_mcse', 0))}\n"
-                     f"{format_pm(g('ret_recall10', -1), g('ret_recall10_mcse', -1))}",
-                     f"{format_pm(g('ret_ce', 0), g('ret_ce_mcse', 0))}\n{format_pm(g('ret_ce', -1), g('ret_ce_mcse', -1))}",
-                     _f(ds["ret_top1_p"].values[i], ".2g") + "\n" + _f(ds["ret_ce_p"].values[i], ".2g"),
-                     _f(ds["ret_spearman"].values[i], "+.2f"), rv.upper()])
-        colors[(i, 3)] = COLORS.get(dv, COLORS["fail"])
-        colors[(i, len(header) - 1)] = COLORS.get(rv, COLORS["fail"])
-    doc.table(header, rows, [1.0, 0.9, 0.5, 0.55, 0.9, 0.9, 0.9, 0.6, 0.6, 0.6], colors=colors)
-    reasons = [f"{s}: {r}" for s, r in zip(ds["setting"].values, ds["ret_verdict_reason"].values) if str(r)]
-    reasons += [f"{s} (D_k): {r}" for s, r in zip(ds["setting"].values, ds["d2_verdict_reason"].values) if str(r)]
-    if reasons:
-        doc.text("Failures: " + "; ".join(reasons))
+C1 = Table((
+    ("setting", "{facet}"), ("k_min", "{k_min}"), ("slope ± SE", "{slope±slope_se}"), ("p(slope = −1/2)", "{slope_p_half:.2g}"),
+    ("c1 fitted ± MCSE\nc1 exact", "{c1_estimate±c1_estimate_mcse}\n{c1_exact:.4f}"),
+    ("c2 fitted ± MCSE\nc2 exact", "{c2_estimate±c2_estimate_mcse}\n{c2_exact:.4f}"),
+    ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}"),
+), heading="C1 at phi_hat (C7: the -rot settings)", widths=(1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6), size=7.5)
+C2 = Table((
+    ("setting", "{facet}"), ("D_k slope ± SE", "{d2_slope±d2_slope_se}"), ("p(−1/2)", "{d2_slope_p_half:.2g}"),
+    ("D_k verdict", lambda ds, i: str(ds["d2_verdict"].values[i]).upper()),
+    ("top-1 first → last", _first_last("ret_top1")), ("recall@10 first → last", _first_last("ret_recall10")),
+    ("CE(M̂,Q̂) first → last", _first_last("ret_ce")), ("p top-1 / p CE", "{ret_top1_p:.2g}\n{ret_ce_p:.2g}"),
+    ("Spearman(risk, top-1)", "{ret_spearman:+.2f}"),
+), heading="C2: the D_k rate and retrieval along training", verdict="ret_verdict",
+    widths=(1.0, 0.9, 0.5, 0.55, 0.9, 0.9, 0.9, 0.6, 0.6, 0.6))
+
+CURVES = FigurePage(
+    "gap_k and D_k at the trained encoder: Monte Carlo (±2 MCSE) against exact",
+    (Panel("gap", band="gap_mcse", fit="fit_gap", fit_range="k_min", reference="gap_exact", logy=True,
+           title="{facet}: slope {slope±slope_se}", label="Monte Carlo ± 2 MCSE", fit_label="WLS fit",
+           reference_label="exact at phi_hat"),
+     Panel("k_gap", band="k_gap_mcse", hline="c1_exact", fit=("c1_estimate", "c2_estimate"), fit_range="k_min",
+           reference="k_gap_exact", title="{facet}: c1 {c1_estimate±c1_estimate_mcse}", label="Monte Carlo ± 2 MCSE",
+           fit_label="fit c1 + c2/k", reference_label="exact at phi_hat", hline_label="exact c1"),
+     Panel("k_d2", band="k_d2_mcse", title="{facet}: D_k slope {d2_slope±d2_slope_se}", reason="d2_verdict_reason",
+           label="Monte Carlo ± 2 MCSE")),
+    caption="Top: gap_k (points and band ±2 MCSE) and the exact curve at phi_hat, log–log, with the WLS fit over the "
+            "shaded range k ≥ k_min. Middle: k·gap_k with the exact c1 (green), the fitted c1 + c2/k and k times the "
+            "exact gap. Bottom: k·D_k, D_k = R_k − E CE(M̂_k, Q̂_k), ±2 MCSE; a 1/k rate makes it level off.")
 
 
-def _curve_pages(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    n = ds.sizes["setting"]
-    for lo in range(0, n, 4):
-        idx = list(range(lo, min(n, lo + 4)))
-        fig, axes, _ = doc.figure("gap_k at the trained encoder: Monte Carlo (±2 MCSE), exact, and k·gap_k", len(idx), 2,
-                                  caption="Left: gap_k (points, ±2 MCSE) and the exact curve at phi_hat (line), log-log;"
-                                          " the shaded range is k < k_min (outside the fits). Right: k·gap_k with the "
-                                          "exact c1 (dashed) and k times the exact gap (line).")
-        for r, i in enumerate(idx):
-            ax, bx = axes[r, 0], axes[r, 1]
-            gap, se, ex = ds["gap"].values[i], ds["gap_mcse"].values[i], ds["gap_exact"].values[i]
-            ok = gap > 0
-            ax.errorbar(k[ok], gap[ok], yerr=2 * se[ok], fmt="o", ms=3, color="C0")
-            ax.plot(k, ex, "-", color="k", lw=1)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            kmin = float(ds["k_min"].values[i])
-            if math.isfinite(kmin):
-                ax.axvspan(k[0], kmin, color="0.9", zorder=0)
-            ax.set_title(str(ds["setting"].values[i]), fontsize=9)
-            ax.set_ylabel("gap_k (nats)")
-            bx.errorbar(k, k * gap, yerr=2 * k * se, fmt="o", ms=3, color="C1")
-            bx.plot(k, k * ex, "-", color="k", lw=1)
-            bx.axhline(float(ds["c1_exact"].values[i]), ls="--", color="0.3")
-            bx.set_xscale("log", base=2)
-            bx.set_ylabel("k·gap_k (nats)")
-        for ax in axes[-1]:
-            ax.set_xlabel("k")
-        doc.save(fig)
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """Display quantities from the saved variables: k times gap_k, its exact curve and D_k."""
+    k, out = ds["k"].astype(float), ds.copy()
+    for name, src, long_name in (("k_gap", "gap", "k times gap_k"), ("k_gap_mcse", "gap_mcse", "MCSE of k_gap"),
+                                 ("k_gap_exact", "gap_exact", "k times the exact gap"), ("k_d2", "d2", "k times D_k"),
+                                 ("k_d2_mcse", "d2_mcse", "MCSE of k_d2")):
+        out[name] = (k * ds[src]).assign_attrs(long_name=f"{long_name}, in nats", units="1")
+    return out
 
 
 def _training_page(doc: ReportDocument, ds: xr.Dataset) -> None:
@@ -128,32 +98,11 @@ def _training_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.save(fig)
 
 
-def _d2_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    fig, axes, _ = doc.figure("C2: k·D_k, D_k = R_k − E CE(M̂_k, Q̂_k), at the trained encoder", 1, 1,
-                              caption="k·D_k ± 2 MCSE per setting; a 1/k rate makes it level off.")
-    ax = axes[0, 0]
-    for i, s in enumerate(ds["setting"].values):
-        ax.errorbar(k, k * ds["d2"].values[i], yerr=2 * k * ds["d2_mcse"].values[i], fmt="o-", ms=3, label=str(s))
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k")
-    ax.set_ylabel("k·D_k (nats)")
-    ax.legend(fontsize=6)
-    doc.save(fig)
-
-
-def encoders_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
+def encoders_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     """The pages of the encoders study (all but provenance), from its dataset alone."""
-    for name in ("slope", "gap", "gap_exact", "d2", "ret_top1", "ret_verdict"):
-        if name not in ds.variables:
-            raise ValueError(f"'ds' must be an encoders dataset; it lacks {name!r} (open the output of "
-                             f"'simkit run encoders')")
-    doc.heading("Claims C1, C2, C7 at InfoNCE-trained encoders")
-    doc.text(TEXT)
-    doc.heading("C1 at phi_hat (C7: the -rot settings)")
-    _c1_table(doc, ds)
-    doc.heading("C2: the D_k rate and retrieval along training")
-    _c2_table(doc, ds)
-    _curve_pages(doc, ds)
-    _d2_page(doc, ds)
-    _training_page(doc, ds)
+    require(ds, ("slope", "gap", "gap_exact", "d2", "ret_top1", "ret_verdict"), "encoders")
+    claims = (ClaimTable("The study's claim checks (simkit validate)"),) if study is not None else ()
+    render(doc, _derived(ds), (
+        TitlePage(texts=(TEXT,), then=(C1, Text(_reasons("verdict_reason")), C2,
+                                       Text(_reasons("ret_verdict_reason", "d2_verdict_reason"))) + claims),
+        CURVES, _training_page), study=study)

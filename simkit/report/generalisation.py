@@ -22,8 +22,9 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from simkit.report.document import (COLORS, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _legend, _line, _marker,
-                                    _power_label, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _marker, _power_label,
+                                    format_pm)
+from simkit.report.spec import TitlePage, fin, render, require
 
 __all__ = ["generalisation_sections"]
 
@@ -43,27 +44,12 @@ _REQUIRED = ("point", "sweep", "family", "n", "k", "tau", "d", "gap_cv", "gap_cv
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d"}
 
 
-def _check(ds: xr.Dataset) -> None:
-    missing = [v for v in _REQUIRED if v not in ds.variables]
-    if missing:
-        raise ValueError(f"'ds' must be a generalisation dataset; it lacks {', '.join(map(repr, missing))} "
-                         f"(open the output of 'simkit run generalisation')")
-
-
 def _s(ds: xr.Dataset, name: str):
     """A scalar variable's value (NaN / '' if absent)."""
     if name not in ds.variables:
         return np.nan
     v = ds[name].values
     return v.item() if v.ndim == 0 else v
-
-
-def _fin(x, fmt: str) -> str:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "n/a"
-    return format(x, fmt).replace("-", MINUS) if math.isfinite(x) else "n/a"
 
 
 def _idx(ds: xr.Dataset, sweep: str) -> np.ndarray:
@@ -90,20 +76,20 @@ def _check_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict]:
     spec = {
         "n": ("C3", "slope of log E[G] on log n", "n_slope", "n_slope_se",
               f"one-sided t, H0: slope ≤ −1/2, level {alpha:g}",
-              lambda: f"detects slope ≥ −1/2 + {_fin(_s(ds, 'n_slope_detect'), '.3f')} w.p. {power:g}"),
+              lambda: f"detects slope ≥ −1/2 + {fin(_s(ds, 'n_slope_detect'), '.3f')} w.p. {power:g}"),
         "k": ("C3", f"slope of E[G] per doubling of k, k ≥ {cfg.get('k_trend_min', '?')}", "k_trend", "k_trend_se",
               f"one-sided t, H0: slope ≤ 0, level {alpha:g}",
-              lambda: f"detects growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
-                      f"({_fin(100 * _s(ds, 'k_trend_detect') / _s(ds, 'k_trend_level'), '.0f')}% of E[G]) "
+              lambda: f"detects growth ≥ {fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
+                      f"({fin(100 * _s(ds, 'k_trend_detect') / _s(ds, 'k_trend_level'), '.0f')}% of E[G]) "
                       f"w.p. {power:g}"),
         "tau": ("C5", "slope of log E[G] on log τ", "tau_slope", "tau_slope_se",
                 f"one-sided t, H0: slope ≥ 0 (pass = rejected), level {alpha:g}",
-                lambda: f"plug-in false-failure rate {_fin(_s(ds, 'tau_false_fail'), '.1e')}; detects slope ≤ "
-                        f"−{_fin(_s(ds, 'tau_slope_detect'), '.3f')} w.p. {power:g}"),
+                lambda: f"plug-in false-failure rate {fin(_s(ds, 'tau_false_fail'), '.1e')}; detects slope ≤ "
+                        f"−{fin(_s(ds, 'tau_slope_detect'), '.3f')} w.p. {power:g}"),
         "d": ("C6", "slope of E[G] per doubling of d (Fourier lift)", "d_trend", "d_trend_se",
               f"two-sided t, H0: slope = 0, level {alpha:g}",
-              lambda: f"detects |slope| ≥ {_fin(_s(ds, 'd_trend_detect'), '.4f')} nats per doubling "
-                      f"({_fin(100 * _s(ds, 'd_trend_detect') / _s(ds, 'd_trend_level'), '.0f')}% of E[G]) "
+              lambda: f"detects |slope| ≥ {fin(_s(ds, 'd_trend_detect'), '.4f')} nats per doubling "
+                      f"({fin(100 * _s(ds, 'd_trend_detect') / _s(ds, 'd_trend_level'), '.0f')}% of E[G]) "
                       f"w.p. {power:g}"),
     }
     for s in _sweeps(ds):
@@ -111,7 +97,7 @@ def _check_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict]:
         verdict = str(_s(ds, f"{s}_verdict"))
         reason = str(_s(ds, f"{s}_verdict_reason"))
         rows.append([claim, f"{s} sweep: {stat}", format_pm(_s(ds, est), _s(ds, se)),
-                     f"{test}; p = {_fin(_s(ds, f'{s}_slope_p' if s in ('n', 'tau') else f'{s}_trend_p'), '.2g')}",
+                     f"{test}; p = {fin(_s(ds, f'{s}_slope_p' if s in ('n', 'tau') else f'{s}_trend_p'), '.2g')}",
                      pw(), verdict.upper() + (f"\n{reason}" if reason else "")])
         colors[(len(rows) - 1, 5)] = COLORS.get(verdict, COLORS["fail"])
         if s == "d" and "d_equiv_verdict" in ds:
@@ -119,8 +105,8 @@ def _check_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict]:
             rows.append(["C6", "d sweep, supplementary (not part of the C6 verdict): the same slope relative to E[G]",
                          format_pm(100 * _s(ds, "d_rel_trend"), 100 * _s(ds, "d_rel_trend_se")) + " % per doubling",
                          f"equivalence (two one-sided t tests), |slope| < 10% of E[G], level {alpha:g}; p = "
-                         f"{_fin(_s(ds, 'd_equiv_p'), '.2g')}",
-                         f"passes w.p. {_fin(_s(ds, 'd_equiv_power0'), '.3f')} at slope 0; √d growth is +41% per "
+                         f"{fin(_s(ds, 'd_equiv_p'), '.2g')}",
+                         f"passes w.p. {fin(_s(ds, 'd_equiv_power0'), '.3f')} at slope 0; √d growth is +41% per "
                          f"doubling", ev.upper()])
             colors[(len(rows) - 1, 5)] = COLORS.get(ev, COLORS["fail"])
     return rows, colors
@@ -142,13 +128,8 @@ def _design_rows(ds: xr.Dataset) -> list[list[str]]:
 def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     cfg = _cfg(ds)
     nb = ds.sizes.get("block", cfg.get("n_blocks", "?"))
-    doc.new_page()
-    doc.text(str(ds.attrs.get("title", "Claims C3, C5, C6")), size=TITLE, weight="bold", after=0.02)
-    wall = ds.attrs.get("wall_time_s", "?")
-    doc.text(f"simkit study '{ds.attrs.get('study', 'generalisation')}' · dataset created {ds.attrs.get('created', '?')}"
-             f" · seed {ds.attrs.get('seed', '?')} · commit {str(ds.attrs.get('git_commit', '?'))[:12]} · "
-             f"{'quick' if cfg.get('quick') else 'full'} design · wall time {wall} s on "
-             f"{ds.attrs.get('platform', '?').split(';')[-1].strip()}", size=SMALL, color="0.3", after=0.12)
+    render(doc, ds, (TitlePage(note=f" · wall time {ds.attrs.get('wall_time_s', '?')} s on "
+                                    f"{ds.attrs.get('platform', '?').split(';')[-1].strip()}"),))
     doc.text(C3_TEXT, after=0.05)
     doc.text(C5_TEXT + " " + C6_TEXT, after=0.1)
     doc.text(
@@ -321,7 +302,7 @@ def _k_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     fig, axes, ly = doc.figure(f"C3: G against k (n = {int(ds['n'].values[i[0]])}, linear family, d = 3, τ = "
                                f"{ds['tau'].values[i[0]]:g})", 1, 3, caption=cap,
                                subtitle=f"trend over k ≥ {kmin:g}: {format_pm(trend, _s(ds, 'k_trend_se'))} nats per "
-                                        f"doubling; growth ≥ {_fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
+                                        f"doubling; growth ≥ {fin(_s(ds, 'k_trend_detect'), '.4f')} nats per doubling "
                                         f"detected w.p. {ds.attrs.get('power', '?')}; verdict "
                                         f"{str(_s(ds, 'k_verdict')).upper()}")
     ax = axes[0, 0]
@@ -411,9 +392,9 @@ def _d_page(doc: ReportDocument, ds: xr.Dataset) -> None:
                                f"{int(ds['n'].values[i[0]])}, k = {int(ds['k'].values[i[0]])}, τ = "
                                f"{ds['tau'].values[i[0]]:g})", 2, 3, caption=cap,
                                subtitle=f"trend {format_pm(trend, _s(ds, 'd_trend_se'))} nats per doubling = "
-                                        f"{_fin(100 * _s(ds, 'd_rel_trend'), '+.1f')}% ± "
-                                        f"{_fin(100 * _s(ds, 'd_rel_trend_se'), '.1f')}% of E[G] (two-sided p = "
-                                        f"{_fin(_s(ds, 'd_trend_p'), '.2g')}); no-trend verdict "
+                                        f"{fin(100 * _s(ds, 'd_rel_trend'), '+.1f')}% ± "
+                                        f"{fin(100 * _s(ds, 'd_rel_trend_se'), '.1f')}% of E[G] (two-sided p = "
+                                        f"{fin(_s(ds, 'd_trend_p'), '.2g')}); no-trend verdict "
                                         f"{str(_s(ds, 'd_verdict')).upper()}; ±10% equivalence "
                                         f"{str(_s(ds, 'd_equiv_verdict')).upper()}")
     ax = axes[0, 0]
@@ -476,8 +457,8 @@ def _table_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         v = lambda name: ds[name].values[j]  # noqa: E731
         pm = lambda name: format_pm(v(name), v(f"{name}_mcse")) if np.isfinite(v(name)) else "—"  # noqa: E731
         rows.append([str(p), str(ds["family"].values[j]), f"{int(v('n'))}", f"{int(v('k'))}", f"{v('tau'):g}",
-                     f"{int(v('d'))}", pm("gap_cv"), pm("gap"), pm("excess_cv"), _fin(v("gap_sd"), ".4f"),
-                     pm("risk_excess"), _fin(v("converged"), ".2f"), _fin(v("restart_spread"), ".1e")])
+                     f"{int(v('d'))}", pm("gap_cv"), pm("gap"), pm("excess_cv"), fin(v("gap_sd"), ".4f"),
+                     pm("risk_excess"), fin(v("converged"), ".2f"), fin(v("restart_spread"), ".1e")])
     doc.table(["point", "family", "n", "k", "τ", "d", "E[G] (control variate)", "E[G] (plain)", "E[E] (control var.)",
                "sd G", "R_k(φ̂) − R_k(id)", "conv.", "restart spread"], rows,
               [0.65, 0.5, 0.4, 0.4, 0.35, 0.3, 1.2, 1.2, 1.2, 0.5, 1.2, 0.4, 0.6], size=7.0)
@@ -520,7 +501,7 @@ def _ni_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         rows.append([claim, f"{s}: {what}", f"{ds['tau'].values[i].min():g}–{ds['tau'].values[i].max():g}",
                      format_pm(_s(ds, f"{s}_b"), _s(ds, f"{s}_b_se")),
                      format_pm(100 * _s(ds, f"{s}_growth"), 100 * _s(ds, f"{s}_growth_se")) + " %",
-                     _fin(_s(ds, f"{s}_level"), ".4f"), _fin(_s(ds, f"{s}_ni_p"), ".3g"),
+                     fin(_s(ds, f"{s}_level"), ".4f"), fin(_s(ds, f"{s}_ni_p"), ".3g"),
                      verdict.upper() + (f"\n{reason}" if reason else "")])
         colors[(len(rows) - 1, 7)] = COLORS.get(verdict, COLORS["fail"])
     doc.table(["claim", "sweep", "τ", "b ± SE", "growth per doubling", "mean E[G]", "p (H0 growth ≥ δ)", "verdict"],
@@ -569,16 +550,16 @@ def _bound_page(doc: ReportDocument, ds: xr.Dataset) -> None:
              "zero; the 1/k term is the plug-in |c1(identity)|/k (docs/theory.md gives no bound constant for it, so a bound "
              "on E is not fully specified). Check: E[G] + z MCSE ≤ complexity term at every point where every φ̂ lies in "
              f"Θ_s. Verdict: {str(_s(ds, 'bound_verdict')).upper()}; largest ratio "
-             f"{_fin(_s(ds, 'bound_max_ratio'), '.3g')}. {_s(ds, 'bound_reason')}", after=0.1)
+             f"{fin(_s(ds, 'bound_max_ratio'), '.3g')}. {_s(ds, 'bound_reason')}", after=0.1)
     rows = []
     for i in j:
         v = lambda name: ds[name].values[i]  # noqa: E731
         rows.append([str(v("point")), f"{int(v('n'))}", f"{int(v('k'))}", f"{v('tau'):g}",
-                     format_pm(v("gap_cv"), v("gap_cv_mcse")), _fin(v("gap_upper"), ".4f"),
+                     format_pm(v("gap_cv"), v("gap_cv_mcse")), fin(v("gap_upper"), ".4f"),
                      format_pm(v("excess"), v("excess_mcse")) if np.isfinite(v("excess")) else "—",
-                     _fin(v("bound_complexity"), ".2f"), _fin(v("bound_variability"), ".2f"),
-                     _fin(v("bound_bias"), ".4f"), _fin(v("bound_total"), ".2f"), _fin(v("bound_ratio"), ".1e"),
-                     _fin(v("in_class"), ".2f")])
+                     fin(v("bound_complexity"), ".2f"), fin(v("bound_variability"), ".2f"),
+                     fin(v("bound_bias"), ".4f"), fin(v("bound_total"), ".2f"), fin(v("bound_ratio"), ".1e"),
+                     fin(v("in_class"), ".2f")])
     doc.table(["point", "n", "k", "τ", "E[G] ± MCSE", "upper limit", "E[E] (plain) ± MCSE", "complexity 2Rad",
                "variability", "1/k plug-in", "sum of terms", "E[G]/bound", "in Θ_s"], rows,
               [0.7, 0.4, 0.4, 0.4, 1.1, 0.6, 1.1, 0.7, 0.6, 0.6, 0.6, 0.6, 0.4], size=6.5)
@@ -604,7 +585,7 @@ def _bound_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 def generalisation_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the generalisation study (all but provenance), for its own report or the validation report."""
-    _check(ds)
+    require(ds, _REQUIRED, "generalisation")
     _title_page(doc, ds)
     _design_page(doc, ds)
     pages = {"n": _n_page, "k": _k_page, "tau": _tau_page, "d": _d_page}

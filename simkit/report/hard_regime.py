@@ -10,14 +10,12 @@ hard regime and each rate_k setting; then the provenance pages (added by :meth:`
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import xarray as xr
-from matplotlib.patches import Patch
-
-from simkit.report.document import (COLORS, MINUS, ReportDocument, _fit_mask, _label, _legend, _line, _log_axes,
-                                    _marker, format_pm, residual_panel)
+from simkit.report.document import COLORS, ReportDocument, format_pm
+from simkit.report.spec import FigurePage, Panel, protocol_block, render
+from simkit.report.spec import fin as _fin
 
 __all__ = ["hard_regime_sections"]
 
@@ -32,11 +30,6 @@ C1_TEXT = (
 
 def _attr(ds: xr.Dataset, name: str, default="?"):
     return ds.attrs.get(name, default)
-
-
-def _fin(x, fmt: str) -> str:
-    x = float(x)
-    return format(x, fmt).replace("-", MINUS) if math.isfinite(x) else "n/a"
 
 
 def _cells(ds: xr.Dataset) -> list[str]:
@@ -84,53 +77,22 @@ def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
         doc.text(f"Reason: {reason}", weight="bold")
 
 
-def _curve_page(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
-    k = ds["k"].values.astype(float)
-    n_k = int(np.log2(float(_g(ds, "k_max", i)))) + 1
-    k = k[:n_k]
-    gap, se = ds["gap"].values[i][:n_k], ds["gap_mcse"].values[i][:n_k]
-    ex = ds["gap_exact"].values[i][:n_k]
-    kmin = float(_g(ds, "k_min", i))
-    sel = _fit_mask(k, kmin)
-    cap = ("Left: gap_k (block means ± 2 MCSE) on log–log axes with the exact curve (simkit.exact.curve.gap_curve) and "
-           "the WLS fit of log gap on log k and 1/k over the shaded fit range. Middle: k·gap_k with the exact c1 and "
-           "c1 + c2/k (the expansion); the hump is the pre-asymptotic regime below the expansion scale. Right: "
-           "standardised residuals of the rate fit.")
-    fig, axes, ly = doc.figure("The hard regime: gap_k and k·gap_k against the exact curve", 1, 3, caption=cap)
-    ax = axes[0, 0]
-    if sel.any():
-        ax.axvspan(kmin / 1.25, k[-1] * 1.25, color=COLORS["span"], zorder=0)
-        ax.plot(k[sel], ds["fit_gap"].values[i][:n_k][sel], color=COLORS["fit"], lw=2.4, zorder=3)
-    ax.plot(k, ex, color=COLORS["exact"], lw=0.7, zorder=4)
-    ok = np.isfinite(gap) & (gap > 0)
-    ax.errorbar(k[ok], gap[ok], yerr=[np.minimum(2 * se[ok], 0.999 * gap[ok]), 2 * se[ok]], fmt="o", ms=3,
-                color=COLORS["data"], mfc="white", zorder=5)
-    _log_axes(ax, k, gap[ok] if ok.any() else gap)
-    ax.set(xlabel=_label(ds, "k"), ylabel="gap_k (nats)", title=f"slope {format_pm(_g(ds, 'slope', i), _g(ds, 'slope_se', i))}")
-    ax = axes[0, 1]
-    kg, kse = ds["k_gap"].values[i][:n_k], ds["k_gap_mcse"].values[i][:n_k]
-    c1, c2 = float(_g(ds, "c1_exact", i)), float(_g(ds, "c2_exact", i))
-    ax.axhline(c1, color=COLORS["band"], lw=0.9)
-    if math.isfinite(c2):
-        kk = np.geomspace(max(k[0], 64.0), k[-1], 200)
-        ax.plot(kk, c1 + c2 / kk, color=COLORS["exact"], lw=0.9, ls="--", zorder=4)
-    ax.plot(k, k * ex, color=COLORS["exact"], lw=0.7, zorder=4)
-    ax.errorbar(k, kg, yerr=2 * kse, fmt="o", ms=3, mfc="white", color=COLORS["data"], zorder=5)
-    if sel.any():
-        ax.axvspan(kmin / 1.25, k[-1] * 1.25, color=COLORS["span"], zorder=0)
-    _log_axes(ax, k)
-    ax.set(xlabel=_label(ds, "k"), ylabel="k · gap_k (nats)",
-           title=f"c1 {format_pm(_g(ds, 'c1_estimate', i), _g(ds, 'c1_estimate_mcse', i))} (exact {c1:g})")
-    ax = axes[0, 2]
-    extra = residual_panel(ax, k, ds["resid_rate"].values[i][:n_k], sel)
-    ax.set(xlabel=_label(ds, "k"), ylabel="standardised residual", title="rate-fit residuals"
-           + (f" (largest off scale {extra})" if extra else ""))
-    _legend(fig, ly, [_marker(COLORS["data"], hollow=True, label="Monte Carlo ± 2 MCSE"),
-                      _line(COLORS["exact"], lw=0.7, label="exact curve"),
-                      _line(COLORS["fit"], lw=2.4, label="WLS rate fit"),
-                      _line(COLORS["band"], label="exact c1"), _line(COLORS["exact"], "--", label="c1 + c2/k"),
-                      Patch(color=COLORS["span"], label="fit range k ≥ k_min")])
-    doc.save(fig)
+def _curves(ds: xr.Dataset) -> FigurePage:
+    c1 = float(ds["c1_exact"])
+    k = dict(fit_range="k_min", logx=True)
+    return FigurePage(
+        "The hard regime: gap_k and k·gap_k against the exact curve",
+        (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", logy=True, title="slope {slope±slope_se}",
+               label="Monte Carlo ± 2 MCSE", fit_label="WLS rate fit", reference_label="exact curve", **k),
+         Panel("k_gap", band="k_gap_mcse", hline="c1_exact", reference=("c1_exact", "c2_exact"),
+               title=f"c1 {{c1_estimate±c1_estimate_mcse}} (exact {c1:g})", label="Monte Carlo ± 2 MCSE",
+               reference_label="c1 + c2/k", hline_label="exact c1", **k),
+         Panel("resid_rate", kind="residual", title="rate-fit residuals", **k)),
+        caption="Left: gap_k (block means, band and error bars ± 2 MCSE) on log–log axes with the exact curve "
+                "(simkit.exact.curve.gap_curve) and the WLS fit of log gap on log k and 1/k over the shaded fit range. "
+                "Middle: k·gap_k with the exact c1 and c1 + c2/k (the expansion, over the fit range); the hump is the "
+                "pre-asymptotic regime below the expansion scale. Right: standardised residuals of the rate fit.",
+        facet=None)
 
 
 def _color(v: str) -> str:
@@ -213,24 +175,17 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         cfg = json.loads(_attr(ds, "config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
-    doc.key_values([
-        ("protocol", f"{_attr(ds, 'protocol_path')}"),
-        ("protocol SHA-256", f"{_attr(ds, 'protocol_sha256')}"),
-        ("protocol commit", f"{_attr(ds, 'protocol_commit')}"),
-        ("dataset commit", f"{_attr(ds, 'git_commit')}"),
-        ("analysis", f"{_attr(ds, 'analysis')}"),
-        ("design", f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
-                   f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
-                   f"{_attr(ds, 'seed')}"),
-        ("wall time", f"{float(_attr(ds, 'wall_time_s', float('nan'))):.0f} s (all cells)"),
-    ], key_width=1.2, value_width=4.0, value_family="monospace")
+    protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
+                            f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
+                            f"{_attr(ds, 'seed')}")
     i = _idx(ds, "hard")
     if i is None:
         doc.text("The dataset has no 'hard' cell.", weight="bold")
         return
     doc.heading("Confirmatory verdict (protocol section 5)")
     _verdict_table(doc, ds, i)
-    _curve_page(doc, ds, i)
+    n_k = int(np.log2(float(_g(ds, "k_max", i)))) + 1
+    render(doc, ds.isel({"cell": i, "k": slice(0, n_k)}), (_curves(ds.isel(cell=i)),))
     doc.new_page()
     doc.text("The tables below are exploratory (descriptive): they show how the rate verdict moves with the "
              "analyst's choices — the k_min factor (re-analysis of the same blocks), the block size at a fixed total "

@@ -21,8 +21,9 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from simkit.report.document import (COLORS, MARGIN, MINUS, SMALL, TITLE, ReportDocument, _json_attr, _label, _legend,
-                                    _line, _log_axes, _marker, format_pm)
+from simkit.report.document import (COLORS, SMALL, ReportDocument, _json_attr, _legend, _line, _log_axes, _marker,
+                                    format_pm, label)
+from simkit.report.spec import FigurePage, Panel, TitlePage, draw_panel, fin, render, require
 
 __all__ = ["rademacher_sections"]
 
@@ -42,17 +43,6 @@ _SHORT = {"infonce": "InfoNCE", "pairsum": "control"}
 
 _REQUIRED = ("loss", "k", "restart", "n", "kn", "complexity", "complexity_mcse", "complexity_by_restart", "slope",
              "slope_se", "slope_p", "complexity_n", "n_slope", "verdict")
-
-
-def _check(ds: xr.Dataset) -> None:
-    missing = [v for v in _REQUIRED if v not in ds.variables]
-    if missing:
-        raise ValueError(f"'ds' must be a rademacher dataset; it lacks {', '.join(map(repr, missing))} "
-                         f"(open the output of 'simkit run rademacher')")
-
-
-def _g(x: float, fmt: str = ".3g") -> str:
-    return format(float(x), fmt).replace("-", MINUS) if math.isfinite(float(x)) else "n/a"
 
 
 def _cfg(ds: xr.Dataset) -> dict:
@@ -79,13 +69,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     alpha = float(ds.attrs.get("alpha", np.nan))
     k = ds["k"].values
     losses = _losses(ds)
-    if doc.fig is None or doc.y > MARGIN:  # a fresh page (e.g. from the validation report) is reused
-        doc.new_page()
-    doc.text(str(ds.attrs.get("title", "Claim C3")), size=TITLE, weight="bold", after=0.02)
-    doc.text(f"simkit study '{ds.attrs.get('study', 'rademacher')}' · dataset created {ds.attrs.get('created', '?')} · "
-             f"seed {ds.attrs.get('seed', '?')} · commit {str(ds.attrs.get('git_commit', '?'))[:12]}"
-             f"{' · quick design' if cfg.get('quick') else ''}", size=SMALL, color="0.3", after=0.12)
-    doc.text(C3_TEXT, after=0.08)
+    render(doc, ds, (TitlePage(texts=(C3_TEXT,)),))
     rad = cfg.get("radius", "?")
     doc.text(
         f"Method. π uniform on S², x⁺ ~ vMF(x, κ_M = {cfg.get('kappa_m', '?')}), τ = {cfg.get('tau', '?')}, K = "
@@ -116,9 +100,9 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             else ("control: growth detected" if flagged else "control: NOT DETECTED")
         good = (name == "infonce") != bool(flagged)
         rows.append([_NAME.get(name, name), format_pm(c[0], s[0]), format_pm(c[-1], s[-1]),
-                     format_pm(ds["slope"].values[j], ds["slope_se"].values[j]), _g(ds["slope_upper"].values[j], ".3f"),
-                     _g(ds["slope_p"].values[j], ".2g"),
-                     f"{_g(ds['slope_detect50'].values[j], '.3f')} · {_g(ds['slope_detect80'].values[j], '.3f')}",
+                     format_pm(ds["slope"].values[j], ds["slope_se"].values[j]), fin(ds["slope_upper"].values[j], ".3f"),
+                     fin(ds["slope_p"].values[j], ".2g"),
+                     f"{fin(ds['slope_detect50'].values[j], '.3f')} · {fin(ds['slope_detect80'].values[j], '.3f')}",
                      f"{format_pm(gl[jj], gls[jj])} at k = {int(k[jj])}", outcome])
         colors[(j, len(header) - 1)] = COLORS["pass"] if good else COLORS["fail"]
     doc.table(header, rows, [1.55, 0.95, 0.95, 1.1, 0.75, 0.65, 0.85, 1.35, 1.25], colors=colors, size=7.5)
@@ -129,7 +113,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         cn, sn = ds["complexity_n"].values[i, :, j], ds["complexity_n_mcse"].values[i, :, j]
         nrows.append([f"{int(kk)}", " · ".join(f"{format_pm(a, b)}" for a, b in zip(cn, sn)),
                       format_pm(ds["n_slope"].values[i, j], ds["n_slope_se"].values[i, j]),
-                      _g(ds["n_slope_p"].values[i, j], ".2g")])
+                      fin(ds["n_slope_p"].values[i, j], ".2g")])
     doc.table(["k", f"R̂_n at n = {', '.join(str(int(n)) for n in ns)} (InfoNCE)", "n-exponent ± SE",
                "p of H0: exponent ≤ −1/2"], nrows, [0.4, 5.2, 1.3, 1.5], size=7.5)
     n_tests = 1 + ds.sizes["kn"]
@@ -196,20 +180,6 @@ def _bars(ax: Axes, x, m, se, color, marker="o", hollow=False, ls="-", lw=1.1, l
                 mfc="white" if hollow else color, zorder=4, label=label)
 
 
-def _fit_line(ax: Axes, ds: xr.Dataset, j: int, color) -> None:
-    """The fitted power law c k^b over the fit range (c through the weighted geometric mean of the data)."""
-    k = ds["k"].values.astype(float)
-    kmin = float(_cfg(ds).get("k_fit_min", 16))
-    b = float(ds["slope"].values[j])
-    m = ds["complexity"].values[j]
-    sel = (k >= kmin) & np.isfinite(m) & (m > 0)
-    if not (math.isfinite(b) and sel.any()):
-        return
-    c = np.exp(np.mean(np.log(m[sel]) - b * np.log(k[sel])))
-    ax.plot(k[sel], c * k[sel] ** b, color=COLORS["fit"], lw=2.2, zorder=3, alpha=0.8)
-    ax.axvspan(kmin / 1.25, k[-1] * 1.25, color=COLORS["span"], zorder=0)
-
-
 def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     k = ds["k"].values.astype(float)
     losses = _losses(ds)
@@ -227,25 +197,12 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     a, b, c = axes[0]
     if "infonce" in losses:
         j = losses.index("infonce")
-        _fit_line(a, ds, j, COLORS["fit"])
-        _bars(a, k, ds["complexity_by_restart"].values[j, :, 0], ds["complexity_by_restart_mcse"].values[j, :, 0],
-              "0.55", hollow=True, lw=0.8)
-        _bars(a, k, ds["complexity"].values[j], ds["complexity_mcse"].values[j], _COLOR["infonce"])
-        _log_axes(a, k)
-        top = np.nanmax(ds["complexity"].values[j] + 2.5 * ds["complexity_mcse"].values[j])
-        a.set_ylim(0, top * 1.1 if math.isfinite(top) else 1)
-        a.set_title(f"InfoNCE: b = {format_pm(ds['slope'].values[j], ds['slope_se'].values[j])}")
-    a.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nats)")
-    ys = []
+        draw_panel(a, ds, Panel("complexity", band="complexity_mcse", also=("complexity_first",), fit="complexity_fit",
+                                fit_range="k_fit_min", title="InfoNCE: b = {slope±slope_se}"), "loss", j)
     for j, name in enumerate(losses):
-        _fit_line(b, ds, j, COLORS["fit"])
-        _bars(b, k, ds["complexity"].values[j], ds["complexity_mcse"].values[j], _COLOR.get(name, "0.3"),
-              _MARK.get(name, "o"), log=True)
-        ys.append(ds["complexity"].values[j])
-    _log_axes(b, k, *ys)
-    b.set_title(" · ".join(f"{'control' if n == 'pairsum' else n}: b = {_g(ds['slope'].values[j], '.3f')}"
-                           for j, n in enumerate(losses)), fontsize=8.5)
-    b.set(xlabel=_label(ds, "k"), ylabel="R̂_n (nats)")
+        draw_panel(b, ds, Panel("complexity", band="complexity_mcse", fit="complexity_fit", fit_range="k_fit_min",
+                                logy=True, color=_COLOR.get(name), title=" · ".join(f"{_SHORT.get(n, n)}: b = {fin(ds['slope'].values[q], '.3f')}"
+                                                            for q, n in enumerate(losses))), "loss", j)
     ns = ds["n"].values.astype(float)
     if "infonce" in losses:
         j = losses.index("infonce")
@@ -263,10 +220,10 @@ def _curves_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         c.set_xlim(ns[0] / 1.3, ns[-1] * 1.3)
         c.set_xticks(ns, [str(int(n)) for n in ns])
         c.legend(loc="upper right", fontsize=7, frameon=False)
-    c.set(title="InfoNCE: R̂_n against n", xlabel=_label(ds, "n"), ylabel="R̂_n (nats)")
+    c.set(title="InfoNCE: R̂_n against n", xlabel=label(ds, "n"), ylabel="R̂_n (nats)")
     _legend(fig, ly, [_marker(_COLOR["infonce"], label="InfoNCE, best of all starts"),
-                      _marker("0.55", hollow=True, label="InfoNCE, first start only"),
-                      _marker(_COLOR["pairsum"], "s", label="control (sum over negatives)"),
+                      _marker(COLORS["plain"], "s", hollow=True, label="InfoNCE, first start only"),
+                      _marker(_COLOR["pairsum"], label="control (sum over negatives)"),
                       _line(COLORS["fit"], lw=2.2, label="fit c·k^b"), Patch(color=COLORS["span"], label="fit range"),
                       _line(COLORS["ref"], "--", 0.9, label="slope −1/2 (n)")])
     doc.save(fig)
@@ -298,7 +255,7 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
         _log_axes(a, k)
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = np.nanmax(sf[:, R - 2] / full) if R >= 2 else np.nan
-        a.set(title=f"{_SHORT.get(name, name)}: shortfall (r = {R - 1}: ≤ {100 * rel:.2g}%)", xlabel=_label(ds, "k"),
+        a.set(title=f"{_SHORT.get(name, name)}: shortfall (r = {R - 1}: ≤ {100 * rel:.2g}%)", xlabel=label(ds, "k"),
               ylabel="shortfall (nats)")
         share = ds["share_improved"].values[j]
         for r in range(1, R):
@@ -306,14 +263,14 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
             b.plot(k[ok], share[ok, r], "o-", ms=3, lw=1, color=shades[r])
         _log_axes(b, k)
         b.set_ylim(-0.02, 1.02)
-        b.set(title=f"{_SHORT.get(name, name)}: share raised by start r", xlabel=_label(ds, "k"), ylabel="share")
+        b.set(title=f"{_SHORT.get(name, name)}: share raised by start r", xlabel=label(ds, "k"), ylabel="share")
         br, bs = ds["slope_by_restart"].values[j], ds["slope_by_restart_se"].values[j]
         rr = ds["restart"].values
         c.errorbar(rr, br, yerr=2 * bs, fmt=_MARK.get(name, "o") + "-", color=_COLOR.get(name, "0.3"), ms=4)
         if name == "infonce":
             c.axhline(0.0, color=COLORS["ref"], ls="--", lw=0.8)
         c.set_xticks(rr)
-        c.set(title=f"{_SHORT.get(name, name)}: k-exponent with r starts", xlabel=_label(ds, "restart"),
+        c.set(title=f"{_SHORT.get(name, name)}: k-exponent with r starts", xlabel=label(ds, "restart"),
               ylabel="exponent b")
     _legend(fig, ly, [Line2D([], [], color=shades[r], marker="o", label=f"r = {r + 1}") for r in range(R)]
             + [_marker(_COLOR["infonce"], label="InfoNCE exponent ±2 SE"),
@@ -321,43 +278,41 @@ def _restart_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.save(fig)
 
 
-def _centring_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    k = ds["k"].values.astype(float)
-    losses = _losses(ds)
-    cap = ("Left: MCSE of R̂_n with the centred estimator sup_θ (1/n) Σ σ_i [ℓ_i(θ) − ℓ_i(θ_0)] (filled) and without "
-           "centring, sup_θ (1/n) Σ σ_i ℓ_i(θ) (hollow); both estimate the same quantity. The uncentred one carries "
-           "the mean-zero term (1/n) Σ σ_i ℓ_i(θ_0), whose size grows with the loss level (~log k for InfoNCE, ~k for "
-           "the control). Right: the variance-reduction factor (MCSE ratio)² and the mean number of objective "
-           "evaluations per L-BFGS-B run (no run hit the iteration limit unless stated in the title).")
-    fig, axes, ly = doc.figure("Centring and the optimiser's work", 1, 2, caption=cap)
-    a, b = axes[0]
-    ys = []
-    for j, name in enumerate(losses):
-        col = _COLOR.get(name, "0.3")
-        cm, um = ds["complexity_mcse"].values[j], ds["complexity_uncentred_mcse"].values[j]
-        a.plot(k, cm, _MARK.get(name, "o") + "-", color=col, ms=3.5)
-        a.plot(k, um, _MARK.get(name, "o") + "--", color=col, ms=3.5, mfc="white")
-        ys += [cm, um]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            b.plot(k, (um / cm) ** 2, _MARK.get(name, "o") + "-", color=col, ms=3.5)
-        b.plot(k, ds["nfev_per_run"].values[j], _MARK.get(name, "o") + ":", color=col, ms=3, mfc="white")
-    _log_axes(a, k, *ys)
-    a.set(title="MCSE of R̂_n", xlabel=_label(ds, "k"), ylabel="MCSE (nats)")
-    _log_axes(b, k)
-    b.set_yscale("log")
-    nc = int(np.nansum(ds["not_converged"].values)) if "not_converged" in ds else 0
-    b.set(title=f"variance reduction; evaluations per run ({nc} runs without convergence)", xlabel=_label(ds, "k"),
-          ylabel="factor / evaluations")
-    _legend(fig, ly, [_marker(_COLOR["infonce"], label="InfoNCE"), _marker(_COLOR["pairsum"], "s", label="control"),
-                      _line("0.3", "-", label="centred MCSE / variance-reduction factor"),
-                      _line("0.3", "--", label="uncentred MCSE"), _line("0.3", ":", label="evaluations per run")])
-    doc.save(fig)
+CENTRING = FigurePage(
+    "Centring and the optimiser's work",
+    (Panel("complexity_mcse", also=("complexity_uncentred_mcse",), logy=True, label="centred MCSE",
+           title="{facet}: MCSE of R̂_n"),
+     Panel("centring_gain", also=("nfev_per_run",), logy=True, label="variance-reduction factor",
+           title="{facet}: variance reduction; evaluations per run")),
+    caption="Top: MCSE of R̂_n with the centred estimator sup_θ (1/n) Σ σ_i [ℓ_i(θ) − ℓ_i(θ_0)] and without centring, "
+            "sup_θ (1/n) Σ σ_i ℓ_i(θ) (squares); both estimate the same quantity. The uncentred one carries the "
+            "mean-zero term (1/n) Σ σ_i ℓ_i(θ_0), whose size grows with the loss level (~log k for InfoNCE, ~k for the "
+            "control). Bottom: the variance-reduction factor (MCSE ratio)² and the mean number of objective "
+            "evaluations per L-BFGS-B run (squares).", facet="loss")
+
+
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """Display quantities from the saved variables: the first start's R̂_n, the fitted power law c k^b
+    over the fit range (c through the weighted geometric mean of the data), the centring gain."""
+    out, k = ds.copy(), ds["k"].astype(float)
+    kmin = float(_cfg(ds).get("k_fit_min", 16))
+    out["k_fit_min"] = xr.DataArray(kmin)
+    out["complexity_first"] = ds["complexity_by_restart"].isel(restart=0).assign_attrs(
+        long_name="hat R_n of the first start θ_0 = I alone, in nats", units="1")
+    sel = (k >= kmin) & (ds["complexity"] > 0)
+    logc = (np.log(ds["complexity"].where(sel)) - ds["slope"] * np.log(k)).mean("k")
+    out["complexity_fit"] = (np.exp(logc) * k ** ds["slope"]).where(k >= kmin).assign_attrs(
+        long_name="fitted c k^b, in nats", units="1")
+    out["centring_gain"] = ((ds["complexity_uncentred_mcse"] / ds["complexity_mcse"]) ** 2).assign_attrs(
+        long_name="variance-reduction factor / evaluations per run", units="1")
+    return out
 
 
 def rademacher_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C3 complexity study (all but provenance), for its own report or the validation report."""
-    _check(ds)
+    require(ds, _REQUIRED, "rademacher")
+    ds = _derived(ds)
     _title_page(doc, ds)
     _curves_page(doc, ds)
     _restart_page(doc, ds)
-    _centring_page(doc, ds)
+    render(doc, ds, (CENTRING,))

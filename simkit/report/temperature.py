@@ -24,8 +24,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from simkit.stats.analysis import combine_verdicts
-from simkit.report.document import (COLORS, LEADING, MARGIN, MINUS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument,
-                                    _json_attr, _legend, _line, _marker, _v, format_pm)
+from simkit.report.document import (COLORS, LEADING, SETTINGS_PER_PAGE, SMALL, ReportDocument, _json_attr, _legend,
+                                    _line, _marker, _power_label, _v, format_pm)
+from simkit.report.spec import TitlePage, fin, render, require
 
 __all__ = ["temperature_sections"]
 
@@ -40,23 +41,10 @@ _REQUIRED = ("setting", "tau", "k", "ce_exact", "ce_estimate", "ce_estimate_mcse
              "kl_bound", "kl_max", "kl_max_mcse", "kl_mean", "kl_mean_exact", "gap", "gap_mcse", "k_gap",
              "verdict_kl", "verdict_ce", "verdict_c1")
 
-_SUP = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
-
-
-def _check(ds: xr.Dataset) -> None:
-    missing = [v for v in _REQUIRED if v not in ds.variables]
-    if missing:
-        raise ValueError(f"'ds' must be a temperature dataset; it lacks {', '.join(map(repr, missing))} "
-                         f"(open the output of 'simkit run temperature')")
-
-
-def _g(x: float, fmt: str = ".3g") -> str:
-    return format(float(x), fmt).replace("-", MINUS) if math.isfinite(float(x)) else "n/a"
-
 
 def _pm(value: float, se: float) -> str:
-    """format_pm, but an exact value (MCSE 0) as four significant digits without '± 0 (exact)'."""
-    return _g(value, ".4g") if float(se) == 0 and math.isfinite(float(value)) else format_pm(value, se)
+    """format_pm, but an exact value (MCSE 0) as four significant digits, without '(exact)'."""
+    return fin(value, ".4g") if float(se) == 0 and math.isfinite(float(value)) else format_pm(value, se)
 
 
 def _k_shown(ds: xr.Dataset) -> tuple[int, int]:
@@ -77,19 +65,13 @@ def _tau_axes(ax: Axes, taus: np.ndarray) -> None:
 
 def _log_y(ax: Axes, *ys: np.ndarray, pad: float = 3.0) -> None:
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _power(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v)))
     ax.yaxis.set_minor_formatter(NullFormatter())
     y = np.concatenate([np.ravel(a) for a in ys]) if ys else np.array([])
     y = y[np.isfinite(y) & (y > 0)]
     if y.size:
         ax.set_ylim(y.min() / pad, y.max() * pad)
 
-
-def _power(v: float) -> str:
-    if v <= 0:
-        return ""
-    e = math.log10(v)
-    return f"10{str(round(e)).translate(_SUP)}" if abs(e - round(e)) < 1e-9 else ""
 
 
 def _log_err(v: np.ndarray, se: np.ndarray) -> list[np.ndarray]:
@@ -122,10 +104,10 @@ def _checks_table(ds: xr.Dataset):
             str(s), f"{fam}\nκ_π = {kp:g}" if fam != "uniform" else fam, f"{_v(ds, 'dim', i)}",
             f"{float(_v(ds, 'kappa_m', i)):g}",
             f"{_pm(ratio[j], ds['kl_ratio_mcse'].values[i, j])} at τ = {float(ds['tau'].values[j]):.3g}",
-            f"{_g(_v(ds, 'ce_max_abs_z', i), '.2f')} (limit {float(ds.attrs.get('z_ce', np.nan)):.2f})",
+            f"{fin(_v(ds, 'ce_max_abs_z', i), '.2f')} (limit {float(ds.attrs.get('z_ce', np.nan)):.2f})",
             _pm(_v(ds, "c1_ratio", i), _v(ds, "c1_ratio_mcse", i)),
-            f"{_g(_v(ds, 'tau_c1_peak', i))}; {_g(_v(ds, 'tau_c1_zero', i))}",
-            f"{_g(_v(ds, 'scale_slope', i), '.2f')} ({_g(_v(ds, 'scale_slope_predicted', i), '.1f')})",
+            f"{fin(_v(ds, 'tau_c1_peak', i))}; {fin(_v(ds, 'tau_c1_zero', i))}",
+            f"{fin(_v(ds, 'scale_slope', i), '.2f')} ({fin(_v(ds, 'scale_slope_predicted', i), '.1f')})",
             " · ".join(x.upper() for x in v)])
         worst = combine_verdicts(v)
         colors[(i, len(header) - 1)] = COLORS.get(worst, COLORS["fail"])
@@ -139,12 +121,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
     alpha = float(ds.attrs.get("alpha", np.nan))
     kf, kmax = _k_shown(ds)
     taus = ds["tau"].values
-    doc.new_page()
-    doc.text(str(ds.attrs.get("title", "Claim C5")), size=TITLE, weight="bold", after=0.02)
-    doc.text(f"simkit study '{ds.attrs.get('study', 'temperature')}' · dataset created "
-             f"{ds.attrs.get('created', '?')} · "
-             f"seed {ds.attrs.get('seed', '?')} · commit {str(ds.attrs.get('git_commit', '?'))[:12]}"
-             f"{' · quick design' if cfg.get('quick') else ''}", size=SMALL, color="0.3", after=0.12)
+    render(doc, ds, (TitlePage(),))
     doc.text(C5_TEXT, after=0.1)
     doc.text(
         f"Method. {n_set} settings (π, M = vMF(x, κ_M), φ = identity on S^(d−1)) × {n_tau} temperatures from "
@@ -202,7 +179,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 
 def _exact_or_pm(value: float, se: float, fmt: str) -> str:
-    return _g(value, fmt) if se == 0 else _pm(value, se)
+    return fin(value, fmt) if se == 0 else _pm(value, se)
 
 
 def _setting_tables(doc: ReportDocument, ds: xr.Dataset) -> None:
@@ -237,29 +214,26 @@ def _setting_tables(doc: ReportDocument, ds: xr.Dataset) -> None:
             star = " *" if ess < ess_min else ""
             rows_a.append([
                 f"{t:.3g}", _exact_or_pm(v("ce_exact"), v("ce_exact_mcse"), ".4f"),
-                _pm(v("ce_estimate"), v("ce_estimate_mcse")), _g(v("ce_z"), "+.2f"),
+                _pm(v("ce_estimate"), v("ce_estimate_mcse")), fin(v("ce_z"), "+.2f"),
                 _exact_or_pm(v("entropy"), v("entropy_mcse"), ".4f"),
-                _exact_or_pm(v("c1_exact"), v("c1_exact_mcse"), ".4g"), _g(v("z2_ratio"), ".4g"),
-                _g(v("m1_ratio"), ".4g"),
+                _exact_or_pm(v("c1_exact"), v("c1_exact_mcse"), ".4g"), fin(v("z2_ratio"), ".4g"),
+                fin(v("m1_ratio"), ".4g"),
                 _pm(ds["k_gap"].values[i, j, gf], ds["k_gap_mcse"].values[i, j, gf]),
                 _pm(ds["k_gap"].values[i, j, gm], ds["k_gap_mcse"].values[i, j, gm])])
             rows_b.append([
-                f"{t:.3g}", _g(float(ds["kl_bound"].values[j]), ".3g"),
+                f"{t:.3g}", fin(float(ds["kl_bound"].values[j]), ".3g"),
                 _exact_or_pm(v("kl_mean_exact"), v("kl_mean_exact_mcse"), ".4g"),
                 _pm(v("kl_mean"), v("kl_mean_mcse")), _pm(v("kl_mean_is"), v("kl_mean_is_mcse")) + star,
-                f"{_g(v('kl_max_anchor_exact'), '.3g')}; {_g(v('kl_sup_exact'), '.3g')}",
+                f"{fin(v('kl_max_anchor_exact'), '.3g')}; {fin(v('kl_sup_exact'), '.3g')}",
                 _pm(v("kl_max"), v("kl_max_mcse")), _pm(v("kl_max_is"), v("kl_max_is_mcse")) + star,
-                _g(ess, ".0f") + star, _pm(v("kl_ratio"), v("kl_ratio_mcse"))])
+                fin(ess, ".0f") + star, _pm(v("kl_ratio"), v("kl_ratio_mcse"))])
             if t < 1.0 / km:
                 colors.update({(j, c): COLORS["span"] for c in range(len(head_a))})
         title = f"{s}: π {_v(ds, 'pi', i)}, d = {_v(ds, 'dim', i)}, κ_M = {km:g}, 1/κ_M = {1 / km:.3g}"
         for what, head, rows, widths in (("cross-entropy and bias", head_a, rows_a, width_a),
                                           ("KL(Q(x,·) ‖ π) against 2/τ", head_b, rows_b, width_b)):
-            # no orphaned rows: start a new page unless the heading, the header and 5 rows fit
-            need = 0.5 + 6 * (7.0 * LEADING / 72 + 0.1)
-            if doc.fig is not None and doc.y + need > doc.h - MARGIN - 0.2:
-                doc.new_page()
-            doc.heading(f"{title} — {what}", size=10)
+            # no orphaned rows: the heading stays on a page with the table's header and 5 rows
+            doc.heading(f"{title} — {what}", size=10, keep=0.5 + 6 * (7.0 * LEADING / 72 + 0.1))
             doc.table(head, rows, widths, size=7.0, colors=colors, after=0.1)
 
 
@@ -294,7 +268,7 @@ def _ce_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         _tau_axes(top, taus)
         gap = ce - h
         j = int(np.nanargmin(gap)) if np.any(np.isfinite(gap)) else 0
-        top.set_title(f"{ds['setting'].values[i]}: min CE − H = {_g(gap[j], '.3g')} at τ = {taus[j]:.3g}")
+        top.set_title(f"{ds['setting'].values[i]}: min CE − H = {fin(gap[j], '.3g')} at τ = {taus[j]:.3g}")
         top.set(xlabel="temperature τ", ylabel="CE (nat)")
         z = ds["ce_z"].values[i]
         for lv, ls, c in ((zc, "--", COLORS["fit"]), (2.0, ":", COLORS["ref"])):
@@ -308,7 +282,7 @@ def _ce_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         bot.set_ylim(-top_z, top_z)
         _tau_axes(bot, taus)
         bot.set(xlabel="temperature τ", ylabel="z of Monte Carlo − exact",
-                title=f"largest |z| = {_g(_v(ds, 'ce_max_abs_z', i), '.2f')}: {ds['verdict_ce'].values[i]}")
+                title=f"largest |z| = {fin(_v(ds, 'ce_max_abs_z', i), '.2f')}: {ds['verdict_ce'].values[i]}")
     _legend(fig, ly, [_line(COLORS["exact"], label="exact CE"), _marker(COLORS["data"], hollow=True,
                       label="Monte Carlo ± 2 MCSE"), _line(COLORS["band"], "--", label="H (CE ≥ H)"),
                       _line(COLORS["ref"], ":", label="τ = 1/κ_M"), _line(COLORS["fit"], "--", 0.9,
@@ -344,8 +318,8 @@ def _c1_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
             top.axvline(t0, color=COLORS["fit"], ls="--", lw=0.9)
         _tau_axes(top, taus)
         _log_y(top, a)
-        top.set_title(f"{ds['setting'].values[i]}: c1 peaks at τ = {_g(_v(ds, 'tau_c1_peak', i))}, "
-                      f"c1 = 0 at τ ≈ {_g(t0)}", fontsize=8.5)
+        top.set_title(f"{ds['setting'].values[i]}: c1 peaks at τ = {fin(_v(ds, 'tau_c1_peak', i))}, "
+                      f"c1 = 0 at τ ≈ {fin(t0)}", fontsize=8.5)
         top.set(xlabel="temperature τ", ylabel="|c1| (nat)")
         rho, mb = ds["z2_ratio"].values[i], ds["m1_ratio"].values[i]
         bot.plot(taus, rho, "s-", color=COLORS["data"], ms=3.5, lw=0.9)
@@ -365,7 +339,7 @@ def _c1_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
         _log_y(bot, rho, mb, np.array([kmax, 0.8]), pad=2.0)
         bot.set_ylim(0.7, ymax)
         bot.set(xlabel="temperature τ", ylabel="expansion scale",
-                title=f"E[Z2/Z²] slope {_g(_v(ds, 'scale_slope', i), '.2f')} (−(d−1)/2 = {_g(slope, '.1f')})")
+                title=f"E[Z2/Z²] slope {fin(_v(ds, 'scale_slope', i), '.2f')} (−(d−1)/2 = {fin(slope, '.1f')})")
     _legend(fig, ly, [_marker(COLORS["data"], label="c1 > 0"), _marker(COLORS["data"], hollow=True, label="c1 < 0"),
                       _line(COLORS["fit"], "--", 0.9, label="c1 = 0"), _line(COLORS["ref"], ":", label="τ = 1/κ_M"),
                       Line2D([], [], marker="s", color=COLORS["data"], label="E[Z2/Z²]"),
@@ -534,13 +508,13 @@ def _norms_pages(doc: ReportDocument, ds: xr.Dataset) -> None:
                      format_pm(v("norm_gap_tau"), v("norm_gap_tau_mcse")),
                      format_pm(v("norm_sens_cv"), v("norm_sens_cv_mcse")),
                      format_pm(v("norm_sens_tau"), v("norm_sens_tau_mcse")),
-                     format_pm(v("norm_sens_ref"), v("norm_sens_ref_mcse")), _g(v("norm_sens_ignored"), ".2g"),
-                     _g(v("norm_fd_rel_error"), ".2g"), format_pm(v("norm_sens"), v("norm_sens_mcse")),
-                     _g(v("norm_converged"), ".2f")])
+                     format_pm(v("norm_sens_ref"), v("norm_sens_ref_mcse")), fin(v("norm_sens_ignored"), ".2g"),
+                     fin(v("norm_fd_rel_error"), ".2g"), format_pm(v("norm_sens"), v("norm_sens_mcse")),
+                     fin(v("norm_converged"), ".2f")])
     doc.table(head, rows, [0.45, 1.15, 1.15, 1.1, 1.15, 1.2, 0.7, 0.8, 1.1, 0.6], size=7.0)
     doc.text(f"Secondary (descriptive): slope of log E[G] on log τ = {_pm(sc('norm_gap_slope'), sc('norm_gap_slope_se'))}"
              f" (−1: G grows like the 1/τ scale of the scores; below −1: faster); slope of log E[S·τ] = b + 1 = "
-             f"{_g(sc('norm_sens_slope_tau'), '.3f')}.", size=SMALL)
+             f"{fin(sc('norm_sens_slope_tau'), '.3f')}.", size=SMALL)
     head = ["estimate", "slope b ± SE", "t (H0 b ≥ b0)", "p", "E[S](τ_min) ± MCSE", "p (H0 ≤ 0)",
             "E[S](τ_min)/E[S](τ_max)", "blocks", "rule", "check verdict"]
     rows, colors = [], {}
@@ -548,8 +522,8 @@ def _norms_pages(doc: ReportDocument, ds: xr.Dataset) -> None:
         g = lambda f: float(ds[f"norm_{c}_{f}"].values)  # noqa: E731
         verdict = str(ds[vname].values)
         why = str(ds[f"{vname}_reason"].values)
-        rows.append([what, _pm(g("b"), g("b_se")), _g(g("t"), ".2f"), _g(g("p"), ".3g"),
-                     format_pm(g("level"), g("level_se")), _g(g("level_p"), ".3g"), _g(g("ratio"), ".3g"),
+        rows.append([what, _pm(g("b"), g("b_se")), fin(g("t"), ".2f"), fin(g("p"), ".3g"),
+                     format_pm(g("level"), g("level_se")), fin(g("level_p"), ".3g"), fin(g("ratio"), ".3g"),
                      f"{int(g('n_blocks'))}", "passes" if g("passed") == 1 else "does not pass",
                      verdict.upper() + (f": {why}" if why else "")])
         colors[(r, len(head) - 1)] = COLORS.get(verdict, COLORS["fail"])
@@ -594,7 +568,7 @@ def _norms_pages(doc: ReportDocument, ds: xr.Dataset) -> None:
 
 def temperature_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The pages of the C5 study (all but provenance), for its own report or the validation report."""
-    _check(ds)
+    require(ds, _REQUIRED, "temperature")
     n = ds.sizes["setting"]
     groups = [list(range(j, min(n, j + SETTINGS_PER_PAGE))) for j in range(0, n, SETTINGS_PER_PAGE)]
     _title_page(doc, ds)

@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 
 from simkit.report import document as report
-from simkit.report import rate_k as report_rate_k
+from simkit.report import spec
 from simkit.report import format_pm, wrap_text
 from simkit.report.rate_k import rate_k_report
 
@@ -137,7 +137,7 @@ def test_report_from_dataset_on_disk(tmp_path, capture_tables):
     assert header[0] == "setting" and header[-1] == "verdict"
     assert [r[-1] for r in rows] == ["PASS", "PASS"]
     assert rows[0][header.index("slope ± jackknife SE")] == "−1.00080 ± 0.00040"
-    assert rows[0][header.index("c1 estimate ± MCSE\nc1 exact ± MCSE")].endswith("\n5.50000 ± 0 (exact)")
+    assert rows[0][header.index("c1 estimate ± MCSE\nc1 exact ± MCSE")].endswith("\n5.5 (exact)")
     assert rows[0][header.index("t of c2")] == "n/a"  # not in this synthetic dataset: shown, not invented
 
 
@@ -172,7 +172,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def broken(*args):
         raise RuntimeError("drawing failed")
 
-    monkeypatch.setattr(report_rate_k, "_gap_page", broken)
+    monkeypatch.setattr(spec, "draw_panel", broken)
     with pytest.raises(RuntimeError, match="drawing failed"):
         rate_k_report(synthetic(), pdf)
     assert pdf.read_bytes() == b"old report"
@@ -189,7 +189,7 @@ def test_not_a_rate_k_dataset(tmp_path):
 def test_format_pm():
     assert format_pm(5.50394174, 0.00191133) == "5.5039 ± 0.0019"
     assert format_pm(-1.0008483, 0.00039009) == "−1.00085 ± 0.00039"
-    assert format_pm(7.5, 0.0) == "7.50000 ± 0 (exact)"
+    assert format_pm(7.5, 0.0) == "7.5 (exact)"
     assert format_pm(123.4, 25.0) == "123 ± 25"
     assert format_pm(np.nan, 0.1) == "n/a"
     assert format_pm(2.0, np.nan) == "2 ± n/a"

@@ -1,0 +1,572 @@
+"""A declarative vocabulary for report pages, drawn by one renderer from the saved dataset alone.
+
+A study's report module declares what to show and :func:`render` draws it with
+:class:`~simkit.report.document.ReportDocument`:
+
+* :class:`TitlePage`: the title, provenance line, claim and method text, and the ADEMP statement
+  from the dataset's attributes;
+* :class:`Table`: one row per value of a dimension, one column per template (``{a±b}`` prints
+  ``a ± b`` with :func:`format_pm`), and a verdict column coloured by outcome;
+* :class:`ClaimTable`: the study's checks (``Study.claim_rows``), each estimate with its MCSE;
+* :class:`Failures`: the cells that did not pass, with their reasons and task errors;
+* :class:`FigurePage` of :class:`Panel` s: a variable against a coordinate with its ±2 MCSE band,
+  the exact reference, the fit and the fit range, faceted by a dimension; axis labels come from
+  each variable's ``long_name`` (and ``units`` when not ``"1"``).
+
+Templates (panel titles, table cells, text) name dataset variables in braces: ``{slope±slope_se}``
+is a value with its MCSE, ``{k_min}`` a value, ``{facet}`` the facet's label; a variable over the
+facet dimension is read at the current facet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import xarray as xr
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
+                                    _log_axes, _num, format_pm, label, residual_legend, residual_panel, wrap_text)
+
+__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
+           "fin", "require", "fill", "protocol_block"]
+
+Source = str | Callable[[xr.Dataset], str]
+
+
+# ------------------------------------------------------------------------------------------------
+# shared helpers
+
+def fin(x, fmt: str = ".3g") -> str:
+    """``x`` formatted with ``fmt`` (true minus sign), or ``n/a`` when it is not a finite number."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "n/a"
+    return format(x, fmt).replace("-", "\u2212") if math.isfinite(x) else "n/a"
+
+
+def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
+    """Raise ValueError naming the variables a study's report needs and ``ds`` lacks."""
+    missing = [v for v in names if v not in ds.variables]
+    if missing:
+        raise ValueError(f"'ds' must be a {study} dataset; it lacks {', '.join(map(repr, missing))} "
+                         f"(open the output of 'simkit run {study}')")
+
+
+def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
+    """The pre-registered protocol of a confirmatory study (path, SHA-256, commit), its design and runtime."""
+    a = ds.attrs
+    doc.key_values([
+        ("protocol", str(a.get("protocol_path", "?"))), ("protocol SHA-256", str(a.get("protocol_sha256", "?"))),
+        ("protocol commit", str(a.get("protocol_commit", "?"))), ("dataset commit", str(a.get("git_commit", "?"))),
+        ("analysis", str(a.get("analysis", "?"))), ("design", design),
+        ("wall time", f"{float(a.get('wall_time_s', float('nan'))):.0f} s"),
+    ], key_width=1.2, value_width=4.0, value_family="monospace")
+
+
+
+def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
+    """Value of ``name`` at facet ``i`` (a scalar variable as is); NaN when the dataset lacks it."""
+    if name not in ds.variables:
+        return np.nan
+    v = ds[name]
+    if facet is not None and i is not None and facet in v.dims:
+        v = v.isel({facet: i})
+    return v.values.item() if v.ndim == 0 else v.values
+
+
+_FIELD = re.compile(r"\{([A-Za-z_][\w]*)(?:±([A-Za-z_][\w]*))?(?::([^}]*))?\}")
+
+
+def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | None = None) -> str:
+    """Fill a template: ``{a±b}`` -> :func:`format_pm`, ``{a}`` / ``{a:fmt}`` -> a value, ``{facet}``."""
+    if callable(template):
+        return template(ds) if i is None else template(ds, i)
+
+    def one(m: re.Match) -> str:
+        name, se, fmt = m.groups()
+        if name == "facet":
+            return str(ds[facet].values[i])
+        v = _at(ds, name, facet, i)
+        if se:
+            return format_pm(v, _at(ds, se, facet, i))
+        if isinstance(v, (str, np.str_)):
+            return str(v)
+        return fin(v, fmt or "g")
+
+    return _FIELD.sub(one, template)
+
+
+# ------------------------------------------------------------------------------------------------
+# the vocabulary
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One panel: ``var`` against ``x`` for one facet.
+
+    Parameters
+    ----------
+    var : str
+        The variable drawn (dims: the facet and ``x``).
+    x : str
+        The coordinate on the horizontal axis.
+    band : str, optional
+        Its MCSE variable: a shaded band and error bars of ±2 MCSE.
+    reference : str or tuple of str, optional
+        The exact curve: a variable over ``x``, or scalar coefficients ``(a0, a1, ...)`` of
+        ``a0 + a1/x + ...`` (drawn over the fit range).
+    hline : str, optional
+        A scalar drawn as a horizontal line (e.g. an exact constant); ``hline_band`` its MCSE.
+    reference_band : str, optional
+        The MCSE of a reference variable: a grey band of ±2 MCSE around it.
+    fit : str or tuple of str, optional
+        The fitted curve, as ``reference``; drawn over the fit range.
+    fit_range : str, optional
+        A scalar variable ``x_min``: the range ``x >= x_min`` is shaded; ``zoom`` restricts the panel to it.
+    slopes : tuple of float
+        Reference power laws ``x**s`` through the first point of the fit range (log–log panels).
+    also : tuple of str
+        Further variables over ``x`` drawn as lines on the same axes (legend: ``also_labels`` or long_name).
+    kind : {"points", "residual"}
+        ``"residual"`` draws standardised residuals with ±2, ±3 lines (in the fit range filled).
+    series : str, optional
+        A further dimension of ``var``: one curve (and ±2 MCSE bars) per value, in shades of one hue.
+    level : float, optional
+        A constant drawn as a dashed horizontal line (e.g. equality, ratio 1), labelled ``level_label``.
+    absolute : bool
+        Draw ``|var|`` (hollow markers where ``var < 0``).
+    """
+
+    var: str
+    x: str = "k"
+    band: str | None = None
+    reference: str | tuple[str, ...] | None = None
+    reference_band: str | None = None
+    hline: str | None = None
+    hline_band: str | None = None
+    fit: str | tuple[str, ...] | None = None
+    fit_range: str | None = None
+    slopes: tuple[float, ...] = ()
+    also: tuple[str, ...] = ()
+    also_labels: tuple[str, ...] = ()
+    kind: str = "points"
+    series: str | None = None
+    level: float | None = None
+    level_label: str = ""
+    absolute: bool = False
+    logx: bool = True
+    logy: bool = False
+    symlog: bool = False
+    zoom: bool = False
+    ylim: tuple[float, float] | None = None
+    title: Source = "{facet}"
+    reason: str = "verdict_reason"
+    color: str | None = None
+    ylabel: str | None = None
+    label: str | None = None
+    fit_label: str = "fit"
+    reference_label: str = "exact"
+    hline_label: str = "exact value ± 2 MCSE"
+
+
+@dataclasses.dataclass(frozen=True)
+class FigurePage:
+    """Panels in rows, one column per facet value (``per_page`` facets a page), or in one row
+    when ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on
+    their grid, one page. ``caption`` and ``title`` may be templates or callables of the dataset."""
+
+    title: Source
+    panels: tuple[Panel, ...]
+    caption: Source = ""
+    subtitle: Source = ""
+    facet: str | tuple[str, str] | None = "setting"
+    per_page: int = SETTINGS_PER_PAGE
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable
+    name (its ``long_name`` heads it; its ``<name>_mcse`` is shown when the dataset has it)."""
+
+    columns: tuple[str | tuple[str, Source], ...]
+    dim: str = "setting"
+    heading: Source = ""
+    verdict: str | None = "verdict"
+    widths: tuple[float, ...] | None = None
+    size: float = 7.5
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimTable:
+    """The study's checks (``Study.claim_rows``): statistic, estimate ± MCSE, false-fail rate, verdict."""
+
+    heading: str = "Claim checks"
+
+
+@dataclasses.dataclass(frozen=True)
+class Failures:
+    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with why (the
+    non-empty ``reasons`` variables)."""
+
+    dim: str = "setting"
+    reasons: tuple[str, ...] = ("verdict_reason",)
+    verdicts: tuple[str, ...] = ("verdict",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """A paragraph (template or callable of the dataset); ``heading`` puts a heading above it."""
+
+    text: Source
+    heading: str = ""
+    size: float = SMALL
+
+
+@dataclasses.dataclass(frozen=True)
+class TitlePage:
+    """The title and provenance line (with the protocol when the dataset names one, then ``note``), then ``texts`` (claim, method, ...), then the ADEMP statement
+    from the dataset's ``ademp`` attribute when ``ademp`` is set, then ``then`` (tables, text)."""
+
+    texts: tuple[Source, ...] = ()
+    ademp: bool = False
+    then: tuple = ()
+    note: Source = ""
+
+
+# ------------------------------------------------------------------------------------------------
+# the renderer
+
+def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) -> None:
+    """Draw the declared ``items`` in order; ``study`` answers :class:`ClaimTable`."""
+    for item in items:
+        if isinstance(item, TitlePage):
+            _title_page(doc, ds, item, study)
+        elif isinstance(item, FigurePage):
+            _figure_pages(doc, ds, item)
+        elif isinstance(item, Table):
+            _table(doc, ds, item)
+        elif isinstance(item, ClaimTable):
+            _claim_table(doc, ds, item, study)
+        elif isinstance(item, Failures):
+            _failures(doc, ds, item)
+        elif isinstance(item, Text):
+            if item.heading:
+                doc.heading(item.heading)
+            doc.text(fill(item.text, ds), size=item.size)
+        elif callable(item):  # a custom page of a study's report module
+            item(doc, ds)
+        else:
+            raise TypeError(f"cannot render {item!r}")
+
+
+def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> None:
+    cfg = _json_attr(ds, "config", {})
+    cfg = cfg if isinstance(cfg, dict) else {}
+    a = ds.attrs
+    doc.new_page()
+    doc.text(str(a.get("title", getattr(study, "title", ""))), size=TITLE, weight="bold", after=0.02)
+    doc.text(f"simkit study '{a.get('study', '?')}' · claim {a.get('claim', '?')} · dataset created "
+             f"{a.get('created', '?')} · seed {a.get('seed', '?')} · commit {str(a.get('git_commit', '?'))[:12]}"
+             f"{' · quick design' if cfg.get('quick') else ''}"
+             + (f" · protocol {a['protocol_path']} (sha256 {str(a.get('protocol_sha256', '?'))[:12]}, commit "
+                f"{str(a.get('protocol_commit', '?'))[:12]})" if "protocol_path" in a else "") + fill(page.note, ds),
+             size=SMALL, color="0.3", after=0.12)
+    for t in page.texts:
+        doc.text(fill(t, ds), after=0.1)
+    ademp = _json_attr(ds, "ademp", {})
+    if page.ademp and isinstance(ademp, dict) and ademp:
+        doc.key_values([(k, str(v)) for k, v in ademp.items()], key_width=0.8, value_width=7.0)
+    render(doc, ds, page.then, study=study)
+
+
+def _table(doc: ReportDocument, ds: xr.Dataset, t: Table) -> None:
+    header, cells = [], []
+    for col in t.columns:
+        if isinstance(col, tuple):
+            header.append(col[0])
+            cells.append(col[1])
+        else:
+            header.append(label(ds, col))
+            cells.append(f"{{{col}±{col}_mcse}}" if f"{col}_mcse" in ds.variables else f"{{{col}}}")
+    verdicts = [str(v) for v in ds[t.verdict].values] if t.verdict and t.verdict in ds else None
+    if verdicts is not None:
+        header.append("verdict")
+    rows, colors = [], {}
+    for i in range(ds.sizes[t.dim]):
+        row = [fill(c, ds, t.dim, i) for c in cells]
+        if verdicts is not None:
+            row.append(verdicts[i].upper())
+            colors[(i, len(row) - 1)] = COLORS.get(verdicts[i], COLORS["head" if verdicts[i] == "n/a" else "fail"])
+        rows.append(row)
+    if t.heading:
+        doc.heading(fill(t.heading, ds))
+    widths = t.widths or [1.0] * len(header)
+    doc.table(header, rows, widths, colors=colors, size=t.size)
+
+
+def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> None:
+    if study is None:
+        raise ValueError("a ClaimTable needs the study whose checks it lists: render(doc, ds, items, study=...)")
+    rows, colors = [], {}
+    for i, r in enumerate(study.claim_rows(ds)):
+        rate = r["false_fail_rate"]
+        rows.append([r["claim"], r["statistic"], format_pm(r["estimate"], r["estimate_mcse"]),
+                     "deterministic" if not math.isfinite(rate) else f"{rate:.2g}", r["verdict"].upper(), r["detail"]])
+        colors[(i, 4)] = COLORS.get(r["verdict"], COLORS["fail"])
+    if rows:
+        doc.heading(t.heading)
+        doc.table(["claim", "statistic", "estimate ± MCSE", "false-fail rate", "verdict", "detail"], rows,
+                  [0.4, 2.4, 1.2, 0.7, 0.55, 4.0], colors=colors)
+
+
+def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures) -> None:
+    n = ds.sizes[f.dim]
+    outcome = [[str(ds[v].values[i]) for v in f.verdicts if v in ds] for i in range(n)]
+    verdicts = [next((v for v in o if v not in ("pass", "n/a")), "pass") for o in outcome]
+    errs = [str(e) for e in ds["cell_error"].values] if "cell_error" in ds else [""] * n
+    bad = [i for i in range(n) if verdicts[i] != "pass" or errs[i]]
+    if not bad:
+        doc.text("All settings pass; no task raised an error.", size=SMALL, weight="bold")
+        return
+    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in f.reasons  # noqa: E731
+                                 if r in ds and str(_at(ds, r, f.dim, i)))
+    doc.heading("Failures and task errors")
+    doc.table(["setting", "verdict: why", "task errors (variable cell_error)"],
+              [[str(ds[f.dim].values[i]), f"{verdicts[i]}: {reason(i) or '—'}", errs[i] or "—"] for i in bad],
+              [1.0, 4.0, 4.0], colors={(r, 0): COLORS.get(verdicts[i], COLORS["fail"]) for r, i in enumerate(bad)})
+
+
+# ------------------------------------------------------------------------------------------------
+# figure pages
+
+def _curve(ds: xr.Dataset, spec, facet: str | None, i: int | None, x: np.ndarray) -> np.ndarray:
+    """A curve over ``x``: a variable, or ``a0 + a1/x + ...`` from scalar coefficients."""
+    if isinstance(spec, str):
+        return np.asarray(_at(ds, spec, facet, i), dtype=float) * np.ones_like(x)
+    coef = [float(_at(ds, c, facet, i)) for c in spec]
+    return sum(c / x ** j for j, c in enumerate(coef))
+
+
+def _title(ax: Axes, text: str) -> None:
+    """A panel title that fits the panel's width: one line in type down to 7.5 pt, else two lines."""
+    width = ax.get_position().width * ax.figure.get_figwidth()
+    for size in (9.0, 8.5, 8.0, 7.5):
+        lines = wrap_text(text, width, size)
+        if len(lines) == 1:
+            break
+    while len(lines) > 2 and size > 6.5:
+        size -= 0.5
+        lines = wrap_text(text, width, size)
+    ax.set_title("\n".join(lines[:2]), fontsize=size)
+
+
+def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None, reason: str) -> None:
+    why = "no estimates"
+    if facet is not None:
+        reason = str(_at(ds, reason, facet, i)) if reason in ds else ""
+        err = str(_at(ds, "cell_error", facet, i)) if "cell_error" in ds else ""
+        why = f"no estimates: {reason or 'failed'}. {err}".strip()
+    ax.text(0.5, 0.5, "\n".join(wrap_text(why, 2.4, SMALL)), transform=ax.transAxes, ha="center", va="center",
+            fontsize=SMALL, color=COLORS["fit"])
+    ax.set(xticks=[], yticks=[])
+
+
+def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: int | None = None) -> set:
+    """Draw one panel; return the legend entries it used, as ``(role, label)`` pairs."""
+    x = ds[p.x].values.astype(float)
+    y = np.asarray(_at(ds, p.var, facet, i), dtype=float)
+    used: set = set()
+    title = fill(p.title, ds, facet, i)
+    if not np.isfinite(y).any():
+        _no_data(ax, ds, facet, i, p.reason)
+        _title(ax, title)
+        return used
+    xmin = float(_at(ds, p.fit_range, facet, i)) if p.fit_range else -math.inf
+    sel = x >= xmin if math.isfinite(xmin) else np.ones(x.shape, bool) if not p.fit_range else np.zeros(x.shape, bool)
+    shown = sel if p.zoom and sel.any() else np.ones(x.shape, bool)
+    ylabel = p.ylabel or label(ds, p.var)
+    if p.series:
+        return _series_panel(ax, ds, p, facet, i, title)
+    if p.kind == "residual":
+        worst = residual_panel(ax, x, y, sel)
+        _title(ax, title + (f"; largest off scale {worst}" if worst else ""))
+        ax.set(xlabel=label(ds, p.x), ylabel=ylabel)
+        return {("residual", "")}
+    se = np.asarray(_at(ds, p.band, facet, i), dtype=float) * np.ones_like(y) if p.band else np.zeros_like(y)
+    v = np.abs(y) if p.absolute else y
+    if p.fit_range and sel.any() and not p.zoom:
+        ax.axvspan(x[sel][0] / 1.25, x[-1] * 1.25, color=COLORS["span"], zorder=0)
+        used.add(("span", f"fit range {p.x} ≥ {p.x}_min"))
+    if p.slopes and sel.any():
+        j = int(np.argmax(sel))
+        for s, ls in zip(p.slopes, ("--", ":", "-.")):
+            ax.plot(x, v[j] * (x / x[j]) ** s, ls, color=COLORS["ref"], lw=0.9)
+            used.add((f"slope{ls}", f"reference slope {_num(s, 2).rstrip('0').rstrip('.')}"))
+    if p.hline:
+        c, cse = float(_at(ds, p.hline, facet, i)), float(_at(ds, p.hline_band, facet, i)) if p.hline_band else 0.0
+        if math.isfinite(c):
+            if cse > 0:
+                ax.axhspan(c - 2 * cse, c + 2 * cse, color=COLORS["band"], alpha=0.25, lw=0)
+            ax.axhline(c, color=COLORS["band"], lw=0.8)
+            used.add(("hline", p.hline_label))
+    for spec, role, lab in ((p.fit, "fit", p.fit_label), (p.reference, "ref", p.reference_label)):
+        if spec is None:
+            continue
+        if isinstance(spec, str):  # a variable over x: the fit over its range, the reference where shown
+            m = sel if role == "fit" else shown
+            xx, cv = x[m], _curve(ds, spec, facet, i, x)[m]
+        elif sel.any():  # coefficients of a0 + a1/x + ...: an expansion, drawn over the fit range
+            xx = np.geomspace(x[sel][0], x[-1], 200)
+            cv, role = _curve(ds, spec, facet, i, xx), role + "c"
+        else:
+            continue
+        if role == "ref" and p.reference_band:
+            rb = 2 * np.asarray(_at(ds, p.reference_band, facet, i), dtype=float)[m]
+            lo_r = np.maximum(cv - rb, 1e-3 * cv) if p.logy else cv - rb
+            ax.fill_between(xx, lo_r, cv + rb, color="0.8", lw=0, zorder=1)
+            used.add(("refband", f"{lab} ± 2 MCSE"))
+        if np.isfinite(cv).any():
+            ls, color, lw = _STYLE[role]
+            ax.plot(xx, np.abs(cv) if p.absolute else cv, ls, color=color, lw=lw, zorder=3)
+            used.add((role, lab))
+    for n, name in enumerate(p.also):
+        w = np.asarray(_at(ds, name, facet, i), dtype=float)
+        ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
+                mfc="white", lw=0.8)
+        used.add((f"also{n}", p.also_labels[n] if n < len(p.also_labels) else label(ds, name)))
+    ok = shown & np.isfinite(v) & ((v > 0) if p.logy else True)
+    lo, hi = v - 2 * se, v + 2 * se
+    if p.logy:
+        lo = np.maximum(lo, v / 1e3)
+    color = p.color or COLORS["data"]
+    if p.band:
+        ax.fill_between(x[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0, zorder=4)
+    neg = y < 0 if p.absolute else np.zeros(y.shape, bool)
+    for m, mfc in ((ok & ~neg, color), (ok & neg, "white")):
+        if m.any():
+            ax.errorbar(x[m], v[m], yerr=[v[m] - lo[m], hi[m] - v[m]] if p.band else None, fmt="o", ms=3.5,
+                        color=color, mfc=mfc, lw=0.9, zorder=5)
+    used.add(("data", p.label or (f"{p.var} ± 2 MCSE" if p.band else p.var)))
+    if neg.any():
+        used.add(("neg", f"{p.var} < 0 (|{p.var}| shown)"))
+    if p.logx:
+        _log_axes(ax, x)
+        ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
+    if p.logy:
+        _log_axes(ax, x, v[ok], *(np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also))
+        ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
+    elif p.symlog:
+        ax.set_yscale("symlog", linthresh=float(np.nanmin(np.abs(v[ok][v[ok] != 0]), initial=1.0)))
+    else:
+        yy = np.concatenate([lo[ok], hi[ok]] + [np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also]
+                            + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else []))
+        yy = yy[np.isfinite(yy)]
+        if yy.size:
+            pad = 0.08 * (yy.max() - yy.min()) + 1e-9 * max(1.0, abs(yy.max()))
+            ax.set_ylim(yy.min() - pad, yy.max() + pad)
+        ax.ticklabel_format(axis="y", useOffset=False)
+    if p.ylim:
+        ax.set_ylim(*p.ylim)
+    _title(ax, title)
+    ax.set(xlabel=label(ds, p.x), ylabel=ylabel)
+    return used
+
+
+def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str) -> set:
+    """One curve per value of ``p.series``, each with ±2 MCSE bars, shaded light (first) to dark (last)."""
+    x = ds[p.x].values.astype(float)
+    sub = lambda name: (ds[name].isel({facet: i}) if facet else ds[name]).transpose(p.series, p.x).values  # noqa
+    y = sub(p.var).astype(float)
+    se = sub(p.band).astype(float) if p.band else np.zeros_like(y)
+    values, used, shown = ds[p.series].values, set(), []
+    for j, v in enumerate(values):
+        color = to_hex(colormaps["viridis"](0.15 + 0.7 * j / max(len(values) - 1, 1)))
+        ok = np.isfinite(y[j]) & ((y[j] > 0) if p.logy else True)
+        lo = np.minimum(2 * se[j][ok], 0.999 * y[j][ok]) if p.logy else 2 * se[j][ok]
+        ax.errorbar(x[ok], y[j][ok], yerr=[lo, 2 * se[j][ok]] if p.band else None, fmt="o-", ms=3, lw=1,
+                    color=color, zorder=4)
+        shown.append(y[j][ok])
+        used.add((f"series|{j:03d}|{color}", f"{p.series} = {fin(v, 'g')}"))
+    if p.level is not None:
+        ax.axhline(p.level, color=COLORS["fit"], ls="--", lw=0.9)
+        used.add(("level", p.level_label or f"{p.level:g}"))
+    _log_axes(ax, x, *(shown if p.logy else ()))
+    if p.ylim:
+        ax.set_ylim(*p.ylim)
+    _title(ax, title)
+    ax.set(xlabel=label(ds, p.x), ylabel=p.ylabel or label(ds, p.var))
+    return used
+
+
+_STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "ref": ("-", COLORS["exact"], 0.8),
+          "refc": ("--", COLORS["exact"], 0.9)}
+
+_HANDLES = {
+    "data": lambda lab: Line2D([], [], marker="o", ls="", color=COLORS["data"], label=lab),
+    "neg": lambda lab: Line2D([], [], marker="o", ls="", mfc="white", color=COLORS["data"], label=lab),
+    **{role: (lambda st: lambda lab: Line2D([], [], ls=st[0], color=st[1], lw=st[2], label=lab))(st)
+       for role, st in _STYLE.items()},
+    "hline": lambda lab: Patch(color=COLORS["band"], alpha=0.5, label=lab),
+    "span": lambda lab: Patch(color=COLORS["span"], label=lab),
+    "refband": lambda lab: Patch(color="0.8", label=lab),
+    "slope--": lambda lab: Line2D([], [], color=COLORS["ref"], ls="--", label=lab),
+    "slope:": lambda lab: Line2D([], [], color=COLORS["ref"], ls=":", label=lab),
+    "slope-.": lambda lab: Line2D([], [], color=COLORS["ref"], ls="-.", label=lab),
+}
+
+
+def _handle(role: str, lab: str):
+    if role.startswith("series|"):
+        return Line2D([], [], marker="o", color=role.split("|")[2], label=lab)
+    if role == "level":
+        return Line2D([], [], ls="--", color=COLORS["fit"], lw=0.9, label=lab)
+    if role.startswith("also"):
+        n = int(role[4:])
+        return Line2D([], [], marker="s", mfc="white", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3],
+                      label=lab)
+    return _HANDLES[role](lab)
+
+
+def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
+    if any(r == "residual" for r, _ in used):
+        residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
+    else:
+        _legend(fig, ly, [_handle(r, lab) for r, lab in used])
+    doc.save(fig)
+
+
+def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None:
+    head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
+    if isinstance(page.facet, tuple):  # a grid of one panel over two dimensions
+        rdim, cdim = page.facet
+        fig, axes, ly = doc.figure(fill(page.title, ds), ds.sizes[rdim], ds.sizes[cdim], **head)
+        used: dict = {}
+        for r in range(ds.sizes[rdim]):
+            for c in range(ds.sizes[cdim]):
+                for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
+                    used.setdefault(key, None)
+        return _finish(doc, fig, ly, used)
+    if page.facet is None:
+        groups, rows = [[None]], 1
+    else:
+        n = ds.sizes[page.facet]
+        groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
+    for idx in groups:
+        ncols = len(page.panels) if page.facet is None else len(idx)
+        fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
+        used = {}
+        for col, i in enumerate(idx if page.facet is not None else range(ncols)):
+            for row in range(rows):
+                p = page.panels[col if page.facet is None else row]
+                for key in sorted(draw_panel(axes[row, col], ds, p, page.facet, None if page.facet is None else i)):
+                    used.setdefault(key, None)
+        _finish(doc, fig, ly, used)
