@@ -2,11 +2,12 @@
 ``tests/data/quick/`` value for value (deterministic: fixed seeds, same arithmetic).
 
 The reference files were written by ``simkit validate`` (quick designs, each study's own seed) before
-the library was reorganised into subpackages; moving code must not move a number. One reference
-was rewritten since, for a change of method rather than a move: ``digits`` takes its exact curve and
-constants from :func:`simkit.diagnose`, whose anchor sample became label-stratified (CHANGELOG.md). Every data variable
-and coordinate is compared (values, dims and dtype); attributes that record the run (times, host,
-versions, commit) are not.
+the library was reorganised into subpackages; moving code must not move a number. Two references
+were rewritten since, for a change of method rather than a move (CHANGELOG.md): ``digits`` takes its
+exact curve and constants from :func:`simkit.diagnose`, whose anchor sample became label-stratified;
+``encoders`` gained the variables of its pre-registered rules R and L, its other variables identical.
+Every data variable and coordinate is compared (values, dims and dtype); attributes that record the
+run (times, host, versions, commit) are not.
 """
 
 from __future__ import annotations
