@@ -203,11 +203,19 @@ def _log_m_parts(pi: SphereDistribution, kernel: MarkovKernel, x: NDArray, y: ND
     return a, u, same, float(kernel.kappa), np.ascontiguousarray(b)
 
 
+#: the heat coefficients of a vMF call: read-only like a Brownian kernel's (:func:`_heat_profile`), so that
+#: the jitted search_sums has one specialisation. With two (read-only and writable arrays), which one a
+#: call ran would depend on what the process had compiled before (Numba converts a writable array to an
+#: existing read-only specialisation), and under contraction of multiply-adds their last bits differ.
+_NO_HEAT = np.zeros(0)
+_NO_HEAT.flags.writeable = False
+
+
 def _sums(x, u, same_u, y, b, tau, kappa, shift_s, shift_m, mu, grid, n_top, n_rank, heat=None):
     """Run the jitted pass; top1/overlap are NaN where not computed. ``heat``: the profile of a
     Brownian kernel (:func:`_heat_profile`), None for the vMF kernels."""
     if heat is None:
-        heat_args = (np.zeros(0), np.zeros(0), 0, 0.0, 0.0)
+        heat_args = (_NO_HEAT, _NO_HEAT, 0, 0.0, 0.0)
     else:
         heat_args = (heat.a_hi, heat.a_lo, heat.n_float, heat.lam, heat.cut)
     n, g = x.shape[0], grid.size

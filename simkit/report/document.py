@@ -500,6 +500,8 @@ def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
 def _legend(fig: Figure, y: float, handles: list) -> None:
     """One legend for the page, in the band reserved below the axes (it never covers data)."""
     n = len(handles)  # more than six entries: two rows, which the band below the axes still holds
+    if n == 0:  # nothing drawn that needs a key (e.g. a design too small for a fit)
+        return
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, y), ncol=n if n <= 6 else -(-n // 2),
                frameon=False, fontsize=8 if n <= 5 else 6.5)
 
