@@ -1,4 +1,4 @@
-"""One suite-wide false-failure budget (HOUSE.md, Tests; issue 13, item 5).
+"""One suite-wide false-failure budget (HOUSE.md, Tests).
 
 Every statistical test of the default suite registers its false-failure rate with
 ``@pytest.mark.false_fail(rate, reason=...)`` (see ``tests/_false_fail.py``), and the sum over the

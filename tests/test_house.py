@@ -164,7 +164,7 @@ def test_apply_schema_refuses_undeclared_and_misdimensioned_variables():
     assert ok["extra"].attrs == {"long_name": "x", "units": "1", "description": "d"}
 
 
-#: "issue 13", "Issue #4", "issues 11" and ISO dates such as 2026-12-03
+#: an issue number ("issue" or "Issue #" followed by digits) or an ISO date (yyyy-mm-dd)
 HISTORY = re.compile(r"\b[Ii]ssues? ?#?\d+|\b(?:19|20)\d\d-[01]\d-[0-3]\d\b")
 #: the longest docstring prose allowed (module, class or function), not counting the numpydoc reference
 #: sections (Parameters, Returns, ...), which list what a signature needs; and the longest docstring in all

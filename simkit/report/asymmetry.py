@@ -16,7 +16,7 @@ from scipy import stats
 
 from simkit.report.document import COLORS, ReportDocument, _json_attr, _legend, _line, _marker, _v, format_pm
 from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
-                                TitlePage, fin, render, require)
+                                TitlePage, fin, render, require, verdict_heading)
 
 __all__ = ["asymmetry_sections"]
 
@@ -128,9 +128,7 @@ def _rule(ds: xr.Dataset) -> str:
 
 def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
     """The rate results of one analysis (``var`` = gap for C1, d for C2), its verdict ``verdict_<claim>``."""
-    def heading(ds: xr.Dataset) -> str:
-        v = [str(x) for x in ds[f"verdict_{claim}"].values]
-        return f"{what}: {v.count('pass')} of {len(v)} settings pass"
+    heading = verdict_heading(what, f"verdict_{claim}")
 
     sign = lambda ds, i: {1.0: "+", -1.0: "−", 0.0: "changes"}.get(float(_v(ds, f"{var}_sign", i)), "n/a")  # noqa
     return Table((

@@ -10,7 +10,7 @@ from scipy import stats
 
 from simkit.report.document import COLORS, SETTINGS_PER_PAGE, ReportDocument, _json_attr, _legend, _line, format_pm
 from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
-                                TitlePage, fin, label, render, require)
+                                TitlePage, fin, label, render, require, verdict_heading)
 
 __all__ = ["digits_sections"]
 
@@ -65,10 +65,7 @@ def _rule(ds: xr.Dataset) -> str:
 
 
 def _count(var: str, what: str):
-    def heading(ds: xr.Dataset) -> str:
-        v = [str(x) for x in ds[var].values if str(x) != "n/a"]
-        return f"{what}: {v.count('pass')} of {len(v)} {'same-digit ' if var != 'verdict' else ''}settings pass"
-    return heading
+    return verdict_heading(what, var, "settings" if var == "verdict" else "same-digit settings")
 
 
 def _ci(p: str) -> str:

@@ -11,7 +11,7 @@ import xarray as xr
 from scipy import stats
 
 from simkit.report.document import _json_attr, provenance_pages, write_report
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require, verdict_heading
 
 __all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
 
@@ -64,10 +64,6 @@ def _rule(ds: xr.Dataset) -> str:
         f"Intervals, p and t are functions of the estimates and standard errors shown, and carry no separate MCSE.")
 
 
-def _heading(ds: xr.Dataset) -> str:
-    v = [str(x) for x in ds["verdict"].values]
-    return f"Regression results and verdicts: {v.count('pass')} of {len(v)} settings pass"
-
 
 RESULTS = Table((
     ("setting", "{facet}"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"), ("τ", "{tau}"),
@@ -79,7 +75,7 @@ RESULTS = Table((
     ("t of c1", "{c1_z:+.2f}"),
     ("c2 estimate ± MCSE\nc2 exact ± MCSE", "{c2_estimate±c2_estimate_mcse}\n{c2_exact±c2_exact_mcse}"),
     ("t of c2", "{c2_t:+.2f}"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading=_heading, widths=(0.82, 0.62, 0.25, 0.36, 0.36, 0.42, 1.2, 1.3, 0.62, 1.15, 0.42, 1.2, 0.42, 0.82, 0.52),
+), heading=verdict_heading("Regression results and verdicts"), widths=(0.82, 0.62, 0.25, 0.36, 0.36, 0.42, 1.2, 1.3, 0.62, 1.15, 0.42, 1.2, 0.42, 0.82, 0.52),
     size=8.0)
 
 _K = dict(fit_range="k_min")

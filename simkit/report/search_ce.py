@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import _json_attr, format_pm
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require, verdict_heading
 
 __all__ = ["search_ce_sections"]
 
@@ -68,10 +68,6 @@ def _rule(ds: xr.Dataset) -> str:
         f"estimates and standard errors shown, and carry no separate MCSE.")
 
 
-def _heading(ds: xr.Dataset) -> str:
-    v = [str(x) for x in ds["verdict"].values]
-    return f"Regression results and verdicts: {v.count('pass')} of {len(v)} settings pass"
-
 
 def _sign(ds: xr.Dataset, i: int) -> str:
     sign = {1.0: "positive", -1.0: "negative", 0.0: "changes"}.get(float(ds["d_sign"].values[i]), "n/a")
@@ -86,7 +82,7 @@ RESULTS = Table((
                                   "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
     ("p-value of slope = −1/2", "{slope_p_half:.2g}"), ("d1 estimate ± MCSE", "{d1_estimate±d1_estimate_mcse}"),
     ("d1 predicted ± MCSE", "{d1_exact±d1_exact_mcse}"), ("z of d1 (diag.)", "{d1_z:+.2f}"),
-), heading=_heading, widths=(0.82, 0.6, 0.25, 0.35, 0.38, 0.45, 0.95, 1.15, 1.4, 0.62, 1.05, 1.05, 0.62, 0.5))
+), heading=verdict_heading("Regression results and verdicts"), widths=(0.82, 0.6, 0.25, 0.35, 0.38, 0.45, 0.95, 1.15, 1.4, 0.62, 1.05, 1.05, 0.62, 0.5))
 
 
 def _retrieval(doc, ds: xr.Dataset) -> None:

@@ -37,6 +37,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, _num, format_pm, label, residual_legend, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
+           "verdict_heading",
            "fin", "require", "fill", "protocol_block"]
 
 Source = str | Callable[[xr.Dataset], str]
@@ -52,6 +53,14 @@ def fin(x, fmt: str = ".3g") -> str:
     except (TypeError, ValueError):
         return "n/a"
     return format(x, fmt).replace("-", "\u2212") if math.isfinite(x) else "n/a"
+
+
+def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
+    """A table heading counting the passing entries of ``var`` ("n/a" entries are not counted)."""
+    def heading(ds: xr.Dataset) -> str:
+        v = [str(x) for x in ds[var].values if str(x) != "n/a"]
+        return f"{what}: {v.count('pass')} of {len(v)} {noun} pass"
+    return heading
 
 
 def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:

@@ -42,20 +42,10 @@ def format_bytes(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def _meminfo(key: str) -> int | None:
+def _proc_bytes(path: str, key: str) -> int | None:
+    """The ``key: N kB`` field of a /proc file, in bytes (None where absent or unreadable)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == key:
-                return int(value.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _status(key: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             name, _, value = line.partition(":")
             if name == key:
                 return int(value.split()[0]) * 1024
@@ -102,7 +92,7 @@ def _rlimit_room() -> int | None:
     for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
         soft = resource.getrlimit(limit)[0]
         if soft != resource.RLIM_INFINITY:
-            rooms.append(max(soft - (_status(used) or 0), 0))
+            rooms.append(max(soft - (_proc_bytes("/proc/self/status", used) or 0), 0))
     return min(rooms) if rooms else None
 
 
@@ -110,7 +100,7 @@ def available_memory() -> int | None:
     """Bytes this process may still allocate: the smallest of the memory the kernel reports available
     (``MemAvailable``), the room under this process's cgroup limit and under its address-space and data
     limits; None where none of them can be read (not Linux)."""
-    known = [v for v in (_meminfo("MemAvailable"), _cgroup_room(), _rlimit_room()) if v is not None]
+    known = [v for v in (_proc_bytes("/proc/meminfo", "MemAvailable"), _cgroup_room(), _rlimit_room()) if v is not None]
     return min(known) if known else None
 
 

@@ -1,4 +1,4 @@
-"""simkit.claims.calibrate and ``simkit calibrate`` (issue 13) on a tiny in-test study with exact p-values.
+"""simkit.claims.calibrate and ``simkit calibrate`` on a tiny in-test study with exact p-values.
 
 The study draws ``n_blocks = 2`` standard normal values (one per block) and tests mean = 0:
 

@@ -1,4 +1,4 @@
-"""Pre-registration (issue 14): every committed dataset that names a protocol matches it, and the
+"""Pre-registration: every committed dataset that names a protocol matches it, and the
 protocol was committed strictly before the run; validate keeps confirmatory rows apart."""
 
 from __future__ import annotations

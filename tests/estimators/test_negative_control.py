@@ -1,4 +1,4 @@
-"""Negative control of issue 11 item 3: the C1 estimator with m1 or Z2 perturbed by 5% inside its
+"""Negative control: the C1 estimator with m1 or Z2 perturbed by 5% inside its
 control variates fails the exact-curve test; the unperturbed estimator passes.
 
 The exact curve (simkit.exact.curve.gap_curve) uses no control variate, so it does not share the

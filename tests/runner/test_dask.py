@@ -243,7 +243,7 @@ N_SPLIT_TASKS = (1 + 8) + (4 + 1 + 8)
 
 
 def test_split_preparation_is_identical_on_two_workers_and_resumes_across_engines(cluster2, tmp_path, capsys):
-    """A mixture cell prepared in 4 part tasks and a combining task (issue 15): the same dataset
+    """A mixture cell prepared in 4 part tasks and a combining task: the same dataset
     in-process and on 2 workers, every part run once; a run
     interrupted inside the parts in-process and finished on the cluster gives it too."""
     cluster, client = cluster2

@@ -1,4 +1,4 @@
-"""Two studies never share random numbers (issue 10): the cell key of every seed includes the
+"""Two studies never share random numbers: the cell key of every seed includes the
 study's name (simkit.runner.seeds).
 
 Before, the key hashed only the cell's coordinates, so ``rate_k`` and ``search_ce`` drew the same

@@ -1,4 +1,4 @@
-"""A cell's preparation split into parts (issue 15, item 2): the pooled Monte Carlo over anchors
+"""A cell's preparation split into parts: the pooled Monte Carlo over anchors
 (simkit.exact.curve.anchor_moments / pool_moments / constants_from_moments) and the runner's part
 tasks (Study.prepare_parts, list dependencies of the executors, checkpoints, failures, resumption).
 

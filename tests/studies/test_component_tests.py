@@ -1,5 +1,5 @@
 """Component tests (``Check.pvalues``) of digits, temperature, generalisation and continuity, and the
-``bound-test`` rows of simkit.claims.calibrate (issue 13: KS tests for every study with a point null or bound).
+``bound-test`` rows of simkit.claims.calibrate (KS tests for every study with a point null or bound).
 
 Each study's p-values are checked against its own verdict rule on the committed default run, and on a
 perturbed copy in which the rule is made to fire (the positive control): a component test rejects

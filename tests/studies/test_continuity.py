@@ -390,6 +390,6 @@ def test_committed_dataset_is_the_confirmatory_run():
     for name in ("verdict", "control_verdict", "secondary_verdict", "conclusion"):
         np.testing.assert_array_equal(again[name].values, ds[name].values)
     # the p-values are far in the tail (down to 1e-221), where the t survival function amplifies the last bits of
-    # its argument: recomputed on another machine than the run's they differ by up to 4.2e-12 relative (seen on
-    # 2026-12-02), bit for bit on the same machine; the decisions above are compared exactly
+    # its argument: recomputed on another machine than the run's they differ by up to 4.2e-12 relative (seen once),
+    # bit for bit on the same machine; the decisions above are compared exactly
     np.testing.assert_allclose(again["ni_avg_p"].values, ds["ni_avg_p"].values, rtol=1e-9)
