@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     r.add_argument("--no-report", action="store_true", help="write the dataset only")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--allow-dirty", action="store_true",
+                   help="run a pre-registered (confirmatory) design from a modified work tree; its dataset "
+                        "records the changed files and the diff's hash and counts as exploratory")
     rep = sub.add_parser("report", help="render the PDF report of a dataset")
     rep.add_argument("dataset")
     rep.add_argument("--out", type=str, default=None, help="report path (default reports/<dataset stem>.pdf)")
@@ -153,6 +156,18 @@ def _connect(address: str | None):
         raise ValueError(str(exc).replace("'scheduler'", "'--scheduler'", 1)) from None
 
 
+def _check_clean_tree(study, cfg: dict, allow_dirty: bool) -> None:
+    """A confirmatory design runs from an unmodified work tree, so that its commit says what ran."""
+    from simkit.claims.protocol import confirmatory_protocols
+    from simkit.runner.provenance import changed_files
+    protocols = confirmatory_protocols(study, cfg)
+    changed = changed_files() if protocols and not allow_dirty else None
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise ValueError(f"this design applies the pre-registered rule of {protocols[0]} and needs an unmodified "
+                         f"work tree (changed: {shown}); commit first, or pass --allow-dirty for an exploratory run")
+
+
 def _run(args) -> int:
     from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
                                WriteFailed, check_writable, get_study, resolve_config, run_study)
@@ -164,6 +179,7 @@ def _run(args) -> int:
         check_writable("--out", out)  # the dataset and the checkpoint directory beside it
         if not args.no_report:
             check_writable("--report", report)
+        _check_clean_tree(study, cfg, args.allow_dirty)
         executor = _connect(args.scheduler)  # last: it is the only check that contacts anything
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)

@@ -6,7 +6,9 @@ its bytes and the commit that last touched it (:func:`protocol_attrs`); a :class
 names its protocol (``Check(protocol="protocols/<study>.md")``), and :func:`analysis_label` says
 whether a row computed from a dataset is *confirmatory* -- the dataset is a full-design run of that
 protocol and the protocol file still has the hash recorded in it -- or *exploratory* (everything
-else: checks without a protocol, quick designs, a protocol edited after its run).
+else: checks without a protocol, quick designs, a protocol edited after its run, a run from a
+modified work tree: its ``git_commit`` ends in "-dirty", so the commit alone does not say what ran).
+``simkit run`` refuses a confirmatory design on a modified work tree (:func:`confirmatory_protocols`).
 ``tests/claims/test_protocols.py`` checks every committed dataset that names a protocol: its hash matches
 the file, and the protocol commit is a strict ancestor of the dataset's ``git_commit``.
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 
 import xarray as xr
 
-__all__ = ["REPO_ROOT", "protocol_attrs", "protocol_sha256", "analysis_label", "is_confirmatory"]
+__all__ = ["REPO_ROOT", "protocol_attrs", "protocol_sha256", "analysis_label", "is_confirmatory",
+           "confirmatory_protocols"]
 
 #: the checkout that holds ``protocols/`` (simkit is installed editable from it)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,16 +59,33 @@ def _quick(ds: xr.Dataset) -> bool:
         return True  # an unreadable configuration is never confirmatory
 
 
+def _dirty(ds: xr.Dataset) -> bool:
+    return str(ds.attrs.get("git_commit", "unknown")).endswith("-dirty")
+
+
 def is_confirmatory(ds: xr.Dataset, protocol: str | None, root: Path | None = None) -> bool:
-    """True when ``ds`` is a full-design run of ``protocol`` whose file still has the recorded hash."""
-    if not protocol or ds.attrs.get("protocol_path") != protocol or _quick(ds):
+    """True when ``ds`` is a full-design run of ``protocol`` whose file still has the recorded hash,
+    run from an unmodified work tree."""
+    if not protocol or ds.attrs.get("protocol_path") != protocol or _quick(ds) or _dirty(ds):
         return False
     sha = protocol_sha256(protocol, root)
     return sha is not None and ds.attrs.get("protocol_sha256") == sha
 
 
 def analysis_label(ds: xr.Dataset, protocol: str | None, root: Path | None = None) -> str:
-    """``"confirmatory (<path>, sha256 <first 12 hex>)"`` or ``"exploratory"``."""
+    """``"confirmatory (<path>, sha256 <first 12 hex>)"``, or ``"exploratory"`` (with the reason when the
+    dataset is a full-design run of the protocol from a modified work tree)."""
     if is_confirmatory(ds, protocol, root):
         return f"confirmatory ({protocol}, sha256 {str(ds.attrs['protocol_sha256'])[:12]})"
+    if protocol and ds.attrs.get("protocol_path") == protocol and not _quick(ds) and _dirty(ds):
+        return f"exploratory (the {protocol} design run from a modified work tree)"
     return "exploratory"
+
+
+def confirmatory_protocols(study, cfg: dict) -> list[str]:
+    """The protocol a run of ``study`` at ``cfg`` would be confirmatory for: the ``protocol_path`` its
+    dataset would record (:func:`is_confirmatory`), none for a quick design."""
+    if cfg.get("quick"):
+        return []
+    path = study.attrs(cfg).get("protocol_path")
+    return [str(path)] if path else []

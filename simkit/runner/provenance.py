@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
 import os
 import platform
 import subprocess
 from pathlib import Path
 
-__all__ = ["git_commit", "versions", "platform_text", "OUTPUT_DIRS"]
+__all__ = ["git_commit", "changed_files", "diff_sha256", "versions", "platform_text", "OUTPUT_DIRS"]
 
 #: repository directories holding outputs, not source (ignored by the "-dirty" mark of git_commit)
 OUTPUT_DIRS = ("data", "reports", "benchmarks/results")
@@ -17,22 +18,41 @@ OUTPUT_DIRS = ("data", "reports", "benchmarks/results")
 PACKAGES = ("simkit", "numpy", "scipy", "numba", "statsmodels", "xarray", "h5netcdf", "netCDF4", "matplotlib")
 
 
-def git_commit() -> str:
-    """HEAD of the checkout simkit is imported from, "-dirty" when tracked source differs; "unknown"
-    outside a git checkout."""
+def _git(*args: str) -> subprocess.CompletedProcess | None:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if out.returncode != 0:
-            return "unknown"
-        commit = out.stdout.strip()
-        # the outputs (datasets, reports, benchmark results) do not count: a study run rewrites them
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--",
-                                ":(top)", *(f":(top,exclude){p}" for p in OUTPUT_DIRS)],
-                               capture_output=True, text=True, timeout=10)
-        return commit + ("-dirty" if dirty.stdout.strip() else "")
+        out = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
+        return None
+    return out if out.returncode == 0 else None
+
+
+#: git pathspecs of the tracked source (the outputs excluded: a study run rewrites them)
+_SOURCE = (":(top)", *(f":(top,exclude){p}" for p in OUTPUT_DIRS))
+
+
+def changed_files() -> list[str] | None:
+    """Tracked source files that differ from HEAD in the checkout simkit is imported from (datasets,
+    reports and benchmark results do not count); ``None`` outside a git checkout."""
+    out = _git("status", "--porcelain", "--untracked-files=no", "--", *_SOURCE)
+    return None if out is None else sorted(line[3:] for line in out.stdout.splitlines() if line.strip())
+
+
+def diff_sha256() -> str | None:
+    """SHA-256 of ``git diff HEAD`` over the tracked source: with the commit, it pins what a run from a
+    modified work tree ran. ``None`` outside a git checkout."""
+    out = _git("diff", "HEAD", "--", *_SOURCE)
+    return None if out is None else hashlib.sha256(out.stdout.encode()).hexdigest()
+
+
+def git_commit() -> str:
+    """HEAD of the checkout simkit is imported from, "-dirty" when tracked source differs
+    (:func:`changed_files`); "unknown" outside a git checkout."""
+    head = _git("rev-parse", "HEAD")
+    changed = changed_files()
+    if head is None or changed is None:
         return "unknown"
+    return head.stdout.strip() + ("-dirty" if changed else "")
 
 
 def versions() -> dict[str, str]:

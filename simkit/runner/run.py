@@ -25,7 +25,7 @@ import xarray as xr
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
 from simkit.runner.memory import check_memory
 from simkit.runner.params import resolve_config
-from simkit.runner.provenance import git_commit, platform_text, versions
+from simkit.runner.provenance import changed_files, diff_sha256, git_commit, platform_text, versions
 from simkit.runner.seeds import SEED_SCHEME, canonical, cell_key, task_name, task_seed
 from simkit.runner.storage import Checkpoint, RunLock, WriteFailed, check_writable, write_dataset
 from simkit.runner.study import Study, UndeclaredVariable, Var, get_study
@@ -194,7 +194,15 @@ def dataset_attrs(study: Study, cfg: dict, *, wall_time_s: float, executor, resu
         "n_errors": len(errors),
         "errors": canonical([{k: v for k, v in e.items() if k != "traceback"} for e in errors]),
         "ademp": canonical(study.ademp),
+        **_dirty_attrs(commit),
     }
+
+
+def _dirty_attrs(commit: str) -> dict[str, str]:
+    """For a run from a modified work tree: which tracked files differ, and the diff's SHA-256."""
+    if not commit.endswith("-dirty"):
+        return {}
+    return {"git_changed_files": canonical(changed_files() or []), "git_diff_sha256": diff_sha256() or "unknown"}
 
 
 def run_study(study: Study | str, cfg: dict | None = None, out: str | os.PathLike | None = None, *,

@@ -56,7 +56,8 @@ def test_dataset_matches_its_protocol_committed_before_the_run(path):
     files = _git("show", "--name-only", "--format=", commit).stdout.split()
     assert files and all(f.startswith("protocols/") for f in files), files
     assert _git("log", "-1", "--format=%H", "--", proto).stdout.strip() == commit
-    assert is_confirmatory(ds, proto)
+    # confirmatory only when run from an unmodified work tree
+    assert is_confirmatory(ds, proto) == (not str(ds.attrs["git_commit"]).endswith("-dirty"))
 
 
 def test_analysis_label_rules(tmp_path):
@@ -72,8 +73,39 @@ def test_analysis_label_rules(tmp_path):
     assert analysis_label(full, "protocols/y.md", tmp_path) == "exploratory"
     quick = full.assign_attrs(config=json.dumps({"quick": True}))
     assert analysis_label(quick, "protocols/x.md", tmp_path) == "exploratory"
+    dirty = full.assign_attrs(git_commit="0123abcd-dirty")
+    assert analysis_label(dirty, "protocols/x.md", tmp_path) == \
+        "exploratory (the protocols/x.md design run from a modified work tree)"
     f.write_text("rule, edited after the run\n")
     assert analysis_label(full, "protocols/x.md", tmp_path) == "exploratory"
+
+
+@pytest.mark.deterministic(reason="argument check before anything runs; no random draw")
+def test_confirmatory_design_on_a_modified_tree_exits_2_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """`simkit run hard_regime` (its pre-registered design) from a modified work tree: one line naming
+    the protocol and the changed files, exit 2, nothing written; the quick design is not confirmatory."""
+    import simkit.runner.provenance as prov
+    from simkit.claims.protocol import confirmatory_protocols
+    from simkit.cli import main
+    from simkit.runner import get_study, resolve_config
+    study = get_study("hard_regime")
+    assert confirmatory_protocols(study, resolve_config(study, {})) == ["protocols/hard_regime.md"]
+    assert confirmatory_protocols(study, resolve_config(study, {}, quick=True)) == []
+    monkeypatch.setattr(prov, "changed_files", lambda: ["simkit/x.py"])
+    out = tmp_path / "h.nc"
+    assert main(["run", "hard_regime", "--out", str(out), "--report", str(tmp_path / "h.pdf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "protocols/hard_regime.md" in err[0] and "simkit/x.py" in err[0], err
+    assert "--allow-dirty" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dirty_run_records_the_changed_files_and_the_diff_hash(monkeypatch):
+    import simkit.runner.run as run
+    monkeypatch.setattr(run, "changed_files", lambda: ["simkit/x.py"])
+    monkeypatch.setattr(run, "diff_sha256", lambda: "ab" * 32)
+    assert run._dirty_attrs("0123-dirty") == {"git_changed_files": '["simkit/x.py"]', "git_diff_sha256": "ab" * 32}
+    assert run._dirty_attrs("0123") == {}
 
 
 def test_validate_keeps_confirmatory_rows_apart():
@@ -95,18 +127,22 @@ def test_validate_keeps_confirmatory_rows_apart():
 
 @pytest.mark.deterministic(reason="labels of committed datasets; no random draw")
 def test_validate_from_the_committed_data_marks_confirmatory_rows(tmp_path):
-    """simkit validate --from-data data: nothing runs; the committed confirmatory C6 run gives a
-    'C6 confirmatory' row with the protocol's hash, apart from the exploratory C6 row."""
+    """simkit validate --from-data data: nothing runs; a committed confirmatory C6 run from a clean tree
+    gives a 'C6 confirmatory' row with the protocol's hash, apart from the exploratory C6 row."""
     from simkit.claims.validate import run_validation
     t = run_validation(studies=["dimension", "generalisation"], from_data=ROOT / "data", out=tmp_path / "v.nc",
                        report=None, progress=False)
     claims = list(t["claim"].values)
-    assert "C6" in claims and "C6 confirmatory" in claims
-    sha = hashlib.sha256((ROOT / "protocols" / "dimension.md").read_bytes()).hexdigest()
-    assert str(t["analysis"].sel(claim="C6 confirmatory").values) == \
-        f"confirmatory (protocols/dimension.md, sha256 {sha[:12]})"
+    assert "C6" in claims
     assert str(t["analysis"].sel(claim="C6").values) == "exploratory"
-    assert "C3 confirmatory" in claims  # generalisation's pre-registered k rule
+    for name, claim in (("dimension", "C6"), ("generalisation", "C3")):
+        dirty = str(read_dataset(ROOT / "data" / f"{name}.nc").attrs["git_commit"]).endswith("-dirty")
+        # a committed run from a modified work tree is exploratory, its rule's row with the others
+        assert (f"{claim} confirmatory" in claims) == (not dirty), name
+    if "C6 confirmatory" in claims:
+        sha = hashlib.sha256((ROOT / "protocols" / "dimension.md").read_bytes()).hexdigest()
+        assert str(t["analysis"].sel(claim="C6 confirmatory").values) == \
+            f"confirmatory (protocols/dimension.md, sha256 {sha[:12]})"
     with pytest.raises(ValueError, match="'--from-data' must hold a dataset of every study"):
         run_validation(studies=["dimension"], from_data=tmp_path, out=tmp_path / "w.nc", report=None)
 
