@@ -158,3 +158,27 @@ def unregistered(path: Path, pending: set[str] = frozenset()) -> list[str]:
         if draws(node, {node.name}) and STAT.search(code(node)):
             out.append(f"{path.name}:{node.lineno}: {node.name}")
     return out
+
+
+def null_pvalues(study, ds) -> dict[str, float]:
+    """The component null tests of ``study``'s checks on ``ds`` (``Check.pvalues``) as
+    ``{"<check index>:<claim>:<setting>:<test>": p}``.
+
+    Under the claims each p-value is uniform, or super-uniform for a one-sided bound, so a test
+    asserting ``p >= floor`` for all ``m`` of them fails by chance with probability at most
+    ``m * floor`` (Bonferroni). It is the default suite's form of a quick design's verdicts: the
+    verdicts reject at the study's alpha, which a test cannot lower; the floor detects what the
+    verdicts detect once the discrepancy pushes a p-value below ``floor`` (for a two-sided t on
+    ``n - 1`` df, a shift of ``t_{1 - floor/2, n - 1}`` standard errors with probability 1/2)."""
+    out = {}
+    for j, check in enumerate(study.checks):
+        if getattr(check, "pvalues", None) is None:
+            continue
+        for test, entry in check.pvalues(ds).items():
+            out[f"{j}:{check.claim}:{test}"] = float(entry[0])
+    return out
+
+
+def below_floor(pvalues: dict[str, float], floor: float) -> dict[str, float]:
+    """The entries of ``pvalues`` below ``floor`` or not finite (a test that could not be made)."""
+    return {name: p for name, p in pvalues.items() if not (math.isfinite(p) and p >= floor)}

@@ -106,15 +106,17 @@ def _row(ds, name):
 # the rates
 
 @pytest.mark.statistical
-@pytest.mark.false_fail(2e-3, reason="exact binomial test p >= 1e-3 (conservative) + KS p >= 1e-3 on exactly uniform p-values")
+@pytest.mark.false_fail(2e-5, reason="exact binomial test p >= 1e-5 (conservative) + KS p >= 1e-5 on exactly uniform p-values")
 def test_exactly_uniform_pvalues_are_calibrated(calibrated):
-    """Null control (budget: binomial 1e-3, KS 1e-3)."""
+    """Null control (budget: binomial 1e-5, KS 1e-5). Power at 60 seeds is low, as a null control's may be:
+    KS detects a sup distance >= 0.64 with probability 0.999 (DKW-Massart) and the binomial test fails at 13 or
+    more rejections of 60 (nominal 3); detection of a miscalibrated test is test_miscalibrated_test_is_detected's."""
     ds, _ = calibrated
     t = _row(ds, "demo.1:t")
     assert int(t["n_valid"]) == SEEDS and int(t["n_missing"]) == 0
     assert float(t["nominal_rate"]) == T_ALPHA
-    assert float(t["binom_pvalue"]) >= 1e-3, float(t["empirical_rate"])
-    assert float(t["ks_pvalue"]) >= 1e-3
+    assert float(t["binom_pvalue"]) >= 1e-5, float(t["empirical_rate"])
+    assert float(t["ks_pvalue"]) >= 1e-5
     # the interval is the Clopper-Pearson one (Beta quantiles)
     k, n = int(t["n_reject"]), int(t["n_valid"])
     ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact")

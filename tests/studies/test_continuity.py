@@ -12,10 +12,12 @@ tests/embeddings/test_perturbation.py, the rule's implementation in simkit.stats
   invalid inputs are rejected with messages naming the argument.
 
 Statistical budget of this file (seeds fixed before the assertions were first run; never re-seeded):
-the quick design (the study's default seed) -- its 6 exploratory flatness tests of the parametric
-cells at level 1e-3 each (6e-3), the positive-control and secondary assertions (each below 1e-6 at
-the slopes stated in protocols/continuity.md) -- and the size test of the rule at its margin
-(binomial tails 2.8e-4). Total at most 6.3e-3. Power is stated with each test.
+the quick design (the study's default seed) -- the positive-control and secondary assertions (each
+below 1e-6 at the slopes stated in protocols/continuity.md) -- and the size test of the rule at its
+margin (binomial tails 2.8e-4): at most 2.9e-4 in the default suite. The 6 exploratory flatness
+tests of the parametric cells are in the slow suite: their point null is false at eps = 0.5 (the
+averaging bound falls slightly), so no p-value floor bounds their rate (calibrated: 7/200 at 1e-3).
+Power is stated with each test.
 """
 
 from __future__ import annotations
@@ -235,16 +237,29 @@ def test_bounds_hold_on_every_tuple_quick(quick):
     assert np.all(ds["dl"] <= ds["bound_score"])
 
 
-@pytest.mark.false_fail(6e-3 + 3e-6, reason=(
-    "the exploratory flat test at 1e-3 in 6 parametric cells + the control, secondary and primary rules "
-    "(>= 10 SE from their margins, < 1e-6 each)"))
+@pytest.mark.slow
+@pytest.mark.false_fail(0.071, reason="slow suite: the exploratory flat test at 1e-3 in 6 parametric cells; its point null is "
+                        "false at eps = 0.5, so the rate is the calibrated one's upper 95% limit (7/200 [0.014, 0.071])")
+@statistical
+def test_c4_quick_flat_verdicts(quick):
+    """The exploratory flatness rule's verdicts in the parametric cells, at the study's level 1e-3 (a point null
+    that is false at eps = 0.5: docs/evidence.md, C4's pre-protocol rule)."""
+    _, ds = quick
+    par = ds.isel(setting=PARAMETRIC)
+    assert np.all(par["slope_avg_p"] >= ALPHA), par["slope_avg_p"].values
+    assert np.all(par["flat_verdict"] == "pass"), par["flat_reason"].values
+
+
+@pytest.mark.false_fail(3e-6, reason=(
+    "the control, secondary and primary rules (>= 10 SE from their margins, < 1e-6 each); the flat test's values "
+    "are test_c4_quick_flat_verdicts's (slow)"))
 @statistical
 def test_c4_quick_checks(quick):
     """The quick design (never confirmatory: every row is labelled exploratory).
 
     Exploratory rule, parametric cells (as before the protocol): the two-sided test of zero slope of
-    log E B_avg is not rejected at 1e-3 (false-failure rate 1e-3 per cell, 6e-3 in all); power: it
-    detects a slope of ~1e-3 with probability 0.8 (slope_avg_detect80 <= 5e-3 asserted). In every
+    log E B_avg is checked in test_c4_quick_flat_verdicts (slow: a false point null at eps = 0.5); here
+    only its power: it detects a slope of ~1e-3 with probability 0.8 (slope_avg_detect80 <= 5e-3). In every
     cell the one-sided test of positive slope for E B_max rejects at 1e-3 (B_max slopes 15-40 SEs).
     Pre-registered rule: the positive control (negatives' max in every cell, B_max in the bump cells)
     does not pass (pilot growth >= +2% per doubling, >= 10 SE above the +1% margin at this size:
@@ -254,11 +269,9 @@ def test_c4_quick_checks(quick):
     times the tuples)."""
     _, ds = quick
     par = ds.isel(setting=PARAMETRIC)
-    assert np.all(par["slope_avg_p"] >= ALPHA), par["slope_avg_p"].values
     assert np.all(ds["slope_max_p"] < ALPHA), ds["slope_max_p"].values
     assert np.all(par["slope_avg_detect80"] <= 5e-3)
     assert np.all(par["slope_max"] > 5 * par["slope_avg_detect80"])
-    assert np.all(par["flat_verdict"] == "pass"), par["flat_reason"].values
     assert np.all(par["verdict"] == "pass"), par["verdict_reason"].values
     assert np.all(ds["control_verdict"] == "pass"), ds["control_reason"].values
     assert np.all(ds["secondary_verdict"] == "pass"), ds["secondary_reason"].values

@@ -16,12 +16,12 @@
   (deterministic edits of real blocks) make each check fail; the precision guard of the study's
   GapEstimator; invalid inputs.
 
-Statistical budget of this file (seeds fixed before the tests were first run, never re-seeded):
-direct-form KL 1e-3, importance-form KL 1e-3 (one Bonferroni family each), quick design
-3 x 1e-3 (its fourth check, exact KL <= 2/tau, is deterministic), norms quadrature 1e-5, growth-rule
-synthetic cases 1e-4 (allowance), the quick null control 1e-2 (the rule's level): at most 1.52e-2 in total
-(registered per test in tests/conftest.py). Each test
-states its power. The quick design's random numbers come from the seed scheme of simkit.runner
+Statistical budget of the default suite's part (seeds fixed before the tests were first run, never
+re-seeded): direct-form KL 1e-5, importance-form KL 1e-5 (one Bonferroni family each), the quick
+design's 17 component null tests at p >= 1e-5 each (1.7e-4), norms quadrature 1e-5, growth-rule
+synthetic cases 1e-4 (allowance): at most 3.0e-4 (registered per test). The quick design's verdicts
+at the study's levels (3 x 1e-3, the null control's 1e-2) are in the slow suite. Each test states
+its power. The quick design's random numbers come from the seed scheme of simkit.runner
 (the study name is in the cell key), so they differ from the streams these tests first ran on;
 no assertion below is specific to one stream.
 """
@@ -43,6 +43,9 @@ from simkit.exact.divergence import kl_sup
 from studies.temperature import ALPHA, STUDY, Temperature
 
 from resume_check import assert_resume_identical
+from _false_fail import below_floor, null_pvalues
+
+FLOOR = 1e-5  # the default suite's level for a test's own null comparisons (ALPHA is the study's)
 
 statistical = pytest.mark.statistical
 
@@ -160,14 +163,14 @@ def test_kl_bound_holds_and_is_tight_for_two_atoms():
 # ----------------------------------------------------------------------------------------------
 # Monte Carlo against the closed form
 
-@pytest.mark.false_fail(1e-3, reason="Bonferroni over 36 two-sided z tests at 1e-3")
+@pytest.mark.false_fail(FLOOR, reason="Bonferroni over 36 two-sided z tests at 1e-5 in total")
 @statistical
 def test_kl_direct_monte_carlo_matches_closed_form():
     """Direct estimator (y ~ Q(x, .) from the exact sampler) at 3 settings x 3 tau x 4 anchors = 36
-    two-sided z-tests, Bonferroni at ALPHA = 1e-3 (|z| <= 4.03). Summands are bounded, 20000 draws:
-    normal theory is accurate. Power: a closed form off by 5.7 MCSE (0.5-2% of the KL at small tau,
-    ~10-40% at tau = 10 where the KL is ~1e-3) is detected with probability 0.9."""
-    zc = stats.norm.isf(ALPHA / (2 * 36))
+    two-sided z-tests, Bonferroni at FLOOR = 1e-5 (|z| <= 5.14). Summands are bounded, 20000 draws:
+    normal theory is accurate. Power: a closed form off by 6.4 MCSE (0.6-2.3% of the KL at small tau,
+    ~11-45% at tau = 10 where the KL is ~1e-3) is detected with probability 0.9."""
+    zc = stats.norm.isf(FLOOR / (2 * 36))
     rng = np.random.default_rng(20261201)
     zs = []
     for name, pi in PIS.items():
@@ -179,15 +182,15 @@ def test_kl_direct_monte_carlo_matches_closed_form():
     assert np.all(np.abs(zs) <= zc), zs
 
 
-@pytest.mark.false_fail(1e-3, reason=(
-    "Bonferroni over 24 two-sided z tests at 1e-3; the ESS floor is far below the ESS here"))
+@pytest.mark.false_fail(FLOOR, reason=(
+    "Bonferroni over 24 two-sided z tests at 1e-5 in total; the ESS floor is far below the ESS here"))
 @statistical
 def test_kl_importance_monte_carlo_matches_closed_form():
     """Importance estimator E_pi[q log q] (y ~ pi, exact Z) where its weights are light-tailed (tau =
     0.3 and 10; at tau = 0.02 the ESS is 1-400 of 20000 and normal theory fails, see
-    simkit.distributions.softmax_kernel.kl_importance): 3 x 2 x 4 = 24 z-tests, Bonferroni at 1e-3 (|z| <= 3.94).
-    The ESS must exceed 1000. Power: a discrepancy of 5.6 MCSE is detected with probability 0.9."""
-    zc = stats.norm.isf(ALPHA / (2 * 24))
+    simkit.distributions.softmax_kernel.kl_importance): 3 x 2 x 4 = 24 z-tests, Bonferroni at 1e-5 (|z| <= 5.06).
+    The ESS must exceed 1000. Power: a discrepancy of 6.3 MCSE is detected with probability 0.9."""
+    zc = stats.norm.isf(FLOOR / (2 * 24))
     rng = np.random.default_rng(20261202)
     zs = []
     for name, pi in PIS.items():
@@ -284,8 +287,25 @@ def quick(tmp_path_factory):
     return cfg, read_dataset(res.path), _Capture.raw
 
 
+@pytest.mark.false_fail(17 * FLOOR, reason=(
+    "the CE check's 16 per-cell t tests and the norms null control's level test (Check.pvalues) at p >= 1e-5 "
+    "each; the exact KL part and the c1 check cannot fail by chance in this design (no mixture)"))
+@statistical
+def test_c5_null_pvalues_quick(quick):
+    """The default suite's form of the quick design's verdicts: every component null test at p >= 1e-5 (CE:
+    t on 15 df, detects a CE error of 6.5 MCSE with probability 1/2, 5.5 at the verdict's level; the null
+    control's level test: an E[S](tau_min) 4.3 SE above 0); the exact KL part and the c1 check pass (both
+    deterministic here). The KL Monte Carlo part and the verdicts at ALPHA: test_c5_quick_checks_pass (slow)."""
+    _, ds, _ = quick
+    pv = null_pvalues(STUDY, ds)
+    assert len(pv) == 17 and below_floor(pv, FLOOR) == {}, below_floor(pv, FLOOR)
+    assert ds["verdict_kl_exact"].values.tolist() == ["pass", "pass"]
+    assert ds["verdict_c1"].values.tolist() == ["pass", "pass"], ds["verdict_c1_reason"].values
+
+
+@pytest.mark.slow
 @pytest.mark.false_fail(1e-3, reason=(
-    "per check (kl, ce, c1): its ALPHA = 1e-3 (the KL part's exact half is deterministic)"))
+    "slow suite; per check (kl, ce, c1): its ALPHA = 1e-3 (the KL part's exact half is deterministic)"))
 @statistical
 @pytest.mark.parametrize("check", ["kl", "ce", "c1"])
 def test_c5_quick_checks_pass(quick, check):
@@ -345,53 +365,65 @@ def test_quick_dataset_values_and_schema(quick):
     assert "uniform-d3" in STUDY.summary_text(ds)
 
 
-@pytest.mark.false_fail(covered_by="test_c5_quick_checks_pass", reason=(
-    "the edits are deterministic; the untouched verdicts are test_c5_quick_checks_pass's event"))
+@pytest.mark.deterministic(reason=(
+    "deterministic edits of the recorded raw blocks, each pushing its statistic past the threshold whatever the "
+    "draw (the CE shift of 8 MCSE goes the way of the cell's own z); every untouched verdict is compared with the "
+    "recorded one (their values: test_c5_quick_checks_pass, slow suite)"))
 def test_negative_controls(quick):
     """Deterministic edits of the real raw blocks make each check fail, and only that check."""
     cfg, ds, raw = quick
     base = STUDY.summarise(raw, cfg)
-    assert all(base[f"verdict_{c}"].values.tolist() == ["pass", "pass"] for c in ("kl", "ce", "c1"))
-    # (ii) CE: shift one cell's l_inf blocks by 8 of its MCSE
+    rec = {c: ds[f"verdict_{c}"].values.tolist() for c in ("kl", "ce", "c1", "kl_exact", "kl_mc")}
+    assert all(base[f"verdict_{c}"].values.tolist() == rec[c] for c in rec)
+    base_rows = [r["verdict"] for r in STUDY.claim_rows(ds)[:4]]
+
+    def edited(c, i):
+        return [("fail" if n == i else v) for n, v in enumerate(rec[c])]
+
+    def rows_with(i):
+        return [("fail" if n == i else v) for n, v in enumerate(base_rows)]
+
+    # (ii) CE: shift one cell's l_inf blocks by 8 of its MCSE, away from 0 in z (|z| grows by 8 > 5.49)
     bad = raw.copy(deep=True)
     cell = 3
-    shift = 8 * float(base["ce_estimate_mcse"].values[0, cell])
+    sign = 1.0 if float(base["ce_z"].values[0, cell]) >= 0 else -1.0
+    shift = sign * 8 * float(base["ce_estimate_mcse"].values[0, cell])
     bad["raw_ell_inf"].values[cell] += shift
     out = STUDY.summarise(bad, cfg)
-    assert out["verdict_ce"].values.tolist() == ["fail", "pass"] and "|z| >" in str(out["verdict_ce_reason"].values[0])
-    assert out["verdict_kl"].values.tolist() == ["pass", "pass"]
+    assert out["verdict_ce"].values.tolist() == edited("ce", 0) and "|z| >" in str(out["verdict_ce_reason"].values[0])
+    assert out["verdict_kl"].values.tolist() == rec["kl"]
     # (i) KL: one direct estimate above 2/tau with a small MCSE at the smallest tau of vmf-d8
     bad = raw.copy(deep=True)
     c = 8  # first cell of vmf-d8: tau = 0.02
     bad["raw_kl_q"].values[c, 0, 0] = 2.0 / 0.02 + 1.0
     bad["raw_kl_q_mcse"].values[c, 0, 0] = 0.01
     out = STUDY.summarise(bad, cfg)
-    assert out["verdict_kl"].values.tolist() == ["pass", "fail"]
+    assert out["verdict_kl"].values.tolist() == edited("kl", 1)
     assert "direct" in str(out["verdict_kl_reason"].values[1])
-    assert out["verdict_kl_mc"].values.tolist() == ["pass", "fail"]
-    assert out["verdict_kl_exact"].values.tolist() == ["pass", "pass"]
+    assert out["verdict_kl_mc"].values.tolist() == edited("kl_mc", 1)
+    assert out["verdict_kl_exact"].values.tolist() == rec["kl_exact"]
     rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))[:4]
-    assert [r["verdict"] for r in rows] == ["pass", "fail", "pass", "pass"]
+    assert [r["verdict"] for r in rows] == rows_with(1)
     # ... and an exact per-anchor KL above the bound: the deterministic part fails, the Monte Carlo part not
     bad = raw.copy(deep=True)
     bad["raw_kl_exact"].values[0, 1, 1] = 101.0
     out = STUDY.summarise(bad, cfg)
-    assert out["verdict_kl"].values.tolist() == ["fail", "pass"]
-    assert out["verdict_kl_exact"].values.tolist() == ["fail", "pass"]
-    assert out["verdict_kl_mc"].values.tolist() == ["pass", "pass"]
+    assert out["verdict_kl"].values.tolist() == edited("kl", 0)
+    assert out["verdict_kl_exact"].values.tolist() == edited("kl_exact", 0)
+    assert out["verdict_kl_mc"].values.tolist() == rec["kl_mc"]
     assert "exact per-anchor KL exceeds 2/tau" in str(out["verdict_kl_reason"].values[0])
     rows = STUDY.claim_rows(out.assign_attrs(ds.attrs))[:4]
-    assert [r["verdict"] for r in rows] == ["fail", "pass", "pass", "pass"] and rows[0]["estimate"] > 1
+    assert [r["verdict"] for r in rows] == rows_with(0) and rows[0]["estimate"] > 1
     # (iii) bias: c1 at the smallest tau no larger than at tau >= 1/kappa_M; then a non-monotone scale
     bad = raw.copy(deep=True)
     bad["prep_c1"].values[0, 0] = 1.0
     out = STUDY.summarise(bad, cfg)
-    assert out["verdict_c1"].values.tolist() == ["fail", "pass"] and "does not exceed" in str(
+    assert out["verdict_c1"].values.tolist() == edited("c1", 0) and "does not exceed" in str(
         out["verdict_c1_reason"].values[0])
     bad = raw.copy(deep=True)
     bad["prep_rho"].values[9] = 0.5 * bad["prep_rho"].values[10]  # vmf-d8: E[Z2/Z^2] falls as tau falls
     out = STUDY.summarise(bad, cfg)
-    assert out["verdict_c1"].values.tolist() == ["pass", "fail"] and "decreases" in str(
+    assert out["verdict_c1"].values.tolist() == edited("c1", 1) and "decreases" in str(
         out["verdict_c1_reason"].values[1])
 
 
@@ -404,8 +436,9 @@ def test_report_from_quick_dataset(quick, tmp_path):
     assert not (tmp_path / "bad.pdf").exists()
 
 
-@pytest.mark.false_fail(covered_by="test_c5_quick_checks_pass", reason=(
-    "the unaffected setting's verdicts are the quick run's (same cell seeds)"))
+@pytest.mark.deterministic(reason=(
+    "the failed setting's verdicts are 'error' whatever the draw; the unaffected setting is required only to "
+    "reach a verdict (its value at ALPHA: test_c5_quick_checks_pass, slow suite)"))
 def test_failed_preparation_gives_error_verdicts(tmp_path, monkeypatch):
     """A cell whose preparation raises: the run completes, its setting's three verdicts are 'error',
     the other setting is unaffected, and the report still renders."""
@@ -422,12 +455,13 @@ def test_failed_preparation_gives_error_verdicts(tmp_path, monkeypatch):
     assert res.completed and len(res.errors) == 1
     ds = res.dataset
     for c in ("kl", "ce", "c1"):
-        assert ds[f"verdict_{c}"].values.tolist() == ["pass", "error"], c
+        assert ds[f"verdict_{c}"].values[0] in ("pass", "fail") and ds[f"verdict_{c}"].values[1] == "error", c
         assert "task errors" in str(ds[f"verdict_{c}_reason"].values[1])
     assert "injected failure" in str(ds["cell_error"].values[1, 0])
     assert np.isnan(float(ds["ce_exact"].values[1, 0])) and np.isfinite(float(ds["ce_exact"].values[1, 1]))
     assert [r["verdict"] for r in STUDY.claim_rows(ds)[:4]] == ["error", "error", "error", "error"]
-    assert ds["verdict_kl_exact"].values.tolist() == ["pass", "error"] == ds["verdict_kl_mc"].values.tolist()
+    assert ds["verdict_kl_exact"].values.tolist() == ["pass", "error"]  # the exact part is deterministic
+    assert ds["verdict_kl_mc"].values[0] in ("pass", "fail") and ds["verdict_kl_mc"].values[1] == "error"
     assert STUDY.report(ds, tmp_path / "e.pdf") >= 7
 
 
@@ -599,17 +633,27 @@ def test_norms_inputs():
         STUDY.check_config(resolve_config(STUDY, {"norm_taus": "1,0.5"}))
 
 
+@pytest.mark.slow
 @pytest.mark.false_fail(0.01, reason=(
-    "the null control must not pass: the rule passes on it with probability <= NORM_ALPHA = 0.01"))
+    "slow suite: the null control must not pass: the rule passes on it with probability <= NORM_ALPHA = 0.01"))
 @statistical
+def test_norms_null_control_quick(quick):
+    """The quick design's null control does not pass the rule at its level 0.01 (its level test at p >= 1e-5:
+    test_c5_null_pvalues_quick, default suite)."""
+    _, ds, _ = quick
+    assert STUDY.claim_rows(ds)[5]["verdict"] == "pass"
+
+
+@pytest.mark.deterministic(reason=(
+    "labels, the score-ignored control (S = 0 exactly) and the stored rule fields recomputed from the stored blocks; "
+    "the null control's verdict is test_norms_null_control_quick's (slow)"))
 def test_norms_quick_rows(quick):
-    """The quick design's norms rows are exploratory (never confirmatory); both controls behave: the
-    score-ignored control deterministically (S = 0), the null control with false-failure rate <= 0.01 (the
-    rule's level). The stored rule fields equal growth_rule recomputed from the raw blocks."""
+    """The quick design's norms rows are exploratory (never confirmatory); the score-ignored control behaves
+    deterministically (S = 0). The stored rule fields equal growth_rule recomputed from the raw blocks."""
     _, ds, _ = quick
     rows = STUDY.claim_rows(ds)[4:]
     assert [r["analysis"] for r in rows] == ["exploratory"] * 3
-    assert rows[1]["verdict"] == "pass" and rows[2]["verdict"] == "pass", rows
+    assert rows[1]["verdict"] in ("pass", "fail") and rows[2]["verdict"] == "pass", rows
     assert np.isnan(rows[2]["false_fail_rate"]) and rows[1]["false_fail_rate"] == NORM_ALPHA
     assert np.all(np.abs(ds["raw_norm_sens_ignored"].values) < 1e-9)
     r = growth_rule(ds["tau_n"].values, ds["raw_norm_sens_cv"].values.T, b0=NORM_B0, alpha=NORM_ALPHA)
