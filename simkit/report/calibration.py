@@ -32,7 +32,7 @@ KINDS_TEXT = (
     "is uniform only at the boundary and larger inside it, so only an excess of rejections or of small p-values "
     "refutes it (points below the QQ band are expected). 'verdict' = the check's verdict, rejecting when it is "
     "'fail'; its nominal rate is the stated false-failure rate (none for a deterministic check). The empirical rate "
-    "is the share of seeds that rejected, with its Clopper–Pearson 95% interval; 'rate' is PASS when the interval "
+    "is the share of seeds that rejected, with its Clopper–Pearson 95% interval; 'verdict' is PASS when the interval "
     "contains the nominal rate (or lies below it, for a bound-test), FAIL when it lies above it, ERROR when below "
     "it. 'binomial p' is the exact test of empirical = nominal (one-sided for a bound-test), 'KS p' the "
     "Kolmogorov–Smirnov test of the p-values against Uniform(0, 1).")
@@ -56,7 +56,7 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         nominal=("check", [f"{n:.2e}" if np.isfinite(n) else "none (deterministic)" for n in nom]),
         rejected=("check", [f"{int(r)}/{int(v)}" + (f" ({m} missing)" if m else "") for r, v, m in
                             zip(ds["n_reject"].values, ds["n_valid"].values, miss)]),
-        calibrated=xr.DataArray(calibrated, dims="check", attrs={"long_name": "rate"}))
+        calibrated=("check", calibrated))
 
 
 def _qq(ax, p: np.ndarray, alpha: float, title: str) -> None:
@@ -130,7 +130,7 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         for ax, i in zip(axes.ravel(), chunk):
             alpha = float(ds["nominal_rate"].values[i])
             _qq(ax, ds["statistic"].values[:, i], alpha if np.isfinite(alpha) else 0.05,
-                f"{ds['check'].values[i]}  (KS p {float(ds['ks_pvalue'].values[i]):.2g})")
+                f"{str(ds['check'].values[i]).replace(':', ': ')} (KS p {float(ds['ks_pvalue'].values[i]):.2g})")
         for ax in axes.ravel()[len(chunk):]:
             ax.set_visible(False)
         _legend(fig, ly, [_marker(COLORS["data"], label="p-values"), _line(COLORS["ref"], label="uniform"),
