@@ -14,9 +14,9 @@ import xarray as xr
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from simkit.report.document import COLORS, ReportDocument, _json_attr, _legend, _line, _marker, _v, format_pm
-from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
-                                TitlePage, fin, render, require, verdict_heading)
+from simkit.report.document import COLORS, ReportDocument, _legend, _line, _marker, _v, format_pm
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, config, fin, render,
+                                require, verdict_heading)
 
 __all__ = ["asymmetry_sections"]
 
@@ -66,11 +66,6 @@ def _stat_cell(name: str):
                           f"exact {fin(_v(ds, f'{name}_exact', i), '+.4f')}")
 
 
-def _cfg(ds: xr.Dataset) -> dict:
-    cfg = _json_attr(ds, "config", {})
-    return cfg if isinstance(cfg, dict) else {}
-
-
 DESIGN = Table((
     ("setting", "{facet}"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "{dim}"), ("τ", "{tau}"),
     ("symmetry", _symmetry_text), ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", _stat_cell("asym_cross")),
@@ -80,7 +75,7 @@ DESIGN = Table((
 
 
 def _design_note(ds: xr.Dataset) -> str:
-    cfg = _cfg(ds)
+    cfg = config(ds)
     return ("A π-reversible kernel makes (x, x⁺) exchangeable, so both statistics on the right vanish; either one "
         "being non-zero proves that M is not reversible. The rotated kernel vMF(Rx, κ_M) has E[x⁺ | x] = A_d(κ_M) R x, "
         "so E[x x⁺ᵀ] = E[x xᵀ] A_d Rᵀ is not symmetric when R ≠ Rᵀ; over uniform π it keeps π invariant (R preserves "
@@ -91,7 +86,7 @@ def _design_note(ds: xr.Dataset) -> str:
 
 
 def _method(ds: xr.Dataset) -> str:
-    cfg, n_blocks = _cfg(ds), ds.sizes.get("block", "?")
+    cfg, n_blocks = config(ds), ds.sizes.get("block", "?")
     neg = [str(s) for s, c in zip(ds["setting"].values, ds["c1_exact"].values) if c < 0]
     neg = f"in {', '.join(neg)}" if neg else "in no setting of this design"
     return (f"Method. Per setting and replicate block ({n_blocks} blocks): C1 with rate_k's streaming InfoNCE estimator "

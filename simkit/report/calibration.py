@@ -19,45 +19,50 @@ import xarray as xr
 from scipy import stats
 
 from simkit.report.document import COLORS, ReportDocument, _legend, _line, _marker, provenance_pages, write_report
+from simkit.report.spec import Table, Text, panel_title, render
 from simkit.runner import read_dataset
 
 __all__ = ["calibration_sections", "calibration_report", "calibration_datasets", "PANELS_PER_PAGE"]
 
 PANELS_PER_PAGE = (3, 5)
 
+KINDS_TEXT = (
+    "Rows: 'test' = a component test of a check (Check.pvalues), rejecting at p < alpha (the nominal rate); its "
+    "p-value is Uniform(0, 1) when the claim holds. 'bound-test' = a component test of a one-sided bound: its p-value "
+    "is uniform only at the boundary and larger inside it, so only an excess of rejections or of small p-values "
+    "refutes it (points below the QQ band are expected). 'verdict' = the check's verdict, rejecting when it is "
+    "'fail'; its nominal rate is the stated false-failure rate (none for a deterministic check). The empirical rate "
+    "is the share of seeds that rejected, with its Clopper–Pearson 95% interval; 'verdict' is PASS when the interval "
+    "contains the nominal rate (or lies below it, for a bound-test), FAIL when it lies above it, ERROR when below "
+    "it. 'binomial p' is the exact test of empirical = nominal (one-sided for a bound-test), 'KS p' the "
+    "Kolmogorov–Smirnov test of the p-values against Uniform(0, 1).")
 
-def _rate(x: float, digits: int = 4) -> str:
-    return f"{x:.{digits}f}" if np.isfinite(x) else "—"
+REJECTIONS = Table((
+    ("check", "{facet}"), ("kind", "{check_kind}"), ("nominal rate", "{nominal}"), ("rejected", "{rejected}"),
+    ("empirical rate [95% CI]", "{empirical_rate:.4f} [{empirical_rate_low:.4f}, {empirical_rate_high:.4f}]"),
+    ("binomial p", "{binom_pvalue:.2g}"), ("KS p", "{ks_pvalue:.2g}")), dim="check", verdict="calibrated",
+    widths=(2.6, 1.0, 1.2, 1.0, 2.2, 0.8, 0.8, 0.6))
 
 
-def _p(x: float) -> str:
-    return "—" if not np.isfinite(x) else (f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}")
-
-
-def rejection_rows(ds: xr.Dataset) -> tuple[list[list[str]], dict[tuple[int, int], str]]:
-    """Table rows (check, kind, nominal, rejected, empirical [95% CI], binomial p, KS p) and cell colours:
-    red where the interval lies above the nominal rate of a test or verdict row, green where it contains it."""
-    rows, colors = [], {}
-    for i, name in enumerate(ds["check"].values):
-        nom = float(ds["nominal_rate"].values[i])
-        low, high = float(ds["empirical_rate_low"].values[i]), float(ds["empirical_rate_high"].values[i])
-        kind = str(ds["check_kind"].values[i])
-        n, r = int(ds["n_valid"].values[i]), int(ds["n_reject"].values[i])
-        miss = int(ds["n_missing"].values[i])
-        rows.append([str(name), kind, f"{nom:.2e}" if np.isfinite(nom) else "none (deterministic)",
-                     f"{r}/{n}" + (f" ({miss} missing)" if miss else ""),
-                     f"{_rate(float(ds['empirical_rate'].values[i]))} [{_rate(low)}, {_rate(high)}]",
-                     _p(float(ds["binom_pvalue"].values[i])), _p(float(ds["ks_pvalue"].values[i]))])
-        if kind in ("test", "bound-test", "verdict") and np.isfinite(nom) and np.isfinite(low):
-            colors[(i, 4)] = COLORS["fail"] if low > nom else COLORS["pass"] if high >= nom or kind == "bound-test" \
-                else COLORS["error"]
-    return rows, colors
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """Display fields: the nominal rate, the rejection count, and whether the interval fits the nominal rate."""
+    nom, low, high = (ds[v].values.astype(float) for v in ("nominal_rate", "empirical_rate_low", "empirical_rate_high"))
+    kind = [str(k) for k in ds["check_kind"].values]
+    calibrated = ["n/a" if k not in ("test", "bound-test", "verdict") or not (np.isfinite(n) and np.isfinite(lo))
+                  else "fail" if lo > n else "pass" if hi >= n or k == "bound-test" else "error"
+                  for k, n, lo, hi in zip(kind, nom, low, high)]
+    miss = ds["n_missing"].values.astype(int)
+    return ds.assign(
+        nominal=("check", [f"{n:.2e}" if np.isfinite(n) else "none (deterministic)" for n in nom]),
+        rejected=("check", [f"{int(r)}/{int(v)}" + (f" ({m} missing)" if m else "") for r, v, m in
+                            zip(ds["n_reject"].values, ds["n_valid"].values, miss)]),
+        calibrated=("check", calibrated))
 
 
 def _qq(ax, p: np.ndarray, alpha: float, title: str) -> None:
     p = np.sort(p[np.isfinite(p)])
     n = p.size
-    ax.set_title(title, fontsize=8)
+    panel_title(ax, title)
     if n == 0:
         ax.text(0.5, 0.5, "no p-values", transform=ax.transAxes, ha="center")
         return
@@ -98,32 +103,17 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     target = ds.attrs.get("target_study", "?")
     n = ds.sizes["seed"]
     design = "quick" if json.loads(str(ds.attrs.get("config", "{}"))).get("quick") else "full"
-    doc.heading(f"Calibration of {target}, {design} design ({ds.attrs.get('claim', '?')}): {n} seeds")
-    doc.text(f"Command: {ds.attrs.get('command', '?')}. Seeds {ds.attrs.get('seeds', '?')}; each seed is one "
-             f"complete, independent run of {target} (identical to 'simkit run {target} --seed S' with the same "
-             f"design; configuration {ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, "
-             f"git {ds.attrs.get('git_commit', '?')}, " + _wall_text(ds))
-    doc.text("Rows: 'test' = a component test of a check (Check.pvalues), rejecting at p < alpha (the nominal "
-             "rate); its p-value is Uniform(0, 1) when the claim holds. 'bound-test' = a component test of a "
-             "one-sided bound (e.g. H0 slope <= -1/2 where the true slope may be steeper): its p-value is uniform "
-             "only at the boundary and larger inside it, so only an excess of rejections or of small p-values "
-             "refutes it (points below the QQ band are expected). 'verdict' = the check's verdict, rejecting when "
-             "it is 'fail'; its nominal rate is the stated false-failure rate (none for a deterministic check). "
-             "The empirical rate is the share of seeds that rejected, with its Clopper–Pearson 95% interval "
-             "(green: contains the nominal rate, or lies below it for a bound-test; red: above it; amber: below "
-             "it); 'binomial p' is the exact test of empirical = nominal (one-sided, empirical > nominal, for a "
-             "bound-test), 'KS p' the Kolmogorov–Smirnov test of the p-values against Uniform(0, 1) (one-sided "
-             "for a bound-test: H0 P(p <= u) <= u).")
-    if str(ds.attrs.get("alternative", "")):
-        doc.text(f"'power-' rows: the same checks under the alternative '{ds.attrs['alternative']}' "
-                 f"({ds.attrs.get('alternative_description', '')}) on the same seeds; their empirical rate is the "
-                 "power (the share of seeds that reject the alternative).")
+    alt = str(ds.attrs.get("alternative", ""))
     errs = int(np.nansum(ds["target_errors"].values)) + int(sum(bool(str(e)) for e in ds["cell_error"].values))
-    if errs:
-        doc.text(f"{errs} task(s) failed; see the dataset's cell_error and target_errors.", color="#a00000")
-    rows, colors = rejection_rows(ds)
-    doc.table(["check", "kind", "nominal rate", "rejected", "empirical rate [95% CI]", "binomial p", "KS p"],
-              rows, [2.6, 1.0, 1.2, 1.0, 2.2, 0.8, 0.8], colors=colors)
+    intro = (f"Command: {ds.attrs.get('command', '?')}. Seeds {ds.attrs.get('seeds', '?')}; each seed is one complete, "
+             f"independent run of {target} (as 'simkit run {target} --seed S', configuration "
+             f"{ds.attrs.get('target_config', '?')}). Created {ds.attrs.get('created', '?')}, git "
+             f"{ds.attrs.get('git_commit', '?')}, " + _wall_text(ds)
+             + (f" 'power-' rows: the same checks under the alternative '{alt}' "
+                f"({ds.attrs.get('alternative_description', '')}) on the same seeds; their empirical rate is the power."
+                if alt else "") + (f" {errs} task(s) failed; see cell_error and target_errors." if errs else ""))
+    render(doc, _derived(ds), (Text(intro, heading=f"Calibration of {target}, {design} design ({ds.attrs.get('claim', '?')}): "
+                                            f"{n} seeds"), Text(KINDS_TEXT), REJECTIONS))
     tests = [i for i, k in enumerate(ds["check_kind"].values) if str(k) in ("test", "bound-test")]
     per = PANELS_PER_PAGE[0] * PANELS_PER_PAGE[1]
     for start in range(0, len(tests), per):
@@ -140,7 +130,7 @@ def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         for ax, i in zip(axes.ravel(), chunk):
             alpha = float(ds["nominal_rate"].values[i])
             _qq(ax, ds["statistic"].values[:, i], alpha if np.isfinite(alpha) else 0.05,
-                f"{ds['check'].values[i]}  (KS p {_p(float(ds['ks_pvalue'].values[i]))})")
+                f"{str(ds['check'].values[i]).replace(':', ': ')} (KS p {float(ds['ks_pvalue'].values[i]):.2g})")
         for ax in axes.ravel()[len(chunk):]:
             ax.set_visible(False)
         _legend(fig, ly, [_marker(COLORS["data"], label="p-values"), _line(COLORS["ref"], label="uniform"),
@@ -172,8 +162,9 @@ def calibration_report(source: str | os.PathLike | dict[str, xr.Dataset], path: 
         doc.text("Every claim check states a false-failure rate; here each is demonstrated by running the study at "
                  "many independent seeds. Studies: " + (", ".join(
                      f"{k} ({v.sizes['seed']} seeds)" for k, v in datasets.items()) or "none calibrated yet") + ".")
-        for ds in datasets.values():
-            doc.finish_page()
+        for n, ds in enumerate(datasets.values()):
+            if n:  # the first section follows the introduction on its page
+                doc.finish_page()
             calibration_sections(doc, ds)
         for ds in datasets.values():
             doc.finish_page()

@@ -8,9 +8,9 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from simkit.report.document import COLORS, SETTINGS_PER_PAGE, ReportDocument, _json_attr, _legend, _line, format_pm
-from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text,
-                                TitlePage, fin, label, render, require, verdict_heading)
+from simkit.report.document import ReportDocument, format_pm
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, config, render,
+                                require, verdict_heading)
 
 __all__ = ["digits_sections"]
 
@@ -25,13 +25,8 @@ INTRO = (
     "test images. C3: the train/test gap of an InfoNCE-trained network shrinks with n and does not grow with k.")
 
 
-def _cfg(ds: xr.Dataset) -> dict:
-    cfg = _json_attr(ds, "config", {})
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def _design(ds: xr.Dataset) -> str:
-    cfg, n_blocks = _cfg(ds), ds.sizes.get("block", "?")
+    cfg, n_blocks = config(ds), ds.sizes.get("block", "?")
     return (f"Design. Split: each digit class permuted by seed {ds.attrs.get('split_seed', '?')} (fixed), half of it "
         f"(rounded up) to the test set: {ds.attrs.get('n_train_images', '?')} train and "
         f"{ds.attrs.get('n_test_images', '?')} test images (SHA-256 of the test indices "
@@ -142,49 +137,27 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     return out
 
 
-def _c3_page(doc: ReportDocument, ds: xr.Dataset, idx: list[int]) -> None:
-    n = ds["n_train"].values.astype(float)
-    kt = ds["k_train"].values
-    cap = ("Train/test gap G = R_k,test(φ̂) − R̂_{n,k}(φ̂) of MLPs trained from fresh initialisations on n fresh "
-           "train-split tuples with k independent negatives (L-BFGS-B, the study's c3_maxiter iterations: an "
-           "approximate ERM), ±2 MCSE over blocks; one line per k. Dotted grey: slope n^(−1/2) through the smallest "
-           "n. C3 predicts G = O(n^(−1/2)) with a complexity term that does not grow with k. The table below gives "
-           "G and E = CE_test − (R̂ − log k), the quantity of Theorem 1, with MCSE.")
-    fig, axes, ly = doc.figure("C3: train/test gap of the trained MLP against n and k", 1, len(idx), caption=cap,
-                               subtitle="slope of log G on log n per k (jackknife SE) in each panel title")
-    cmap = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
-    for ax, i in zip(axes[0], idx):
-        ys = []
-        for j, kk in enumerate(kt):
-            g, se = ds["c3_gap"].values[i, :, j], ds["c3_gap_mcse"].values[i, :, j]
-            ax.errorbar(n * (1 + 0.03 * j), g, yerr=2 * se, fmt="o-", ms=3.5, color=cmap[j % len(cmap)],
-                        label=f"k = {int(kk)}")
-            ys.append(g)
-        g0 = ds["c3_gap"].values[i, 0, 0]
-        ax.plot(n, g0 * np.sqrt(n[0] / n), ":", color=COLORS["ref"])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        sl = "; ".join(f"k={int(kk)}: {format_pm(ds['c3_slope_n'].values[i, j], ds['c3_slope_n_se'].values[i, j])}"
-                       for j, kk in enumerate(kt))
-        ax.set_title(f"{ds['setting'].values[i]}\n{sl}", fontsize=8)
-        ax.set(xlabel=label(ds, "n_train"), ylabel="G = R_test − R̂_train (nats)")
-    _legend(fig, ly, [_line(cmap[j % len(cmap)], label=f"k = {int(kk)}") for j, kk in enumerate(kt)]
-            + [_line(COLORS["ref"], ":", label="slope n^(−1/2)")])
-    doc.save(fig)
-    doc.new_page()
-    doc.heading("C3 in numbers: G (train/test gap) and E = CE_test − (R̂ − log k), with MCSE; converged share")
-    rows = []
-    for i in idx:
-        for a, nn in enumerate(ds["n_train"].values):
-            for j, kk in enumerate(kt):
-                rows.append([str(ds["setting"].values[i]), str(int(nn)), str(int(kk)),
-                             format_pm(ds["c3_risk_train"].values[i, a, j], ds["c3_risk_train_mcse"].values[i, a, j]),
-                             format_pm(ds["c3_risk_test"].values[i, a, j], ds["c3_risk_test_mcse"].values[i, a, j]),
-                             format_pm(ds["c3_gap"].values[i, a, j], ds["c3_gap_mcse"].values[i, a, j]),
-                             format_pm(ds["c3_ce_gap"].values[i, a, j], ds["c3_ce_gap_mcse"].values[i, a, j]),
-                             fin(ds["c3_converged"].values[i, a, j], ".2f")])
-    doc.table(["setting", "n", "k", "R̂_{n,k} train", "R_k test", "G", "E", "converged"], rows,
-              [1.1, 0.4, 0.4, 1.1, 1.1, 1.1, 1.1, 0.6], size=8.0)
+C3_PAGE = FigurePage("C3: train/test gap of the trained MLP against n and k", (
+    Panel("c3_gap", x="n_train", series="k_train", band="c3_gap_mcse", logy=True, ylabel="G = R_test − R̂_train (nats)",
+          title="{facet}: slope of log G on log n {c3_slopes}"),),
+    caption="Train/test gap G = R_k,test(φ̂) − R̂_{n,k}(φ̂) of MLPs trained from fresh initialisations on n fresh "
+            "train-split tuples with k independent negatives (L-BFGS-B, the study's c3_maxiter iterations: an "
+            "approximate ERM), ±2 MCSE over blocks; one line per k. C3 predicts G = O(n^(−1/2)) with a complexity term "
+            "that does not grow with k. The table gives G and E = CE_test − (R̂ − log k), the quantity of Theorem 1.")
+C3_TABLE = Table((("setting", "{setting}"), ("n", "{n_train}"), ("k", "{k_train}"),
+                  ("R̂_{n,k} train", "{c3_risk_train±c3_risk_train_mcse}"), ("R_k test", "{c3_risk_test±c3_risk_test_mcse}"),
+                  ("G", "{c3_gap±c3_gap_mcse}"), ("E", "{c3_ce_gap±c3_ce_gap_mcse}"), ("converged", "{c3_converged:.2f}")),
+                 dim="cell", verdict=None, size=8.0, widths=(1.1, 0.4, 0.4, 1.1, 1.1, 1.1, 1.1, 0.6),
+                 heading="C3 in numbers: G (train/test gap) and E = CE_test − (R̂ − log k), with MCSE; converged share")
+
+
+def _c3(ds: xr.Dataset) -> xr.Dataset:
+    """The trained settings, with their slopes per k as one title string."""
+    trained = [i for i in range(ds.sizes["setting"]) if np.any(np.isfinite(ds["c3_gap"].values[i]))]
+    sub = ds.isel(setting=trained)
+    return sub.assign(c3_slopes=("setting", ["; ".join(
+        f"k={int(kk)}: {format_pm(sub['c3_slope_n'].values[i, j], sub['c3_slope_n_se'].values[i, j])}"
+        for j, kk in enumerate(sub["k_train"].values)) for i in range(sub.sizes["setting"])]))
 
 
 def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
@@ -197,6 +170,8 @@ def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     lab = [i for i in range(n) if str(ds["d_verdict"].values[i]) != "n/a"]
     if lab:
         render(doc, ds.isel(setting=lab), (D_PAGE,))
-    trained = [i for i in range(n) if np.any(np.isfinite(ds["c3_gap"].values[i]))]
-    for j in range(0, len(trained), SETTINGS_PER_PAGE):
-        _c3_page(doc, ds, trained[j:j + SETTINGS_PER_PAGE])
+    c3 = _c3(ds)
+    if c3.sizes["setting"]:
+        cells = c3[[v for v in c3.data_vars if set(c3[v].dims) >= {"n_train", "k_train"}]]
+        render(doc, c3, (C3_PAGE,))
+        render(doc, cells.stack(cell=("setting", "n_train", "k_train")).reset_index("cell"), (C3_TABLE,))

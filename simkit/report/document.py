@@ -474,16 +474,22 @@ def _power_label(value: float, base: int = 10) -> str:
 
 
 def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
-    """Log k axis over the grid ``k`` (base 2) and, if arrays ``ys`` are given, a log value axis.
+    """Log axis over the grid ``k`` (base 2 for powers of 2) and, if arrays ``ys`` are given, a log value axis.
 
     Limits are set explicitly, so a panel whose values are all NaN or non-positive (a fit that
     failed) stays drawable and says so instead of breaking the log scale.
     """
-    ax.set_xscale("log", base=2)
+    k = np.asarray(k, dtype=float)
     ax.set_xlim(k[0] / 1.4, k[-1] * 1.4)
-    ax.xaxis.set_major_locator(LogLocator(base=4))  # ticks at even powers of 2
+    if np.all(np.log2(k) == np.round(np.log2(k))):  # a grid of powers of 2: ticks at even powers
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(LogLocator(base=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v, 2)))
+    else:  # another grid (e.g. temperatures): decimal labels at 1, 2, 5 times powers of 10
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v, 2)))
     if ys:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v)))
@@ -525,10 +531,6 @@ def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
     attrs = ds[name].attrs if name in ds.variables else {}
     text, units = text or attrs.get("long_name", name), attrs.get("units", "1")
     return text if units in ("1", "") else f"{text} ({units})"
-
-
-def _fit_mask(k: np.ndarray, kmin: float) -> np.ndarray:
-    return k >= kmin if math.isfinite(kmin) else np.zeros(k.shape, bool)
 
 
 def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> str:

@@ -4,7 +4,6 @@ training. Reads the saved dataset only."""
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
 from simkit.report.document import ReportDocument, format_pm
@@ -72,30 +71,18 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
                                  ("k_gap_exact", "gap_exact", "k times the exact gap"), ("k_d2", "d2", "k times D_k"),
                                  ("k_d2_mcse", "d2_mcse", "MCSE of k_d2")):
         out[name] = (k * ds[src]).assign_attrs(long_name=f"{long_name}, in nats", units="1")
+    out["train_risk"] = ds["prep_train_risk"].rename(train_risk_dim0="ckpt")
+    out["ce_ckpt"] = ds["prep_ce_ckpt"].rename(ce_ckpt_dim0="ckpt")
     return out
 
 
-def _training_page(doc: ReportDocument, ds: xr.Dataset) -> None:
-    c = ds["ckpt"].values
-    x = np.arange(c.size)
-    fig, axes, _ = doc.figure("Along training: risk, exact CE, and retrieval at a database of k_ret points", 2, 2,
-                              caption="Checkpoints after 0, 5, 20, 100 L-BFGS iterations from the same start. Training "
-                                      "risk and exact CE(M, Q) of the population (pi_N, M_N); retrieval metrics ± 2 MCSE "
-                                      "(same anchors and databases at every checkpoint).")
-    panels = [("prep_train_risk", None, "training risk (nats)"), ("prep_ce_ckpt", None, "exact CE(M, Q) (nats)"),
-              ("ret_top1", "ret_top1_mcse", "top-1 agreement"), ("ret_ce", "ret_ce_mcse", "CE(M̂, Q̂) (nats)")]
-    for ax, (name, se, label) in zip(axes.ravel(), panels):
-        for i, s in enumerate(ds["setting"].values):
-            y = ds[name].values[i]
-            if se is None:
-                ax.plot(x, y, "o-", ms=3, label=str(s))
-            else:
-                ax.errorbar(x, y, yerr=2 * ds[se].values[i], fmt="o-", ms=3, label=str(s))
-        ax.set_xticks(x, [str(v) for v in c])
-        ax.set_xlabel("L-BFGS iterations")
-        ax.set_ylabel(label)
-    axes[0, 0].legend(fontsize=6)
-    doc.save(fig)
+TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a database of k_ret points", tuple(
+    Panel(v, x="ckpt", series="setting", band=b, logx=False, title=t, ylabel=t)
+    for v, b, t in (("train_risk", None, "training risk (nats)"), ("ce_ckpt", None, "exact CE(M, Q) (nats)"),
+                    ("ret_top1", "ret_top1_mcse", "top-1 agreement"), ("ret_ce", "ret_ce_mcse", "CE(M̂, Q̂) (nats)"))),
+    caption="Checkpoints after 0, 5, 20, 100 L-BFGS iterations from the same start. Training risk and exact CE(M, Q) "
+            "of the population (pi_N, M_N); retrieval metrics ± 2 MCSE (same anchors and databases at every "
+            "checkpoint).", facet=None, per_page=2)
 
 
 def encoders_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
@@ -105,4 +92,4 @@ def encoders_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     render(doc, _derived(ds), (
         TitlePage(texts=(TEXT,), then=(C1, Text(_reasons("verdict_reason")), C2,
                                        Text(_reasons("ret_verdict_reason", "d2_verdict_reason"))) + claims),
-        CURVES, _training_page), study=study)
+        CURVES, TRAINING), study=study)

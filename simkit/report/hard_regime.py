@@ -14,7 +14,7 @@ import json
 import numpy as np
 import xarray as xr
 from simkit.report.document import COLORS, ReportDocument, format_pm
-from simkit.report.spec import FigurePage, Panel, protocol_block, render
+from simkit.report.spec import FigurePage, Panel, Table, Text, config, protocol_block, render
 from simkit.report.spec import fin as _fin
 
 __all__ = ["hard_regime_sections"]
@@ -95,75 +95,39 @@ def _curves(ds: xr.Dataset) -> FigurePage:
         facet=None)
 
 
-def _color(v: str) -> str:
-    return COLORS.get(v, COLORS["fail"]) if v in ("pass", "fail", "error") else "white"
+KMF = Table((("k_min factor f", "{facet:g}"), ("k_min", "{kmf_k_min:.0f}"), ("slope ± SE", "{kmf_slope±kmf_slope_se}"),
+             ("slope of the fit to the exact curve", "{kmf_slope_exact_fit:.5f}"),
+             ("c1 ± MCSE", "{kmf_c1_estimate±kmf_c1_estimate_mcse}"), ("t of c1", "{kmf_c1_z:+.2f}"),
+             ("c1 of the fit to the exact curve", "{kmf_c1_exact_fit:.5f}"), ("reason", "{kmf_reason}")),
+            dim="kmf", verdict="kmf_verdict", widths=(0.8, 0.5, 1.0, 0.9, 1.0, 0.5, 0.9, 2.6, 0.5))
+BLOCKS = Table((("cell", "{facet}"), ("anchors per block", "{block_size:.0f}"), ("blocks", "{n_units:.0f}"),
+                ("anchors in all", "{anchors_total:.0f}"), ("slope ± SE", "{slope±slope_se}"),
+                ("c1 ± MCSE", "{c1_estimate±c1_estimate_mcse}"), ("t of c1", "{c1_z:+.2f}"), ("reason", "{verdict_reason}")),
+               dim="cell", verdict="rate_verdict", widths=(1.0, 0.6, 0.5, 0.6, 1.0, 1.0, 0.5, 2.6, 0.6))
+PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/2)", "{facet:g}"),
+               ("slope ± SE", "{pilot_slope±pilot_slope_se}"), ("c1 ± MCSE", "{pilot_c1_estimate±pilot_c1_estimate_mcse}"),
+               ("t of c1", "{pilot_c1_z:+.2f}"), ("MCSE of gap at k_max", "{pilot_gap_mcse_kmax:.3g}"),
+               ("reason", "{pilot_reason}")), dim="pilot", verdict="pilot_verdict",
+              widths=(1.5, 1.0, 1.0, 0.5, 0.8, 2.6, 0.6))
 
 
 def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
-    main = [i for i, c in enumerate(_cells(ds)) if c == base]
-    if not main:
-        return
-    i = main[0]
-    role = str(_g(ds, "role", i))
+    bases = [str(b) for b in ds["base"].values]
+    i = bases.index(base)
+    one = ds.isel(cell=i)
     title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
-             else f"rate_k setting {base} (k_max {_fin(_g(ds, 'k_max', i), '.0f')}; exploratory)")
-    doc.heading(f"Sensitivity of the rate verdict: {title}")
-    doc.text(f"π {_g(ds, 'pi', i)}, d = {_g(ds, 'dim', i)}, κ_π = {_fin(_g(ds, 'kappa_pi', i), 'g')}, κ_M = "
-             f"{_fin(_g(ds, 'kappa_m', i), 'g')}, τ = {_fin(_g(ds, 'tau', i), 'g')}; expansion scale "
-             f"{_fin(_g(ds, 'expansion_scale', i), '.4g')}, c2/c1 = {_fin(_g(ds, 'c2_over_c1', i), '.3g')}. Verdict = the "
-             f"rate rule (slope interval, slope = −1/2 rejected, c1 t) at α = {_attr(ds, 'alpha')}"
-             + ("; the confirmatory verdict adds the exact-curve tests." if role == "confirmatory" else "."), size=8)
-    # k_min factor
-    rows, colors = [], {}
-    for j, f in enumerate(ds["kmf"].values):
-        v = str(ds["kmf_verdict"].values[i][j])
-        rows.append([f"{f:g}" + (" (protocol)" if f == 16 else ""), _fin(ds["kmf_k_min"].values[i][j], ".0f"),
-                     format_pm(ds["kmf_slope"].values[i][j], ds["kmf_slope_se"].values[i][j]),
-                     _fin(ds["kmf_slope_exact_fit"].values[i][j], ".5f"),
-                     format_pm(ds["kmf_c1_estimate"].values[i][j], ds["kmf_c1_estimate_mcse"].values[i][j]),
-                     _fin(ds["kmf_c1_z"].values[i][j], "+.2f"), _fin(ds["kmf_c1_exact_fit"].values[i][j], ".5f"),
-                     v, str(ds["kmf_reason"].values[i][j])])
-        colors[(j, 7)] = _color(v)
-    doc.table(["k_min factor f", "k_min", "slope ± SE", "slope of the fit to the exact curve", "c1 ± MCSE", "t of c1",
-               "c1 of the fit to the exact curve", "verdict", "reason"], rows,
-              [0.8, 0.5, 1.0, 0.9, 1.0, 0.5, 0.9, 0.5, 2.6], colors=colors)
-    # block size
-    rows, colors = [], {}
-    cand = [j for j, c in enumerate(_cells(ds)) if str(_g(ds, "base", j)) == base]
-    cand.sort(key=lambda j: (float(_g(ds, "block_size", j)), str(_g(ds, "role", j)) == "block_size"))
-    for r, j in enumerate(cand):
-        v = str(_g(ds, "rate_verdict", j))
-        rows.append([_cells(ds)[j], _fin(_g(ds, "block_size", j), ".0f"), _fin(_g(ds, "n_units", j), ".0f"),
-                     _fin(_g(ds, "anchors_total", j), ".0f"), format_pm(_g(ds, "slope", j), _g(ds, "slope_se", j)),
-                     format_pm(_g(ds, "c1_estimate", j), _g(ds, "c1_estimate_mcse", j)), _fin(_g(ds, "c1_z", j), "+.2f"),
-                     v, str(_g(ds, "verdict_reason", j)) if str(_g(ds, "role", j)) == "block_size" else ""])
-        colors[(r, 7)] = _color(v)
-    doc.table(["cell", "anchors per block", "blocks", "anchors in all", "slope ± SE", "c1 ± MCSE", "t of c1",
-               "rate verdict", "reason"], rows, [1.0, 0.6, 0.5, 0.6, 1.0, 1.0, 0.5, 0.6, 2.6], colors=colors)
-    # pilot size
-    rows, colors = [], {}
-    try:
-        pilot_main = int(json.loads(str(_attr(ds, "config", "{}"))).get("pilot_blocks", -1))
-    except (TypeError, ValueError):
-        pilot_main = -1
-    for j, p in enumerate(ds["pilot"].values):
-        v = str(ds["pilot_verdict"].values[i][j])
-        rows.append([("0 (Taylor coefficients 1, 1, −1/2)" if p == 0 else f"{p:g} × 256 anchors")
-                     + (" (protocol)" if p == pilot_main else ""),
-                     format_pm(ds["pilot_slope"].values[i][j], ds["pilot_slope_se"].values[i][j]),
-                     format_pm(ds["pilot_c1_estimate"].values[i][j], ds["pilot_c1_estimate_mcse"].values[i][j]),
-                     _fin(ds["pilot_c1_z"].values[i][j], "+.2f"), _fin(ds["pilot_gap_mcse_kmax"].values[i][j], ".3g"),
-                     v, str(ds["pilot_reason"].values[i][j])])
-        colors[(j, 5)] = _color(v)
-    try:
-        n_pil = int(json.loads(str(_attr(ds, "config", "{}"))).get("sens_pilot_blocks", -1))
-    except (TypeError, ValueError):
-        n_pil = -1
-    doc.text(f"Pilot size: the first {n_pil} blocks of the cell re-weighted with each pilot's coefficients (so the "
-             "protocol's row differs from the main result, which uses every block).", size=8)
-    doc.table(["pilot for the control-variate coefficients", "slope ± SE", "c1 ± MCSE", "t of c1",
-               "MCSE of gap at k_max", "rate verdict", "reason"], rows, [1.5, 1.0, 1.0, 0.5, 0.8, 0.6, 2.6],
-              colors=colors)
+             else f"rate_k setting {base} (k_max {_fin(one['k_max'], '.0f')}; exploratory)")
+    cfg = config(ds)
+    text = (f"π {one['pi'].values}, d = {one['dim'].values}, κ_π = {_fin(one['kappa_pi'], 'g')}, κ_M = "
+            f"{_fin(one['kappa_m'], 'g')}, τ = {_fin(one['tau'], 'g')}; expansion scale "
+            f"{_fin(one['expansion_scale'], '.4g')}, c2/c1 = {_fin(one['c2_over_c1'], '.3g')}. Verdict = the rate rule "
+            f"(slope interval, slope = −1/2 rejected, c1 t) at α = {ds.attrs.get('alpha', '?')}. The protocol's choices: "
+            f"f = 16 and a pilot of {cfg.get('pilot_blocks', '?')} blocks; the pilot rows re-weight the first "
+            f"{cfg.get('sens_pilot_blocks', '?')} blocks with each pilot's coefficients.")
+    cand = sorted((j for j, b in enumerate(bases) if b == base), key=lambda j: float(ds["block_size"].values[j]))
+    render(doc, one, (Text(text, heading=f"Sensitivity of the rate verdict: {title}"), KMF))
+    render(doc, ds.isel(cell=cand), (BLOCKS,))
+    render(doc, one, (PILOT,))
 
 
 def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:

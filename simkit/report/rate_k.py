@@ -10,8 +10,9 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from simkit.report.document import _json_attr, provenance_pages, write_report
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require, verdict_heading
+from simkit.report.document import provenance_pages, write_report
+from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, render, require,
+                                verdict_heading)
 
 __all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
 
@@ -23,13 +24,8 @@ C1_TEXT = (
     "regression of gap_k on k must give slope −1 and reject −1/2, and k·gap_k must approach c1.")
 
 
-def _cfg(ds: xr.Dataset) -> dict:
-    cfg = _json_attr(ds, "config", {})
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def _method(ds: xr.Dataset) -> str:
-    cfg, n_blocks = _cfg(ds), ds.sizes.get("block", "?")
+    cfg, n_blocks = config(ds), ds.sizes.get("block", "?")
     return (
         f"Method. For each setting (π, kernel M = vMF(x, κ_M), temperature τ, φ = identity on S^(d−1)) the study "
         f"runs {n_blocks} independent replicate blocks of {cfg.get('block_anchors', '?')} anchors. A streaming "

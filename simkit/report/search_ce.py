@@ -13,8 +13,9 @@ import math
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import _json_attr, format_pm
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, render, require, verdict_heading
+from simkit.report.document import format_pm
+from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, render, require,
+                                verdict_heading)
 
 __all__ = ["search_ce_sections"]
 
@@ -31,13 +32,8 @@ _REQUIRED = ("setting", "k", "d", "d_mcse", "d_abs", "k_d", "k_d_mcse", "fit_d_a
              "top1", "top1_mcse", "recall", "recall_mcse", "d_rb_mcse", "d_plain_mcse", "verdict")
 
 
-def _cfg(ds: xr.Dataset) -> dict:
-    cfg = _json_attr(ds, "config", {})
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def _method(ds: xr.Dataset) -> str:
-    cfg, n_blocks = _cfg(ds), ds.sizes.get("block", "?")
+    cfg, n_blocks = config(ds), ds.sizes.get("block", "?")
     return (
         f"Method. For each setting (π, kernel M = vMF(x, κ_M), temperature τ, φ = identity on S^(d−1)) the study "
         f"runs {n_blocks} independent replicate blocks; each draws one database of {int(ds['k'].values.max())} points "
@@ -87,7 +83,7 @@ RESULTS = Table((
 
 def _retrieval(doc, ds: xr.Dataset) -> None:
     """Top-1 agreement and recall at a handful of k spread over the grid (always k_max)."""
-    k, n_top, cfg = ds["k"].values, int(ds.attrs.get("n_top", 10)), _cfg(ds)
+    k, n_top, cfg = ds["k"].values, int(ds.attrs.get("n_top", 10)), config(ds)
     show = [int(kk) for kk in k if kk >= n_top]
     if len(show) > 5:
         show = [show[j] for j in np.unique(np.round(np.linspace(0, len(show) - 1, 5)).astype(int))]

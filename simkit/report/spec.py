@@ -37,8 +37,8 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, _num, format_pm, label, residual_legend, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
-           "verdict_heading",
-           "fin", "require", "fill", "protocol_block"]
+           "verdict_heading", "gather", "stack", "panel_title",
+           "fin", "require", "fill", "protocol_block", "config"]
 
 Source = str | Callable[[xr.Dataset], str]
 
@@ -55,12 +55,35 @@ def fin(x, fmt: str = ".3g") -> str:
     return format(x, fmt).replace("-", "\u2212") if math.isfinite(x) else "n/a"
 
 
+def config(ds: xr.Dataset) -> dict:
+    """The run's configuration (the dataset's ``config`` attribute) as a dict; empty when unreadable."""
+    cfg = _json_attr(ds, "config", {})
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
     """A table heading counting the passing entries of ``var`` ("n/a" entries are not counted)."""
     def heading(ds: xr.Dataset) -> str:
         v = [str(x) for x in ds[var].values if str(x) != "n/a"]
         return f"{what}: {v.count('pass')} of {len(v)} {noun} pass"
     return heading
+
+
+def gather(ds: xr.Dataset, rows: dict[str, str], fields: Sequence[str], dim: str = "row") -> xr.Dataset:
+    """Scalar variables named ``<prefix><field>`` as one dataset over ``dim``: a row per ``label: prefix``
+    of ``rows`` (missing variables are NaN), for a :class:`Table` of checks that share their fields."""
+    cols = {f: [ds[p + f].values.item() if p + f in ds.variables else np.nan for p in rows.values()] for f in fields}
+    return xr.Dataset({f: (dim, np.asarray(v, dtype=object if any(isinstance(x, str) for x in v) else float))
+                       for f, v in cols.items()}, coords={dim: list(rows)}, attrs=ds.attrs)
+
+
+def stack(ds: xr.Dataset, names: dict[str, str], dim: str, name: str, attrs: dict) -> xr.Dataset:
+    """``ds`` with ``name`` (and ``name_mcse``): the variables ``names`` (label: variable, each with its
+    ``_mcse``) along a new dimension ``dim``, to draw several estimates on one panel (``Panel.series``)."""
+    def cat(suffix: str) -> xr.DataArray:
+        return xr.concat([ds[v + suffix] if v + suffix in ds else ds[v] * np.nan for v in names.values()],
+                         dim=dim, coords="minimal", compat="override").assign_coords({dim: list(names)})
+    return ds.assign({name: cat("").assign_attrs(attrs), name + "_mcse": cat("_mcse")})
 
 
 def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
@@ -93,18 +116,20 @@ def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
     return v.values.item() if v.ndim == 0 else v.values
 
 
-_FIELD = re.compile(r"\{([A-Za-z_][\w]*)(?:±([A-Za-z_][\w]*))?(?::([^}]*))?\}")
+_FIELD = re.compile(r"(?<![\^_])\{([A-Za-z_][\w]*)(?:±([A-Za-z_][\w]*))?(?::([^}]*))?\}")
 
 
 def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | None = None) -> str:
-    """Fill a template: ``{a±b}`` -> :func:`format_pm`, ``{a}`` / ``{a:fmt}`` -> a value, ``{facet}``."""
+    """Fill a template: ``{a±b}`` -> :func:`format_pm`, ``{a}`` / ``{a:fmt}`` -> a value, ``{facet}``;
+    braces after ``^`` or ``_`` are mathematics (``e^{s_0}``), not fields. A callable's text is filled in turn."""
     if callable(template):
-        return template(ds) if i is None else template(ds, i)
+        return fill(template(ds), ds) if i is None else template(ds, i)
 
     def one(m: re.Match) -> str:
         name, se, fmt = m.groups()
         if name == "facet":
-            return str(ds[facet].values[i])
+            v = ds[facet].values[i]
+            return fin(v, fmt) if fmt and not isinstance(v, (str, np.str_)) else str(v)
         v = _at(ds, name, facet, i)
         if se:
             return format_pm(v, _at(ds, se, facet, i))
@@ -148,9 +173,10 @@ class Panel:
     kind : {"points", "residual"}
         ``"residual"`` draws standardised residuals with ±2, ±3 lines (in the fit range filled).
     series : str, optional
-        A further dimension of ``var``: one curve (and ±2 MCSE bars) per value, in shades of one hue.
-    level : float, optional
-        A constant drawn as a dashed horizontal line (e.g. equality, ratio 1), labelled ``level_label``.
+        A further dimension of ``var``: one curve (and ±2 MCSE bars) per value, in shades of one hue
+        (:func:`stack` puts several variables on one such dimension).
+    level : float or str, optional
+        A constant (or a scalar variable) drawn as a dashed horizontal line (e.g. equality, ratio 1, a margin), labelled ``level_label``.
     absolute : bool
         Draw ``|var|`` (hollow markers where ``var < 0``).
     """
@@ -169,7 +195,7 @@ class Panel:
     also_labels: tuple[str, ...] = ()
     kind: str = "points"
     series: str | None = None
-    level: float | None = None
+    level: float | str | None = None
     level_label: str = ""
     absolute: bool = False
     logx: bool = True
@@ -204,12 +230,14 @@ class FigurePage:
 @dataclasses.dataclass(frozen=True)
 class Table:
     """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable
-    name (its ``long_name`` heads it; its ``<name>_mcse`` is shown when the dataset has it)."""
+    name (its ``long_name`` heads it; its ``<name>_mcse`` is shown when the dataset has it).
+    ``verdict`` names one verdict variable, or several (one coloured column each, headed by the
+    variable's ``long_name``)."""
 
     columns: tuple[str | tuple[str, Source], ...]
     dim: str = "setting"
     heading: Source = ""
-    verdict: str | None = "verdict"
+    verdict: str | tuple[str, ...] | None = "verdict"
     widths: tuple[float, ...] | None = None
     size: float = 7.5
 
@@ -278,8 +306,7 @@ def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) 
 
 
 def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> None:
-    cfg = _json_attr(ds, "config", {})
-    cfg = cfg if isinstance(cfg, dict) else {}
+    cfg = config(ds)
     a = ds.attrs
     doc.new_page()
     doc.text(str(a.get("title", getattr(study, "title", ""))), size=TITLE, weight="bold", after=0.02)
@@ -306,15 +333,16 @@ def _table(doc: ReportDocument, ds: xr.Dataset, t: Table) -> None:
         else:
             header.append(label(ds, col))
             cells.append(f"{{{col}±{col}_mcse}}" if f"{col}_mcse" in ds.variables else f"{{{col}}}")
-    verdicts = [str(v) for v in ds[t.verdict].values] if t.verdict and t.verdict in ds else None
-    if verdicts is not None:
-        header.append("verdict")
+    names = (t.verdict,) if isinstance(t.verdict, str) else t.verdict or ()
+    names = [n for n in names if n in ds]
+    header += ["verdict"] if len(names) == 1 and isinstance(t.verdict, str) else [label(ds, n) for n in names]
     rows, colors = [], {}
     for i in range(ds.sizes[t.dim]):
         row = [fill(c, ds, t.dim, i) for c in cells]
-        if verdicts is not None:
-            row.append(verdicts[i].upper())
-            colors[(i, len(row) - 1)] = COLORS.get(verdicts[i], COLORS["head" if verdicts[i] == "n/a" else "fail"])
+        for n in names:
+            v = str(ds[n].values[i])
+            row.append(v.upper())
+            colors[(i, len(row) - 1)] = COLORS.get(v, COLORS["head" if v == "n/a" else "fail"])
         rows.append(row)
     if t.heading:
         doc.heading(fill(t.heading, ds))
@@ -341,7 +369,9 @@ def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures) -> None:
     n = ds.sizes[f.dim]
     outcome = [[str(ds[v].values[i]) for v in f.verdicts if v in ds] for i in range(n)]
     verdicts = [next((v for v in o if v not in ("pass", "n/a")), "pass") for o in outcome]
-    errs = [str(e) for e in ds["cell_error"].values] if "cell_error" in ds else [""] * n
+    err = ds["cell_error"] if "cell_error" in ds else None
+    errs = ["; ".join(sorted({str(e) for e in np.ravel(err.isel({f.dim: i}).values if f.dim in err.dims else err.values)
+                              if str(e)})) if err is not None else "" for i in range(n)]
     bad = [i for i in range(n) if verdicts[i] != "pass" or errs[i]]
     if not bad:
         doc.text("All settings pass; no task raised an error.", size=SMALL, weight="bold")
@@ -365,7 +395,7 @@ def _curve(ds: xr.Dataset, spec, facet: str | None, i: int | None, x: np.ndarray
     return sum(c / x ** j for j, c in enumerate(coef))
 
 
-def _title(ax: Axes, text: str) -> None:
+def panel_title(ax: Axes, text: str) -> None:
     """A panel title that fits the panel's width: one line in type down to 7.5 pt, else two lines."""
     width = ax.get_position().width * ax.figure.get_figwidth()
     for size in (9.0, 8.5, 8.0, 7.5):
@@ -397,7 +427,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     title = fill(p.title, ds, facet, i)
     if not np.isfinite(y).any():
         _no_data(ax, ds, facet, i, p.reason)
-        _title(ax, title)
+        panel_title(ax, title)
         return used
     xmin = float(_at(ds, p.fit_range, facet, i)) if p.fit_range else -math.inf
     sel = x >= xmin if math.isfinite(xmin) else np.ones(x.shape, bool) if not p.fit_range else np.zeros(x.shape, bool)
@@ -407,7 +437,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         return _series_panel(ax, ds, p, facet, i, title)
     if p.kind == "residual":
         worst = residual_panel(ax, x, y, sel)
-        _title(ax, title + (f"; largest off scale {worst}" if worst else ""))
+        panel_title(ax, title + (f"; largest off scale {worst}" if worst else ""))
         ax.set(xlabel=label(ds, p.x), ylabel=ylabel)
         return {("residual", "")}
     se = np.asarray(_at(ds, p.band, facet, i), dtype=float) * np.ones_like(y) if p.band else np.zeros_like(y)
@@ -447,6 +477,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
             ls, color, lw = _STYLE[role]
             ax.plot(xx, np.abs(cv) if p.absolute else cv, ls, color=color, lw=lw, zorder=3)
             used.add((role, lab))
+    lv = _level(ax, ds, p, facet, i, used)
     for n, name in enumerate(p.also):
         w = np.asarray(_at(ds, name, facet, i), dtype=float)
         ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
@@ -477,7 +508,8 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         ax.set_yscale("symlog", linthresh=float(np.nanmin(np.abs(v[ok][v[ok] != 0]), initial=1.0)))
     else:
         yy = np.concatenate([lo[ok], hi[ok]] + [np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also]
-                            + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else []))
+                            + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else [])
+                            + [np.array([lv if lv is not None else np.nan])])
         yy = yy[np.isfinite(yy)]
         if yy.size:
             pad = 0.08 * (yy.max() - yy.min()) + 1e-9 * max(1.0, abs(yy.max()))
@@ -485,9 +517,17 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         ax.ticklabel_format(axis="y", useOffset=False)
     if p.ylim:
         ax.set_ylim(*p.ylim)
-    _title(ax, title)
+    panel_title(ax, title)
     ax.set(xlabel=label(ds, p.x), ylabel=ylabel)
     return used
+
+
+def _level(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, used: set) -> float | None:
+    lv = float(_at(ds, p.level, facet, i)) if isinstance(p.level, str) else p.level
+    if lv is not None and math.isfinite(lv):
+        ax.axhline(lv, color=COLORS["fit"], ls="--", lw=0.9)
+        used.add(("level", p.level_label or f"{lv:g}"))
+    return lv
 
 
 def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str) -> set:
@@ -498,20 +538,21 @@ def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int 
     se = sub(p.band).astype(float) if p.band else np.zeros_like(y)
     values, used, shown = ds[p.series].values, set(), []
     for j, v in enumerate(values):
+        if not np.isfinite(y[j]).any():  # a value the variable does not hold
+            continue
         color = to_hex(colormaps["viridis"](0.15 + 0.7 * j / max(len(values) - 1, 1)))
         ok = np.isfinite(y[j]) & ((y[j] > 0) if p.logy else True)
         lo = np.minimum(2 * se[j][ok], 0.999 * y[j][ok]) if p.logy else 2 * se[j][ok]
         ax.errorbar(x[ok], y[j][ok], yerr=[lo, 2 * se[j][ok]] if p.band else None, fmt="o-", ms=3, lw=1,
                     color=color, zorder=4)
         shown.append(y[j][ok])
-        used.add((f"series|{j:03d}|{color}", f"{p.series} = {fin(v, 'g')}"))
-    if p.level is not None:
-        ax.axhline(p.level, color=COLORS["fit"], ls="--", lw=0.9)
-        used.add(("level", p.level_label or f"{p.level:g}"))
-    _log_axes(ax, x, *(shown if p.logy else ()))
+        used.add((f"series|{j:03d}|{color}", f"{p.series} = {v}" if isinstance(v, str) else f"{p.series} = {fin(v, 'g')}"))
+    _level(ax, ds, p, facet, i, used)
+    if p.logx or p.logy:
+        _log_axes(ax, x, *(shown if p.logy else ()))
     if p.ylim:
         ax.set_ylim(*p.ylim)
-    _title(ax, title)
+    panel_title(ax, title)
     ax.set(xlabel=label(ds, p.x), ylabel=p.ylabel or label(ds, p.var))
     return used
 
@@ -564,18 +605,22 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None
                 for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
                     used.setdefault(key, None)
         return _finish(doc, fig, ly, used)
-    if page.facet is None:
-        groups, rows = [[None]], 1
+    if page.facet is None:  # the panels in rows of at most per_page
+        groups, rows = [[None]], -(-len(page.panels) // page.per_page)
     else:
         n = ds.sizes[page.facet]
         groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
     for idx in groups:
-        ncols = len(page.panels) if page.facet is None else len(idx)
+        ncols = -(-len(page.panels) // rows) if page.facet is None else len(idx)
         fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
         used = {}
         for col, i in enumerate(idx if page.facet is not None else range(ncols)):
             for row in range(rows):
-                p = page.panels[col if page.facet is None else row]
-                for key in sorted(draw_panel(axes[row, col], ds, p, page.facet, None if page.facet is None else i)):
+                n = row * ncols + col if page.facet is None else row
+                if page.facet is None and n >= len(page.panels):
+                    axes[row, col].set_visible(False)
+                    continue
+                for key in sorted(draw_panel(axes[row, col], ds, page.panels[n], page.facet,
+                                             None if page.facet is None else i)):
                     used.setdefault(key, None)
         _finish(doc, fig, ly, used)

@@ -232,3 +232,59 @@ def test_series_draws_one_curve_per_value():
     curves = [line for line in ax.lines if len(line.get_xdata()) == 8]
     assert len(curves) == 3
     assert np.array_equal(curves[2].get_ydata(), ds["r"].values[1, 2])  # the facet's own values, in series order
+
+
+def test_several_verdict_columns_each_coloured(tmp_path, monkeypatch):
+    """A tuple of verdict variables gives one column each, headed by its long_name and coloured by outcome.
+    Positive control: a single verdict name gives the one 'verdict' column."""
+    seen = []
+    original = document.ReportDocument.table
+    monkeypatch.setattr(document.ReportDocument, "table", lambda self, h, rows, *a, **k: (
+        seen.append((h, rows, k.get("colors"))), original(self, h, rows, *a, **k)))
+    ds = synthetic().isel(k=0)
+    ds["second"] = (("setting",), ["fail", "pass"], {"long_name": "check two"})
+    _build(tmp_path, [Table((("c", "{c}"),), verdict=("verdict", "second")), Table((("c", "{c}"),))], ds)
+    (h2, rows2, col2), (h1, rows1, _) = seen
+    assert h2 == ["c", "verdict", "check two"] and rows2 == [["3", "PASS", "FAIL"], ["5", "FAIL", "PASS"]]
+    assert col2[(0, 1)] == col2[(1, 2)] == document.COLORS["pass"] and col2[(0, 2)] == document.COLORS["fail"]
+    assert h1 == ["c", "verdict"] and rows1[1] == ["5", "FAIL"]
+
+
+def test_gather_and_stack():
+    """gather puts prefixed scalars on one dimension (NaN where one is missing); stack puts several
+    variables and their MCSE on a series dimension, values unchanged."""
+    ds = xr.Dataset({"p_b": 1.5, "p_b_se": 0.1, "q_b": -2.0})
+    rows = spec.gather(ds, {"first": "p_", "second": "q_"}, ("b", "b_se"))
+    assert list(rows["row"].values) == ["first", "second"]
+    assert rows["b"].values.tolist() == [1.5, -2.0] and rows["b_se"].values[0] == 0.1
+    assert np.isnan(rows["b_se"].values[1])
+    s = spec.stack(synthetic(), {"gap": "y", "time": "t"}, "what", "both", {"long_name": "both", "units": "1"})
+    assert s["both"].dims[0] == "what" and list(s["what"].values) == ["gap", "time"]
+    np.testing.assert_array_equal(s["both"].sel(what="time").values, synthetic()["t"].values)
+    np.testing.assert_array_equal(s["both_mcse"].sel(what="gap").values, synthetic()["y_mcse"].values)
+    assert np.isnan(s["both_mcse"].sel(what="time").values).all()  # t has no MCSE: none invented
+
+
+def test_fill_leaves_mathematics_and_formats_the_facet():
+    """``e^{c}`` and ``R_{c}`` are text, ``{c}`` a field; ``{facet:.2f}`` formats a numeric facet."""
+    ds = synthetic()
+    assert fill("e^{c} R_{c} {c}", ds, "setting", 1) == "e^{c} R_{c} 5"
+    assert fill("k = {facet:.2f}", ds, "k", 2) == "k = 4.00"
+
+
+def test_level_from_a_variable_and_panels_in_rows(tmp_path, monkeypatch):
+    """A level named by a scalar variable is drawn at its value and kept inside the axes; a page of
+    five panels without facets lays them out in two rows of three."""
+    ds = synthetic().assign(margin=xr.DataArray(9.0))
+    ax = _axes()
+    spec.draw_panel(ax, ds, Panel("y", band="y_mcse", level="margin", logx=False), "setting", 0)
+    assert any(np.allclose(line.get_ydata(), 9.0) for line in ax.get_lines())
+    assert ax.get_ylim()[1] > 9.0
+    grids = []
+    original = document.ReportDocument.figure
+    monkeypatch.setattr(document.ReportDocument, "figure",
+                        lambda self, t, r, c, **k: (grids.append((r, c)), original(self, t, r, c, **k))[1])
+    for n in (5, 3):
+        _build(tmp_path, [FigurePage("n", tuple(Panel("y", title=str(j)) for j in range(n)), facet=None)],
+               ds.isel(setting=0))
+    assert grids == [(2, 3), (1, 3)]
