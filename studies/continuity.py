@@ -23,16 +23,16 @@ import math
 import numpy as np
 import xarray as xr
 from numpy.typing import NDArray
-from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
 from simkit.stats.analysis import combine_verdicts, mean_mcse, ratio_of_means
 from simkit.stats.trend import (fit_range_non_inferiority, growth_test, non_inferiority_plugin_miss_rate, union_bound,
                                 wls_slope_test)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
-from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.embedding import family_embedding
 from simkit.embeddings.perturbation import CapBump, perturb
-from simkit.exact.loss_bounds import TOL_ABS, TOL_REL, loss_difference_bounds, violations
+from simkit.estimators.loss_difference import MEANS, loss_difference_means
+from simkit.exact.loss_bounds import TOL_ABS, TOL_REL
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
@@ -93,8 +93,6 @@ BLOCK_VARS_E = {
 S, SE, SEK, SBE, SBEK = ("setting",), ("setting", "eps"), ("setting", "eps", "k"), ("setting", "block", "eps"), \
     ("setting", "block", "eps", "k")
 NATS = "in nats (dimensionless, udunits '1')"
-#: the per-block means summarised over blocks, with the bounds' and losses' unit note
-_MEANS = ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")
 #: ratios of means (jackknife MCSE): name -> (numerator, denominator, long name)
 RATIOS = {"ratio_max_avg": ("bound_max", "bound_avg", "E B_max / E B_avg"),
           "ratio_avg_dl": ("bound_avg", "dl", "E B_avg / E |dl|"),
@@ -173,7 +171,7 @@ SCHEMA = {
     **{f"raw_{n}": Var(SBEK, f"per-block {n}{', in nats' if _in_nats(n) else ''}", "1",
                        text + (f"; {NATS}" if _in_nats(n) else "")) for n, text in BLOCK_VARS.items()},
     **{f"raw_{n}": Var(SBE, f"per-block {n}", "1", text) for n, text in BLOCK_VARS_E.items()},
-    **{k: v for n in _MEANS for k, v in _mean_var(n, SEK, BLOCK_VARS[n]).items()},
+    **{k: v for n in MEANS for k, v in _mean_var(n, SEK, BLOCK_VARS[n]).items()},
     **{k: v for n, text in BLOCK_VARS_E.items() for k, v in _mean_var(n, SE, text).items()},
     **{f"violations_{t}": Var(SEK, f"tuples violating B_{t}", "1", "count over all blocks (attrs['tuples_per_k'] "
                               "tuples per k and eps)") for t in ("score", "avg", "max")},
@@ -525,12 +523,6 @@ class Continuity(Study):
         dims.update({name: _E for name in BLOCK_VARS_E})
         return dims, {"eps": np.array(self.params["eps"].values(cfg["eps"])), "k": k_grid(cfg["k_max"])}
 
-    @staticmethod
-    def _embedding(cell, rng):
-        if cell["family"] == "linear":
-            return LinearEmbedding.random(cell["p"], cell["d"], rng=rng)
-        return TwoLayerEmbedding.random(cell["p"], cell["d"], cell["hidden"], rng=rng)
-
     def generate(self, cell, cfg, prep, rng):
         """One block: a pair per eps (phi shared), block_anchors tuples with K negatives each.
 
@@ -542,47 +534,14 @@ class Continuity(Study):
         ks = k_grid(K)
         pi = build_pi({"pi": cell["pi"], "dim": cell["p"], "kappa_pi": cell["kappa_pi"]})
         kernel = VMFKernel(cell["kappa_m"])
-        phi = self._embedding(cell, rng)
+        phi = family_embedding(cell["family"], cell["p"], cell["d"], cell["hidden"], rng=rng)
         if cell["perturbation"] == "bump":
             psis = CapBump.random(phi, cell["p"], cell["cap_fraction"], [BUMP_GAIN * e for e in eps], rng=rng)
         else:
             psis = [perturb(phi, e, rng=rng) for e in eps]
         x = pi.rvs(N, rng=rng)
         xp = kernel.sample(x, rng=rng)
-        E, G = len(eps), ks.size
-        sums = {n: np.zeros((E, G)) for n in ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")}
-        counts = {n: np.zeros((E, G)) for n in ("viol_score", "viol_avg", "viol_max")}
-        tight = {n: np.zeros((E, G)) for n in ("tight_score", "tight_avg", "tight_max")}
-        anchor, plain = np.zeros(E), np.zeros(E)
-        d = cell["d"]
-        with threadpool_limits(limits=1, user_api="blas"):  # skinny products: threads only add overhead
-            for lo in range(0, N, _CHUNK):
-                hi = min(N, lo + _CHUNK)
-                y = pi.rvs((hi - lo) * K, rng=rng)
-                u, v, w = phi(x[lo:hi]), phi(xp[lo:hi]), phi(y).reshape(hi - lo, K, d)
-                for i, psi in enumerate(psis):
-                    w2 = psi(y).reshape(hi - lo, K, d)
-                    b = loss_difference_bounds(u, v, w, psi(x[lo:hi]), psi(xp[lo:hi]), w2, tau, ks)
-                    dl = np.abs(b["delta"])
-                    for name in ("bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max"):
-                        sums[name][i] += b[name].sum(axis=0)
-                    sums["dl"][i] += dl.sum(axis=0)
-                    for tag in ("score", "avg", "max"):
-                        bound = b[f"bound_{tag}"]
-                        counts[f"viol_{tag}"][i] += violations(b["delta"], bound, b["loss"]).sum(axis=0)
-                        # rounding-level |dl| (~1e-16) over a rounding-level bound (a negative at the rim of a
-                        # bump's cap) is no information: the allowance of violations() comes off first
-                        slack = np.maximum(dl - TOL_ABS - TOL_REL * np.abs(b["loss"]), 0.0)
-                        with np.errstate(invalid="ignore", divide="ignore"):
-                            ratio = np.where(bound > 0, slack / bound, 0.0)
-                        tight[f"tight_{tag}"][i] = np.maximum(tight[f"tight_{tag}"][i], ratio.max(axis=0))
-                    anchor[i] += b["anchor_term"].sum()
-                    plain[i] += np.sqrt(np.sum((w2 - w) ** 2, axis=-1)).mean(axis=1).sum()
-        out = {n: s / N for n, s in sums.items()}
-        out.update(counts)
-        out.update(tight)
-        out["anchor_term"] = anchor / N
-        out["neg_plain"] = plain / N
+        out = loss_difference_means(phi, psis, x, xp, lambda n: pi.rvs(n, rng=rng), K, tau, ks, chunk=_CHUNK)
         if cell["perturbation"] == "bump":  # the displacement at the cap centre
             out["param_dist"] = np.array([np.linalg.norm(psi(psi.centre[None, :]) - phi(psi.centre[None, :]))
                                           for psi in psis])
@@ -596,7 +555,7 @@ class Continuity(Study):
         n_set, n_eps = raw.sizes["setting"], raw.sizes["eps"]
         blocks = {n: raw[f"raw_{n}"].values for n in (*BLOCK_VARS, *BLOCK_VARS_E)}
         out = {}
-        for name in (*_MEANS, *BLOCK_VARS_E):
+        for name in (*MEANS, *BLOCK_VARS_E):
             out[name], out[f"{name}_mcse"] = mean_mcse(blocks[name], axis=1)
         for t in ("score", "avg", "max"):
             out[f"violations_{t}"] = np.nansum(blocks[f"viol_{t}"], axis=1)

@@ -15,8 +15,6 @@ Run it: ``simkit run digits`` (or ``python -m simkit run digits``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 
 import numpy as np
@@ -27,95 +25,25 @@ from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean
 from simkit.diagnose import diagnose
 from simkit.embeddings.embedding import TwoLayerEmbedding
 from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
-from simkit.exact.finite import class_members, exact_d_curve
+from simkit.exact.finite import class_members
 from simkit.runner import Check, Param, Study, Var
-from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.random_features import fourier_features, fourier_map
+from simkit.embeddings.training import EmpiricalRisk, train
+from simkit.distributions.digits import SPLIT_SEED, TEST_FRACTION, augmented_views, load_split, training_tuples
+from simkit.estimators.labelled import (class_cross_entropy, class_d_block, class_first_order, class_positive_scores,
+                                        exact_d_two_phase, gap_block)
 
 #: false-failure rate of each per-setting rate check (slope interval; c1 z-test for C1)
 ALPHA = 1e-3
-#: seed of the stratified train/test split (part of the design: the same for every study seed)
-SPLIT_SEED = 20261201
 #: seed of the random-feature map (part of the design)
 RFF_SEED = 20261202
 #: number of random Fourier features and their bandwidth on the unit sphere
 RFF_FEATURES = 256
 RFF_BANDWIDTH = 0.5
-#: share of each digit class in the test split (rounded up)
-TEST_FRACTION = 0.5
 
 ENCODERS = ("pixels", "rff", "mlp")
 KERNELS = ("label", "augment")
 SETTINGS = tuple(f"{e}-{m}" for e in ENCODERS for m in KERNELS)
-
-
-# ----------------------------------------------------------------------------------------------
-# the data, the split, the kernels and the encoders (the design)
-
-@functools.lru_cache(maxsize=1)
-def load_split() -> dict:
-    """The digits with the study's fixed stratified split (read-only arrays).
-
-    Returns
-    -------
-    dict
-        ``images`` (1797, 64) raw pixel values 0..16, ``unit`` the rows normalised onto S^63,
-        ``labels`` (1797,), ``train`` and ``test`` (sorted row indices), ``sha256`` of the test
-        indices (int64, little endian).
-    """
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    images = np.asarray(images, dtype=float)
-    labels = np.asarray(labels, dtype=np.int64)
-    gen = np.random.default_rng(SPLIT_SEED)
-    test = []
-    for c in range(10):
-        members = np.flatnonzero(labels == c)
-        test.append(gen.permutation(members)[: int(math.ceil(TEST_FRACTION * members.size))])
-    test = np.sort(np.concatenate(test))
-    train = np.setdiff1d(np.arange(labels.size), test)
-    out = {"images": images, "unit": _unit(images, "images"), "labels": labels, "train": train, "test": test,
-           "sha256": hashlib.sha256(test.astype("<i8").tobytes()).hexdigest()}
-    for v in out.values():
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-    return out
-
-
-def _unit(x: NDArray, name: str) -> NDArray[np.float64]:
-    norm = np.sqrt(np.einsum("...d,...d->...", x, x))
-    if np.any(norm == 0):
-        raise ValueError(f"'{name}' has a zero row: it has no direction on the sphere")
-    return x / norm[..., None]
-
-
-def augment(images: NDArray, noise: float, *, rng) -> NDArray[np.float64]:
-    """Augmented views of raw 8x8 images (rows of 64 pixels 0..16), normalised onto S^63.
-
-    Each view shifts its image by dy, dx ~ uniform{-1, 0, 1} (zero fill), adds i.i.d. N(0, noise^2)
-    pixel noise and clips at 0. Shape ``(..., 64)`` in and out.
-    """
-    rng = np.random.default_rng(rng)
-    flat = np.asarray(images, dtype=float).reshape(-1, 8, 8)
-    n = flat.shape[0]
-    pad = np.zeros((n, 10, 10))
-    pad[:, 1:9, 1:9] = flat
-    dy, dx = rng.integers(-1, 2, size=(2, n))
-    rows = np.arange(8)[None, :] - dy[:, None] + 1
-    cols = np.arange(8)[None, :] - dx[:, None] + 1
-    out = pad[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]].reshape(n, 64)
-    if noise > 0:
-        out = np.maximum(out + noise * rng.standard_normal(out.shape), 0.0)
-    return _unit(out, "augmented views").reshape(np.shape(images))
-
-
-@functools.lru_cache(maxsize=1)
-def rff_map() -> tuple[NDArray, NDArray]:
-    """(W, b) of the random Fourier features, from RFF_SEED."""
-    gen = np.random.default_rng(RFF_SEED)
-    w = gen.standard_normal((RFF_FEATURES, 64)) / RFF_BANDWIDTH
-    b = gen.uniform(0.0, 2.0 * np.pi, RFF_FEATURES)
-    return w, b
 
 
 def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
@@ -124,28 +52,12 @@ def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
     if encoder == "pixels":
         return lambda u: np.array(u, dtype=float)
     if encoder == "rff":
-        w, b = rff_map()
-        return lambda u: _unit(np.cos(u @ w.T + b), "random features")
+        w, b = fourier_map(RFF_FEATURES, 64, RFF_BANDWIDTH, RFF_SEED)
+        return lambda u: fourier_features(u, w, b)
     if encoder == "mlp":
         net = TwoLayerEmbedding.from_vector(theta, 64, cfg["mlp_dim"], cfg["mlp_hidden"])
         return lambda u: net(u)
     raise ValueError(f"'encoder' must be one of {', '.join(ENCODERS)}, got {encoder!r}")
-
-
-def training_tuples(split: dict, rows: NDArray, kernel: str, n: int, k: int, noise: float, rng):
-    """n InfoNCE tuples on the rows ``rows`` (a split): anchors uniform with replacement, positives
-    from the kernel within the same rows, (n, k) independent uniform negatives."""
-    labels = split["labels"][rows]
-    a = rng.integers(0, rows.size, n)
-    if kernel == "label":
-        idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
-        pos = rows[idx[a, (rng.random(n) * cnt[a]).astype(np.int64)]]
-        x_pos = split["unit"][pos]
-    else:
-        x_pos = augment(split["images"][rows[a]], noise, rng=rng)
-    neg = rows[rng.integers(0, rows.size, (n, k))]
-    return TrainingSample(split["unit"][rows[a]], x_pos, split["unit"][neg])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,14 +267,9 @@ C2_CHECK = Check(
 )
 
 
-def _grid(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals) or any(b <= a for a, b in zip(vals, vals[1:])):
-        raise ValueError(f"'{name}' must be increasing integers >= 1, got {text!r}")
-    return vals
+def _grid(cfg: dict, name: str) -> list[int]:
+    """The C3 sizes of list parameter ``name`` (c3_n or c3_k), ascending."""
+    return Digits.params[name].values(cfg[name])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,18 +323,16 @@ class Digits(Study):
                        quick=8),
         "fit_maxiter": Param("fit_maxiter", int, 200, "L-BFGS-B iterations of the evaluated MLP", low=1,
                              high=100000, quick=60),
-        "c3_n": Param("c3_n", str, "32,64,128,256", "C3 training sizes n (comma-separated)", quick="32,128"),
-        "c3_k": Param("c3_k", str, "2,8,32", "C3 training negatives k (comma-separated)", quick="4"),
+        "c3_n": Param("c3_n", int, "32,64,128,256", "C3 training sizes n (comma-separated)", quick="32,128", multi=True,
+                      low=1, items_doc="integers >= 1"),
+        "c3_k": Param("c3_k", int, "2,8,32", "C3 training negatives k (comma-separated)", quick="4", multi=True, low=1,
+                      items_doc="integers >= 1"),
         "c3_maxiter": Param("c3_maxiter", int, 50, "L-BFGS-B iterations of each C3 training", low=1, high=100000,
                             quick=20),
         "c3_test_tuples": Param("c3_test_tuples", int, 4, "test tuples per test image for R_k,test", low=1,
                                 high=256, quick=1),
         "k_min_factor": Param("k_min_factor", float, 16.0, "fit k >= k_min_factor * expansion scale", low=0.0),
     }
-
-    def check_config(self, cfg):
-        _grid(cfg["c3_n"], "c3_n")
-        _grid(cfg["c3_k"], "c3_k")
 
     def cells(self, cfg):
         out = []
@@ -443,8 +348,8 @@ class Digits(Study):
         dims["ell_inf"] = ()
         for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
             dims[n] = ("n_train", "k_train")
-        return dims, {"k": k, "n_train": np.array(_grid(cfg["c3_n"], "c3_n")),
-                      "k_train": np.array(_grid(cfg["c3_k"], "c3_k"))}
+        return dims, {"k": k, "n_train": np.array(_grid(cfg, "c3_n")),
+                      "k_train": np.array(_grid(cfg, "c3_k"))}
 
     # -- prepare: the encoder and the exact constants -----------------------------------------------
 
@@ -473,31 +378,22 @@ class Digits(Study):
         if cell["kernel"] == "label":
             dg = lab
         else:
-            views = phi(augment(np.repeat(split["images"][test][:, None, :], cfg["n_views"], axis=1),
-                                cfg["aug_noise"], rng=rng).reshape(-1, 64)).reshape(test.size, cfg["n_views"], -1)
+            views = augmented_views(phi, split["images"][test], cfg["n_views"], cfg["aug_noise"], rng=rng)
             dg = diagnose(emb, positive_embeddings=views, **common)
         for name in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "gap_exact", "gap_exact_mcse"):
             out[name] = np.asarray(dg[name].values, dtype=float)
         out["scale"] = np.asarray(dg["expansion_scale"].values, dtype=float)
         for name in ("top1", "top1_mcse", "recall10", "recall10_mcse"):
             out[name] = np.asarray(lab[name].values, dtype=float)
-        # E_x[m1/Z] and E_x[Z2/Z^2] of the label kernel (d1 of C2), finite sums in log space
+        # E_x[m1/Z] of the label kernel (d1 of C2) and the exact D_k, finite sums in log space
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
-        w = np.where(mask, np.exp(np.take_along_axis(s, idx, axis=1) - log_z[:, None]), 0.0)
-        out["d1"] = np.array(np.mean(w.sum(axis=1) / mask.sum(axis=1)) if cell["kernel"] == "label" else np.nan)
+        m1_z, ratio2 = class_first_order(s, log_z, idx, mask)
+        out["d1"] = np.array(np.mean(m1_z) if cell["kernel"] == "label" else np.nan)
         out["d_exact"] = out["d_exact_mcse"] = np.full(grid.size, np.nan)
         if cell["kernel"] == "label":
-            # exact D_k on a random subset of anchors; difference estimator with the per-anchor
-            # first-order prediction (m1/Z)/k, known at every anchor (unbiased under simple random sampling)
-            n_d = min(cfg["n_exact_d"], test.size)
-            anchors = np.sort(rng.choice(test.size, size=n_d, replace=False))
-            pred = (w.sum(axis=1) / mask.sum(axis=1))[:, None] / grid[None, :]
-            resid = exact_d_curve(s, idx, mask, anchors, grid) - pred[anchors]
-            out["d_exact"] = pred.mean(axis=0) + resid.mean(axis=0)
-            out["d_exact_mcse"] = (np.sqrt(max(1.0 - n_d / test.size, 0.0) * resid.var(axis=0, ddof=1) / n_d)
-                                   if n_d >= 2 else np.full(grid.size, np.nan))
-        out["ratio2"] = np.array(np.mean(np.mean(np.exp(2 * (s - log_z[:, None])), axis=1)))
+            out["d_exact"], out["d_exact_mcse"] = exact_d_two_phase(s, m1_z, idx, mask, grid, cfg["n_exact_d"], rng)
+        out["ratio2"] = np.array(ratio2)
         return out
 
     # -- generate: one replicate block ----------------------------------------------------------------
@@ -510,7 +406,7 @@ class Digits(Study):
         emb = phi(split["unit"][test])
         grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
         out = self._c1_c2_block(split, emb, phi, kernel, tau, grid, cfg["tuples_per_anchor"], cfg["aug_noise"], rng)
-        shape = (len(_grid(cfg["c3_n"], "c3_n")), len(_grid(cfg["c3_k"], "c3_k")))
+        shape = (len(_grid(cfg, "c3_n")), len(_grid(cfg, "c3_k")))
         for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
             out[n] = np.full(shape, np.nan)
         if cell["encoder"] == "mlp":
@@ -519,58 +415,28 @@ class Digits(Study):
 
     @staticmethod
     def _c1_c2_block(split, emb, phi, kernel, tau, grid, r, noise, rng) -> dict:
+        """One block: r tuples per test image (gap_k, C1) and, for the label kernel, D_k (C2)."""
         test = split["test"]
-        n = test.size
         labels = split["labels"][test]
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
-        if kernel == "label":
-            pick = idx[np.arange(n)[:, None], (rng.random((n, r)) * cnt[:, None]).astype(np.int64)]
-            s_pos = np.take_along_axis(s, pick, axis=1)
-        else:
-            views = phi(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), noise,
-                                rng=rng).reshape(-1, 64)).reshape(n, r, -1)
-            s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
-        neg = rng.integers(0, n, size=(n, r, int(grid[-1])))
-        t_k = ratio_block(s, log_z, neg, grid)
-        w_pos = np.exp(s_pos - log_z[:, None])
-        plain, cv = gap_terms(w_pos, t_k, grid)
-        out = {"gap": cv.mean(axis=(0, 1)), "gap_plain": plain.mean(axis=(0, 1)),
-               "ell_inf": np.array(np.mean(log_z[:, None] - s_pos))}
-        nan = np.full(grid.size, np.nan)
+        s_pos = (class_positive_scores(s, idx, mask, r, rng) if kernel == "label" else
+                 np.einsum("nd,nrd->nr", emb, augmented_views(phi, split["images"][test], r, noise, rng=rng)) / tau)
+        neg = rng.integers(0, test.size, size=(test.size, r, int(grid[-1])))
+        out = gap_block(s, log_z, s_pos, neg, grid)
         if kernel != "label":
+            nan = np.full(grid.size, np.nan)
             return {**out, "d": nan, "d_plain": nan.copy(), "no_match": nan.copy()}
-        # C2: the database of query x is its tuple's negatives. E_{x+} over the class (Rao-Blackwell):
-        # log(e^{s+} + S_k) - log S_k = log1p(W0 / T_k), W0 = e^{s+}/Z, T_k = S_k/Z
-        s_mem = np.take_along_axis(s, idx, axis=1)
-        w_mem = np.where(mask, np.exp(s_mem - log_z[:, None]), 0.0)  # (n, C)
-        pos_term = np.zeros_like(t_k)
-        for c in range(idx.shape[1]):  # loop over class members keeps memory at O(n r G)
-            pos_term += np.where(mask[:, c, None, None], np.log1p(w_mem[:, c, None, None] / t_k), 0.0)
-        pos_term /= cnt[:, None, None]
-        mean_s = np.where(mask, s_mem, 0.0).sum(axis=1) / cnt  # E_M s(x, x+), exact
-        same = labels[neg] == labels[:, None, None]
-        s_neg = np.take_along_axis(s, neg.reshape(n, -1), axis=1).reshape(neg.shape)
-        v_k = np.cumsum(np.where(same, s_neg, 0.0), axis=2)[:, :, grid - 1]
-        w_k = np.cumsum(same, axis=2)[:, :, grid - 1]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            snis = np.where(w_k > 0, v_k / np.maximum(w_k, 1), mean_s[:, None, None])
-        out["d"] = pos_term.mean(axis=(0, 1))
-        out["d_plain"] = (pos_term + snis - mean_s[:, None, None]).mean(axis=(0, 1))
-        out["no_match"] = (w_k == 0).mean(axis=(0, 1)).astype(float)
-        return out
+        return {**out, **class_d_block(s, log_z, labels, idx, mask, neg, grid)}
 
     @staticmethod
     def _c3_block(split, cell, cfg, rng, out) -> None:
+        """C3: an MLP trained on n tuples with k negatives per grid cell; its train and test risks."""
         test, tau, kernel = split["test"], cell["tau"], cell["kernel"]
-        n_test = test.size
-        labels = split["labels"][test]
-        idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
+        idx, mask = class_members(split["labels"][test])
         r = cfg["c3_test_tuples"]
-        for i, n in enumerate(_grid(cfg["c3_n"], "c3_n")):
-            for j, k in enumerate(_grid(cfg["c3_k"], "c3_k")):
+        for i, n in enumerate(_grid(cfg, "c3_n")):
+            for j, k in enumerate(_grid(cfg, "c3_k")):
                 sample = training_tuples(split, split["train"], kernel, n, k, cfg["aug_noise"], rng)
                 init = TwoLayerEmbedding.random(64, cfg["mlp_dim"], cfg["mlp_hidden"], rng=rng)
                 res = train(EmpiricalRisk(sample, tau), init, maxiter=cfg["c3_maxiter"])
@@ -578,19 +444,15 @@ class Digits(Study):
                 emb = net(split["unit"][test])
                 s, log_z = scores_and_log_z(emb, tau)
                 if kernel == "label":
-                    s_mem = np.where(mask, np.take_along_axis(s, idx, axis=1), 0.0)
-                    ce = float(np.mean(log_z - s_mem.sum(axis=1) / cnt))
-                    pick = idx[np.arange(n_test)[:, None], (rng.random((n_test, r)) * cnt[:, None]).astype(np.int64)]
-                    s_pos = np.take_along_axis(s, pick, axis=1)
+                    ce = class_cross_entropy(s, log_z, idx, mask)
+                    s_pos = class_positive_scores(s, idx, mask, r, rng)
                 else:
-                    views = net(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), cfg["aug_noise"],
-                                        rng=rng).reshape(-1, 64)).reshape(n_test, r, -1)
-                    s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
+                    s_pos = np.einsum("nd,nrd->nr", emb, augmented_views(net, split["images"][test], r,
+                                                                         cfg["aug_noise"], rng=rng)) / tau
                     ce = float(np.mean(log_z[:, None] - s_pos))
-                neg = rng.integers(0, n_test, size=(n_test, r, k))
+                neg = rng.integers(0, test.size, size=(test.size, r, k))
                 kk = np.array([k])
-                t_k = ratio_block(s, log_z, neg, kk)
-                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), t_k, kk)
+                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), ratio_block(s, log_z, neg, kk), kk)
                 out["c3_risk_train"][i, j] = res.report.value
                 out["c3_risk_test"][i, j] = math.log(k) + ce + float(cv.mean())
                 out["c3_ce_test"][i, j] = ce

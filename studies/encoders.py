@@ -22,10 +22,12 @@ import math
 import numpy as np
 from scipy import stats
 
-from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, jackknife, mean_mcse, rate_verdict,
-                             truth_rng, truth_verdict, worst_slope)
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict,
+                             setting_pvalues, truth_rng, truth_verdict, worst_slope)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
-from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.embedding import TwoLayerEmbedding, family_embedding, padded_params
+from simkit.embeddings.perturbation import collapse_output
+from simkit.stats.trend import detectable_t, paired_change, paired_t_power, sqrt_k_term_test
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
@@ -33,7 +35,7 @@ from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 from simkit.distributions.sphere import VMFMixture
-from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, checkpoints
 
 #: false-failure rate of each per-setting test
 ALPHA = 1e-3
@@ -50,6 +52,7 @@ D_MAX = 32
 SETTINGS = {f"{enc}-d{d}-{ker}": (enc, d, ker) for enc in ("lin", "mlp") for d in (8, 32) for ker in ("vmf", "rot")}
 CHECKPOINTS = (0, 5, 20, 100)
 N_PARAMS_MAX = TwoLayerEmbedding.n_params_for(P, D_MAX, HIDDEN)
+FAMILY = {"lin": "linear", "mlp": "two_layer"}
 #: the pre-registered rules R (D_k with its second-order term) and L (retrieval from a far start)
 PROTOCOL_PATH = "protocols/encoders.md"
 #: R: power 0.9 against a 1/sqrt(k) term as large as D_k at k_min, or the setting is not assessed
@@ -79,79 +82,16 @@ def build_population(kernel_name: str):
 
 
 def make_embedding(enc: str, d: int, theta: np.ndarray | None = None, *, rng=None):
-    """The encoder family of a setting; ``theta`` (possibly zero-padded to N_PARAMS_MAX) or a random start."""
-    if enc == "lin":
-        if theta is None:
-            return LinearEmbedding.random(P, d, rng=rng)
-        return LinearEmbedding.from_vector(theta[: P * d], P, d)
-    if enc == "mlp":
-        if theta is None:
-            return TwoLayerEmbedding.random(P, d, HIDDEN, rng=rng)
-        return TwoLayerEmbedding.from_vector(theta[: TwoLayerEmbedding.n_params_for(P, d, HIDDEN)], P, d, HIDDEN)
-    raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
-
-
-def collapsed_start(init, rng):
-    """The far start of rule L (protocols/encoders.md section 2): ``init`` with its output layer
-    replaced by u a^T + FAR_NOISE * (that layer), u a random unit vector, a i.i.d. N(0, 1/len(a))."""
-    if isinstance(init, LinearEmbedding):
-        w = init.W
-        u = rng.standard_normal(w.shape[0])
-        a = rng.standard_normal(w.shape[1]) / math.sqrt(w.shape[1])
-        return LinearEmbedding(np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w)
-    w2 = init.W2
-    u = rng.standard_normal(w2.shape[0])
-    a = rng.standard_normal(w2.shape[1]) / math.sqrt(w2.shape[1])
-    return TwoLayerEmbedding(init.W1, init.b1, np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w2)
-
-
-def sqrt_k_rule(k: np.ndarray, blocks: np.ndarray, k_min: float, alpha: float) -> dict:
-    """Rule R (protocols/encoders.md section 3) on one setting's D_k blocks (block, k).
-
-    WLS of the block-mean curve on (1/k, 1/k^2, 1/sqrt(k)) over k >= k_min (weights 1/var of the
-    block means, fixed in the jackknife), delete-one-block jackknife SE; t of c = 0 on n - 1 df;
-    MDE = (t_{1-alpha/2} + t_{R_POWER}) SE(c) against c_match = sqrt(k_min) |mean D at k_min|.
-    """
-    out = {"a": math.nan, "a_se": math.nan, "c": math.nan, "c_se": math.nan, "t": math.nan, "mde": math.nan,
-           "c_match": math.nan, "verdict": "error", "reason": "no finite blocks"}
-    b = np.asarray(blocks, dtype=float)
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    sel = np.asarray(k, dtype=float) >= k_min
-    if n < 3 or sel.sum() < 4:
-        out["reason"] = f"{n} finished blocks, {int(sel.sum())} grid points >= k_min {k_min:g}: too few"
-        return out
-    kk = np.asarray(k, dtype=float)[sel]
-    x = np.column_stack([1 / kk, 1 / kk ** 2, 1 / np.sqrt(kk)])
-    mean, mcse = mean_mcse(b[:, sel], axis=0)
-    if np.any(~(mcse > 0)):
-        out["reason"] = "a block-mean variance is zero in the fit range"
-        return out
-    sw = 1.0 / mcse
-
-    def coef(curve):
-        return np.linalg.lstsq(x * sw[:, None], curve * sw, rcond=None)[0]
-
-    full, se, _ = jackknife(coef, b[:, sel])
-    t = full[2] / se[2]
-    crit = stats.t.ppf(1 - alpha / 2, n - 1)
-    mde = (crit + stats.t.ppf(R_POWER, n - 1)) * se[2]
-    c_match = math.sqrt(kk[0]) * abs(mean[0])
-    out.update(a=full[0], a_se=se[0], c=full[2], c_se=se[2], t=t, mde=mde, c_match=c_match)
-    if not mde <= c_match:
-        out.update(verdict="not assessed", reason=f"no power: MDE of c {mde:.3g} > sqrt(k_min)|D_kmin| {c_match:.3g}")
-    elif abs(t) > crit:
-        out.update(verdict="fail", reason=f"1/sqrt(k) term c = {full[2]:.3g} ± {se[2]:.2g} (t {t:+.2f}, |t| > {crit:.2f})")
-    else:
-        out.update(verdict="pass", reason="")
-    return out
+    """The encoder family of a setting ("lin" or "mlp"); ``theta`` (possibly zero-padded) or a random start."""
+    if enc not in FAMILY:
+        raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
+    return family_embedding(FAMILY[enc], P, d, HIDDEN, theta, rng=rng)
 
 
 def planned_power(n_blocks: int, block_anchors: int, alpha: float) -> float:
     """Rule L's planned power per cell at the margin (protocols/encoders.md section 4): one-sided
     paired t on n_blocks - 1 df, sd PLANNED_SD_256 * sqrt(256 / block_anchors)."""
-    sd = PLANNED_SD_256 * math.sqrt(256 / block_anchors)
-    return float(stats.nct.sf(stats.t.ppf(1 - alpha, n_blocks - 1), n_blocks - 1, MARGIN * math.sqrt(n_blocks) / sd))
+    return paired_t_power(n_blocks, PLANNED_SD_256 * math.sqrt(256 / block_anchors), MARGIN, alpha)
 
 
 #: every variable and coordinate of the dataset
@@ -338,15 +278,8 @@ def _c7_check(ds) -> dict:
 
 
 def _c1_pvalues(ds) -> dict:
-    n = ds.sizes["block"]
-    out = {}
-    for i, s in enumerate(ds["setting"].values):
-        t = (ds["slope"].values[i] + 1.0) / ds["slope_se"].values[i]
-        for name, z in (("slope", t), ("c1", ds["c1_z"].values[i]), ("c2", ds["c2_t"].values[i])):
-            out[f"{s}:{name}"] = (float(2 * stats.t.sf(abs(z), n - 1)), ALPHA)
-        out[f"{s}:curve"] = (float(ds["curve_p"].values[i]), ALPHA)
-        out[f"{s}:dgap"] = (float(ds["dgap_p"].values[i]), ALPHA)
-    return out
+    return setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t"),
+                                       "curve": ("p", "curve_p"), "dgap": ("p", "dgap_p")})
 
 
 def _r_check(ds, rows=None) -> dict:
@@ -510,30 +443,18 @@ class Encoders(Study):
         risk = EmpiricalRisk(TrainingSample(atoms[ix], atoms[ipos], atoms[ineg]), TAU)
         init = make_embedding(cell["encoder"], cell["dim"], rng=rng)
         thetas, risks, ces, c1s, iters = [], [], [], [], []
-        phi = init
-        for c in CHECKPOINTS:
-            if c == 0:
-                phi, it = init, 0
-            else:
-                res = train(risk, init, maxiter=c)
-                phi, it = res.embedding, res.report.iterations
-            th = np.zeros(N_PARAMS_MAX)
-            th[: phi.n_params] = phi.params
-            thetas.append(th)
+        for phi, it in checkpoints(risk, init, CHECKPOINTS):
+            thetas.append(padded_params(phi, N_PARAMS_MAX))
             risks.append(risk.value(phi))
             ex = exact_constants(phi(atoms), log_w, TAU)
             ces.append(ex["ce"])
             c1s.append(ex["c1"])
             iters.append(it)
         ex = exact_constants(phi(atoms), log_w, TAU, k_grid(cfg["k_max"]))
-        far = collapsed_start(init, rng)  # rule L: a second run from a collapsed start (drawn last)
-        far_thetas, far_risks = [], []
-        for c in CHECKPOINTS:
-            phi_f = far if c == 0 else train(risk, far, maxiter=c).embedding
-            th = np.zeros(N_PARAMS_MAX)
-            th[: phi_f.n_params] = phi_f.params
-            far_thetas.append(th)
-            far_risks.append(risk.value(phi_f))
+        far = collapse_output(init, FAR_NOISE, rng=rng)  # rule L: a second run from a collapsed start (drawn last)
+        far_run = checkpoints(risk, far, CHECKPOINTS)
+        far_thetas = [padded_params(phi_f, N_PARAMS_MAX) for phi_f, _ in far_run]
+        far_risks = [risk.value(phi_f) for phi_f, _ in far_run]
         out = {"atoms": atoms, "theta": np.array(thetas), "log_z": ex["log_z"], "log_z2": ex["log_z2"],
                "log_m1": ex["log_m1"], "c1_exact": ex["c1"], "c2_exact": ex["c2"], "ce_exact": ex["ce"],
                "rho": ex["rho"], "mbar": ex["mbar"], "gap_exact": ex["gap_exact"], "train_risk": np.array(risks),
@@ -612,8 +533,8 @@ class Encoders(Study):
                             ("k_min", "d2_k_min"), ("verdict", "d2_verdict"), ("reason", "d2_verdict_reason")):
             out[name] = [r[field] for r in d2rows]
         self._retrieval(raw, out)
-        rr = [sqrt_k_rule(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
-                          else math.inf, ALPHA) for i in range(n_s)]
+        rr = [sqrt_k_term_test(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
+                               else math.inf, alpha=ALPHA, power=R_POWER) for i in range(n_s)]
         for field in ("a", "a_se", "c", "c_se", "t", "mde", "c_match", "verdict", "reason"):
             out[f"r_{field}"] = [r[field] for r in rr]
         self._far(raw, out, cfg)
@@ -623,19 +544,15 @@ class Encoders(Study):
     def _far(raw, out, cfg) -> None:
         """Rule L (protocols/encoders.md section 4): top-1 rise from the collapsed start, vMF cells."""
         n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
-        for name in ("ce", "top1"):
+        for name, alt in (("ce", "less"), ("top1", "greater")):
             blocks = raw[f"raw_ret_far_{name}"].values
             out[f"far_{name}"], out[f"far_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"] = mean_mcse(blocks[:, :, -1] - blocks[:, :, 0],
-                                                                              axis=1)
-        p1 = lambda d, se: float(stats.t.sf(d / se, n_b - 1)) if se > 0 else (0.0 if d > 0 else 1.0)  # noqa: E731
-        out["far_top1_p"] = np.array([p1(out["far_top1_diff"][i], out["far_top1_diff_mcse"][i]) for i in range(n_s)])
-        out["far_ce_p"] = np.array([p1(-out["far_ce_diff"][i], out["far_ce_diff_mcse"][i]) for i in range(n_s)])
+            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"], out[f"far_{name}_p"] = paired_change(
+                blocks, alternative=alt)
         risk = raw["prep_train_risk_far"].values
         out["far_risk_fall"] = risk[:, 0] - risk[:, -1]
         out["far_sd_diff"] = out["far_top1_diff_mcse"] * math.sqrt(n_b)
-        crit = stats.t.ppf(1 - ALPHA, n_b - 1) + stats.t.ppf(0.9, n_b - 1)
-        out["far_mde"] = crit * out["far_top1_diff_mcse"]
+        out["far_mde"] = detectable_t(stats.t.ppf(1 - ALPHA, n_b - 1), n_b - 1, 0.9, out["far_top1_diff_mcse"])
         verdicts, reasons = [], []
         for i in range(n_s):
             if str(raw["kernel"].values[i]) != "vmf":
@@ -660,14 +577,13 @@ class Encoders(Study):
     @staticmethod
     def _retrieval(raw, out) -> None:
         """The pre-stated retrieval test (module docstring; docs/design.md, "studies/encoders")."""
-        n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
-        for name in ("ce", "top1", "recall10"):
+        n_s = raw.sizes["setting"]
+        for name, alt in (("ce", "less"), ("top1", "greater"), ("recall10", "greater")):
             blocks = raw[f"raw_ret_{name}"].values  # (setting, block, ckpt)
             out[f"ret_{name}"], out[f"ret_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"ret_{name}_diff"], out[f"ret_{name}_diff_mcse"] = mean_mcse(blocks[:, :, -1] - blocks[:, :, 0], axis=1)
-        tcdf = lambda d, se: stats.t.sf(d / se, n_b - 1) if se > 0 else (0.0 if d > 0 else 1.0)  # noqa: E731
-        out["ret_top1_p"] = np.array([tcdf(out["ret_top1_diff"][i], out["ret_top1_diff_mcse"][i]) for i in range(n_s)])
-        out["ret_ce_p"] = np.array([tcdf(-out["ret_ce_diff"][i], out["ret_ce_diff_mcse"][i]) for i in range(n_s)])
+            out[f"ret_{name}_diff"], out[f"ret_{name}_diff_mcse"], p = paired_change(blocks, alternative=alt)
+            if name != "recall10":
+                out[f"ret_{name}_p"] = p
         risk = raw["prep_train_risk"].values
         out["ret_spearman"] = np.array([stats.spearmanr(risk[i], out["ret_top1"][i]).statistic
                                         if np.ptp(out["ret_top1"][i]) > 0 else np.nan for i in range(n_s)])

@@ -26,19 +26,18 @@ import copy
 import math
 
 import numpy as np
-import statsmodels.api as sm
 from scipy import stats
 
 from simkit import VMFKernel, exact
 from simkit.stats.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
 from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
-from simkit.estimators.infonce import GapEstimator, k_grid
+from simkit.estimators.infonce import GapEstimator, control_variate_means, gap_with_coefficients, k_grid
+from simkit.stats.sensitivity import block_groups, exact_fit_bias
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var, block_of
 
-__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict",
-           "block_groups", "pilot_gap", "exact_fit_bias"]
+__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict"]
 
 #: level of each of the five component tests of the rule (as rate_k): slope interval, slope = -1/2,
 #: c1 t, and via the exact-curve tests c2 t, the exact curve and the exact dgap
@@ -205,35 +204,6 @@ def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap
         return rate["verdict"], rate["reason"], fields
     problems = [p for p in (rate["reason"], *problems) if p]
     return ("pass" if not problems else "fail"), "; ".join(problems), fields
-
-
-# ----------------------------------------------------------------------------------------------
-# analysis helpers (exploratory tables)
-
-def block_groups(raw_gap_cv: np.ndarray) -> np.ndarray:
-    """Independent (sub-)blocks of one cell: ``(block, sub, k)`` -> ``(units, k)``, all-NaN rows dropped."""
-    a = np.asarray(raw_gap_cv, dtype=float).reshape(-1, raw_gap_cv.shape[-1])
-    return a[np.any(np.isfinite(a), axis=1)]
-
-
-def pilot_gap(gap_plain: np.ndarray, means: tuple[np.ndarray, np.ndarray, np.ndarray], coef: np.ndarray) -> np.ndarray:
-    """Per-block gap estimate ``mean D - c_A mean A - c_B mean B - c_C mean C`` under coefficients ``coef`` (G, >=3)."""
-    ma, mb, mc = means
-    return gap_plain - coef[:, 0] * ma - coef[:, 1] * mb - coef[:, 2] * mc
-
-
-def exact_fit_bias(k: np.ndarray, gap_exact: np.ndarray, gap_mcse: np.ndarray, k_min: float) -> tuple[float, float]:
-    """The rate fit (log gap on 1, log k, 1/k) and the constant fit (gap on 1/k, 1/k^2), with the Monte Carlo
-    weights of :func:`simkit.stats.analysis.fit_rate` / ``fit_inverse_powers``, applied to the exact curve over
-    k >= k_min: ``(slope, c1)`` that the method would report without Monte Carlo error."""
-    sel = (k >= k_min) & np.isfinite(gap_exact) & np.isfinite(gap_mcse) & (gap_mcse > 0)
-    if sel.sum() < 4 or np.any(gap_exact[sel] <= 0):
-        return math.nan, math.nan
-    ks, g, se = k[sel].astype(float), gap_exact[sel], gap_mcse[sel]
-    x = np.column_stack([np.ones_like(ks), np.log(ks), 1.0 / ks])
-    slope = sm.WLS(np.log(g), x, weights=(g / se) ** 2).fit().params[1]
-    c1 = sm.WLS(g, np.column_stack([1.0 / ks, 1.0 / ks**2]), weights=1.0 / se**2).fit().params[0]
-    return float(slope), float(c1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,23 +413,15 @@ class HardRegime(Study):
         out = {"gap_cv": np.full((n_sub, n_full), np.nan), "ell_inf": np.array(np.nan),
                **{n: np.full(n_full, np.nan) for n in ("gap_plain", "dgap_cv", "cv_a", "cv_b", "cv_c")}}
         if cell["role"] != "block_size":
-            r_b, r_c = copy.deepcopy(rng), copy.deepcopy(rng)  # copies before any draw: the same draws
+            start = copy.deepcopy(rng)  # the block's draws, replayed for the control-variate means
             res = est.block(BLOCK_ANCHORS, rng, coef)
             out["gap_cv"][0, :n_k] = res["gap_cv"]
             for name in ("gap_plain", "dgap_cv"):
                 out[name][:n_k] = res[name]
             out["ell_inf"] = np.asarray(res["ell_inf"], dtype=float)
-            if block_of(rng) >= cfg["sens_pilot_blocks"]:
-                return out
-            # the same draws twice more, with coefficients e_B and e_C: gap_plain - gap_cv is then the block mean
-            # of B_k, resp. C_k, and that of A_k follows from the estimate itself (its b_A is the pilot's, > 0)
-            unit_b, unit_c = np.zeros_like(coef), np.zeros_like(coef)
-            unit_b[:, 1], unit_c[:, 2] = 1.0, 1.0
-            mb = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_b, unit_b)["gap_cv"]
-            mc = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_c, unit_c)["gap_cv"]
-            ma = (res["gap_plain"] - res["gap_cv"] - coef[:, 1] * mb - coef[:, 2] * mc) / coef[:, 0]
-            for name, v in (("cv_a", ma), ("cv_b", mb), ("cv_c", mc)):
-                out[name][:n_k] = v
+            if block_of(rng) < cfg["sens_pilot_blocks"]:
+                for name, v in zip(("cv_a", "cv_b", "cv_c"), control_variate_means(est, BLOCK_ANCHORS, start, coef, res)):
+                    out[name][:n_k] = v
             return out
         b = int(cell["block_size"])
         per_task = cfg["sens_total"] // cfg["n_blocks"]
@@ -553,7 +515,7 @@ class HardRegime(Study):
             plain = raw["raw_gap_plain"].values[i][rows, :n_k]
             means = tuple(raw[f"raw_cv_{n}"].values[i][rows, :n_k] for n in ("a", "b", "c"))
             for j in range(len(pilots)):
-                g = pilot_gap(plain, means, raw["prep_pilot_coef"].values[i][j][:n_k])
+                g = gap_with_coefficients(plain, means, raw["prep_pilot_coef"].values[i][j][:n_k])
                 rj = verdict(g, cfg["k_min_factor"])
                 for n, f in (("slope", "slope"), ("slope_se", "slope_se"), ("c1_z", "const_z"),
                              ("c1_estimate", "const_estimate"), ("c1_estimate_mcse", "const_estimate_mcse")):
