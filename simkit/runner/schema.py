@@ -1,0 +1,58 @@
+"""Builders for the schema entries every study spells out: an estimate with its Monte Carlo standard
+error and per-block raw values, and a verdict with its reason.
+
+>>> sorted(estimate_vars("gap", ("setting", "k"), "finite-k gap", "block mean of G_k", nats=True, raw=True))
+['gap', 'gap_mcse', 'raw_gap']
+
+The long names follow one pattern (``"<long name>, in nats"``, ``"MCSE of <name>, in nats"``,
+``"per-block <long name>"``) so that reports can label a value and its band from the schema alone.
+"""
+
+from __future__ import annotations
+
+from simkit.runner.study import Var
+
+__all__ = ["estimate_vars", "verdict_vars", "BLOCK_MCSE"]
+
+#: the description of a block mean's MCSE
+BLOCK_MCSE = "sd over blocks / sqrt(n_blocks)"
+
+
+def estimate_vars(name: str, dims: tuple[str, ...], long_name: str, description: str, *, units: str = "1",
+                  nats: bool = False, mcse: str | None = BLOCK_MCSE, raw: bool | tuple[str, ...] = False,
+                  raw_name: str | None = None, raw_description: str | None = None) -> dict[str, Var]:
+    """The schema entries of one estimate: ``name``, ``name_mcse`` and optionally its raw blocks.
+
+    Parameters
+    ----------
+    name, dims, long_name, description, units
+        The estimate (a :class:`~simkit.runner.Var`); ``nats=True`` appends ", in nats" to the long
+        names of the estimate, its MCSE and its raw values.
+    mcse : str or None
+        Description of ``<name>_mcse``; None: no MCSE variable (a value without one, e.g. exact).
+    raw : bool or tuple of str
+        True adds ``raw_<raw_name>`` with dims ``dims`` and ``"block"`` after the cell dimension (the
+        first); a tuple gives the raw dims explicitly.
+    raw_name, raw_description
+        Name of the per-block output (default ``name``) and the raw variable's description (default
+        ``description``).
+    """
+    suffix = ", in nats" if nats else ""
+    out = {name: Var(dims, long_name + suffix, units, description)}
+    if mcse is not None:
+        out[f"{name}_mcse"] = Var(dims, f"MCSE of {name}{suffix}", units, mcse)
+    if raw is not False:
+        raw_dims = tuple(raw) if isinstance(raw, tuple) else (*tuple(dims)[:1], "block", *tuple(dims)[1:])
+        out[f"raw_{raw_name or name}"] = Var(raw_dims, f"per-block {long_name}{suffix}", units,
+                                             description if raw_description is None else raw_description)
+    return out
+
+
+def verdict_vars(name: str, dims: tuple[str, ...], long_name: str, rule: str, *,
+                 reason_long_name: str = "why the check did not pass", reason_name: str | None = None
+                 ) -> dict[str, Var]:
+    """``name`` (``"pass"``, ``"fail"`` or ``"error"``, described by its ``rule``) and its reason
+    ``<name>_reason`` (or ``reason_name``), empty when it passed: the pair that
+    :func:`simkit.runner.verdicts.verdict` fills."""
+    return {name: Var(dims, long_name, "1", rule),
+            reason_name or f"{name}_reason": Var(dims, reason_long_name, "1", "empty when it passed")}
