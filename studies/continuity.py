@@ -35,7 +35,7 @@ from simkit.estimators.loss_difference import MEANS, loss_difference_means
 from simkit.exact.loss_bounds import TOL_ABS, TOL_REL
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var
+from simkit.runner import Check, Param, Study, Var, verdict
 
 __all__ = ["SETTINGS", "SCHEMA", "STUDY", "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "confirmatory_verdicts"]
 
@@ -227,38 +227,26 @@ def confirmatory_verdicts(out: dict, settings, perturbations, errors) -> dict:
     res = {n: np.empty((n_set, n_eps), dtype=object) for n in ("verdict", "verdict_reason", "control_verdict",
                                                                "control_reason", "secondary_verdict",
                                                                "secondary_reason")}
-    for i in range(n_set):
-        err = str(errors[i])
-        for j in range(n_eps):
-            p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
-            if err:
-                v, r = "error", "a task failed (see cell_error)"
-            elif not math.isfinite(p):
-                v, r = "fail", "b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"
-            elif p < ALPHA_NI:
-                v, r = "pass", ""
-            else:
-                v, r = "fail", (f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
-                                f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})")
-            res["verdict"][i, j], res["verdict_reason"][i, j] = v, r
-            controls = ["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]
-            probs = []
-            for q in controls:
-                pq = float(out[f"ni_{q}_p"][i, j])
-                if not math.isfinite(pq):
-                    probs.append(f"{q}: b undefined")
-                elif pq < ALPHA_NI:
-                    probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
-                                 f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
-            res["control_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
-            res["control_reason"][i, j] = "; ".join(probs)
-            probs = []
-            for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / E B_avg")):
-                ps = float(out[f"{name}_p"][i, j])
-                if not (math.isfinite(ps) and ps < ALPHA_NI):
-                    probs.append(f"{text} not shown (p = {ps:.3g})")
-            res["secondary_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
-            res["secondary_reason"][i, j] = "; ".join(probs)
+    for i, j in np.ndindex(n_set, n_eps):
+        err = [str(errors[i])]
+        p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
+        res["verdict"][i, j], res["verdict_reason"][i, j] = verdict(
+            [] if p < ALPHA_NI else ["b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"]
+            if not math.isfinite(p) else [f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
+                                          f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})"], err)
+        probs = []
+        for q in (["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]):
+            pq = float(out[f"ni_{q}_p"][i, j])
+            if not math.isfinite(pq):
+                probs.append(f"{q}: b undefined")
+            elif pq < ALPHA_NI:
+                probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
+                             f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
+        res["control_verdict"][i, j], res["control_reason"][i, j] = verdict(probs, err)
+        res["secondary_verdict"][i, j], res["secondary_reason"][i, j] = verdict(
+            [f"{text} not shown (p = {ps:.3g})" for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / "
+                                                                                             "E B_avg"))
+             if not ((ps := float(out[f"{name}_p"][i, j])) < ALPHA_NI and math.isfinite(ps))], err)
     n_viol = int(sum(np.nansum(out[f"violations_{t}"]) for t in ("score", "avg", "max")))
     prim, ctrl = combine_verdicts(res["verdict"]), combine_verdicts(res["control_verdict"])
     if any(str(e) for e in errors):
@@ -288,10 +276,7 @@ def _slope_problems(p_avg: float, p_max: float, b_avg: float, b_max: float) -> l
 
 
 def _cell_verdict(viol: dict, slope_probs: list[str], error: str) -> tuple[str, str]:
-    probs = [f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs
-    if error:
-        return "error", "; ".join(["a task failed (see cell_error)", *probs])
-    return ("pass" if not probs else "fail"), "; ".join(probs)
+    return verdict([f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs, [error])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -613,21 +598,6 @@ class Continuity(Study):
     def report_sections(self, doc, ds):
         from simkit.report.continuity import continuity_sections
         continuity_sections(doc, ds)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<14}{'eps':>6}{'viol':>6}{'B_avg growth/doubling':>26}{'':<0}{'NI p':>10}{'negmax growth':>18}"
-                 f"{'B_max growth':>18}{'S2 p':>9}  primary / control / secondary / exploratory"]
-        for i, s in enumerate(ds["setting"].values):
-            for j, e in enumerate(ds["eps"].values):
-                nv = int(sum(ds[f"violations_{t}"].values[i, j].sum() for t in ("avg", "max", "score")))
-                pct = lambda q: f"{100 * ds[f'ni_{q}_growth'].values[i, j]:+.3f}%"  # noqa: E731
-                head = f"{s:<14}{e:>6g}{nv:>6d}{pct('avg'):>14} ± {100 * ds['ni_avg_growth_se'].values[i, j]:.3f}%"
-                lines.append(
-                    f"{head:<52}{ds['ni_avg_p'].values[i, j]:>10.2g}{pct('negmax'):>18}{pct('max'):>18}"
-                    f"{ds['s2_p'].values[i, j]:>9.1e}  {ds['verdict'].values[i, j]} / {ds['control_verdict'].values[i, j]}"
-                    f" / {ds['secondary_verdict'].values[i, j]} / {ds['flat_verdict'].values[i, j]}")
-        lines.append(f"C4 conclusion (protocols/continuity.md): {ds['conclusion'].values.item()}")
-        return "\n".join(lines)
 
 
 STUDY = Continuity()

@@ -26,7 +26,7 @@ from simkit.diagnose import diagnose
 from simkit.embeddings.embedding import TwoLayerEmbedding
 from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
 from simkit.exact.finite import class_members
-from simkit.runner import Check, Param, Study, Var
+from simkit.runner import Check, Param, Study, Var, estimate_vars
 from simkit.embeddings.random_features import fourier_features, fourier_map
 from simkit.embeddings.training import EmpiricalRisk, train
 from simkit.distributions.digits import SPLIT_SEED, TEST_FRACTION, augmented_views, load_split, training_tuples
@@ -143,30 +143,26 @@ SCHEMA = {
     "prep_theta": _v(("setting", "theta_dim0"), "trained MLP parameters", "[W1.ravel(), b1, W2.ravel()] "
                      "(simkit.embeddings.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
     # C1 summaries
-    "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator"),
-    "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", MCSE),
-    "gap_plain": _v(K, "gap without the control variate, in nats", "block mean"),
-    "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", MCSE),
-    "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
-    "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(K, "exact gap, in nats", "simkit.diagnose gap_exact: simkit.exact.curve per anchor on a random "
-                    "subset of test anchors (two-phase estimator); for augment exact given the sampled views"),
-    "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "anchor subsampling (and views for augment)"),
+    **estimate_vars("gap", K, "finite-k gap R_k - log k - CE", "block mean of the control-variate estimator",
+                    nats=True),
+    **estimate_vars("gap_plain", K, "gap without the control variate", "block mean", nats=True),
+    **estimate_vars("k_gap", K, "k times gap", "approaches c1 as k grows", nats=True, mcse="k * gap_mcse"),
+    **estimate_vars("gap_exact", K, "exact gap", "simkit.diagnose gap_exact: simkit.exact.curve per anchor on a random "
+                    "subset of test anchors (two-phase estimator); for augment exact given the sampled views",
+                    nats=True, mcse="anchor subsampling (and views for augment)"),
     "gap_z": _v(K, "standardised difference of gap from gap_exact", "(gap - gap_exact) / sqrt(gap_mcse^2 + "
                 "gap_exact_mcse^2); a diagnostic, not in the verdict"),
-    "ce": _v(S, "cross-entropy CE(M, Q) on the test split, in nats", "simkit.diagnose; exact for label"),
-    "ce_mcse": _v(S, "MCSE of ce, in nats", "0 where exact; views for augment"),
-    "ce_estimate": _v(S, "Monte Carlo CE, in nats", "block mean of -s(x,x+) + log Z(x)"),
-    "ce_estimate_mcse": _v(S, "MCSE of ce_estimate, in nats", MCSE),
-    "c1_exact": _v(S, "predicted c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] by simkit.diagnose: exact for label, Monte "
-                   "Carlo over n_views views per image for augment"),
-    "c1_exact_mcse": _v(S, "MCSE of c1_exact, in nats", "0 where exact"),
-    "c2_exact": _v(S, "predicted second-order constant c2, in nats", "simkit.diagnose c2"),
-    "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
-    "c1_estimate": _v(S, "fitted c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-    "c1_estimate_mcse": _v(S, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
-    "c2_estimate": _v(S, "fitted c2, in nats", "coefficient of 1/k^2"),
-    "c2_estimate_mcse": _v(S, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("ce", S, "cross-entropy CE(M, Q) on the test split", "simkit.diagnose; exact for label",
+                    nats=True, mcse="0 where exact; views for augment"),
+    **estimate_vars("ce_estimate", S, "Monte Carlo CE", "block mean of -s(x,x+) + log Z(x)", nats=True),
+    **estimate_vars("c1_exact", S, "predicted c1", "E[m1/Z - (Z2/Z^2 - 1)/2] by simkit.diagnose: exact for label, Monte "
+                   "Carlo over n_views views per image for augment", nats=True, mcse="0 where exact"),
+    **estimate_vars("c2_exact", S, "predicted second-order constant c2", "simkit.diagnose c2",
+                    nats=True, mcse="0 where exact"),
+    **estimate_vars("c1_estimate", S, "fitted c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c2_estimate", S, "fitted c2", "coefficient of 1/k^2",
+                    nats=True, mcse="delete-one-block jackknife"),
     "c1_z": _v(S, "standardised difference of c1_estimate from c1_exact", "compared with Student t on "
                "n_blocks - 1 df"),
     "expansion_scale": _v(S, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) (simkit.diagnose)"),
@@ -177,44 +173,37 @@ SCHEMA = {
     "verdict_reason": _v(S, "why a setting failed C1", "empty when it passed"),
     **_rate_vars("", "gap_k"),
     # C2 summaries
-    "d": _v(K, "D_k = R_k - E CE(M_k, Q_k), in nats", "block mean of raw_d; NaN for augment"),
-    "d_mcse": _v(K, "MCSE of d, in nats", MCSE),
-    "d_plain": _v(K, "D_k without the control variate, in nats", "block mean of raw_d_plain"),
-    "d_plain_mcse": _v(K, "MCSE of d_plain, in nats", MCSE),
-    "d_exact": _v(K, "exact D_k, in nats", "simkit.exact.curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
+    **estimate_vars("d", K, "D_k = R_k - E CE(M_k, Q_k)", "block mean of raw_d; NaN for augment", nats=True),
+    **estimate_vars("d_plain", K, "D_k without the control variate", "block mean of raw_d_plain", nats=True),
+    **estimate_vars("d_exact", K, "exact D_k", "simkit.exact.curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
                   "S_k) - E log S_k) on n_exact_d random test anchors, difference estimator with the prediction "
-                  "(m1/Z)/k known at every anchor; NaN for augment"),
-    "d_exact_mcse": _v(K, "MCSE of d_exact, in nats", "anchor subsampling (finite-population correction)"),
+                  "(m1/Z)/k known at every anchor; NaN for augment",
+                    nats=True, mcse="anchor subsampling (finite-population correction)"),
     "d_z": _v(K, "standardised difference of d from d_exact", "(d - d_exact) / sqrt(d_mcse^2 + d_exact_mcse^2); "
               "a diagnostic, not in the verdict"),
     "no_match": _v(K, "share of databases without a same-digit item", "block mean of raw_no_match"),
     "d1_exact": _v(S, "predicted d1 = E_x[m1/Z], in nats", "first-order constant of D_k for the label kernel (the "
                    "self-normalised term has mean 0); exact; NaN for augment"),
-    "d1_estimate": _v(S, "fitted d1, in nats", "WLS of D_k on 1/k and 1/k^2 over k >= d_k_min"),
-    "d1_estimate_mcse": _v(S, "MCSE of d1_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("d1_estimate", S, "fitted d1", "WLS of D_k on 1/k and 1/k^2 over k >= d_k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
     "d1_z": _v(S, "standardised difference of d1_estimate from d1_exact", "diagnostic, not in the C2 verdict"),
     "d_verdict": _v(S, "verdict for C2", f"label kernel: pass when the level-{1 - ALPHA:g} slope interval of D_k "
                     f"contains -1 and slope = -1/2 is rejected at {ALPHA:g}; n/a for augment"),
     "d_verdict_reason": _v(S, "why a setting failed C2", "empty when it passed"),
     **_rate_vars("d_", "D_k"),
-    "top1": _v(S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
+    **estimate_vars("top1", S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
                "whole test split (anchor excluded); computed for both kernels (same-digit is the ideal retrieval of "
-               "the label kernel)"),
-    "top1_mcse": _v(S, "MCSE of top1", "0: every test image is an anchor"),
-    "recall10": _v(S, "recall@10 of softmax retrieval for same-digit retrieval", "simkit.diagnose recall10"),
-    "recall10_mcse": _v(S, "MCSE of recall10", "0: every test image is an anchor"),
+               "the label kernel)", mcse="0: every test image is an anchor"),
+    **estimate_vars("recall10", S, "recall@10 of softmax retrieval for same-digit retrieval", "simkit.diagnose recall10",
+                    mcse="0: every test image is an anchor"),
     # C3 summaries
-    "c3_gap": _v(C3D, "train/test gap R_k,test - R_hat_{n,k} of the trained MLP, in nats", "block mean; NaN for "
-                 "the untrained encoders"),
-    "c3_gap_mcse": _v(C3D, "MCSE of c3_gap, in nats", MCSE + " (training samples, initialisations and the test "
+    **estimate_vars("c3_gap", C3D, "train/test gap R_k,test - R_hat_{n,k} of the trained MLP", "block mean; NaN for "
+                 "the untrained encoders", nats=True, mcse=MCSE + " (training samples, initialisations and the test "
                       "estimator)"),
-    "c3_ce_gap": _v(C3D, "CE_test - (R_hat_{n,k} - log k) of the trained MLP, in nats", "the quantity of Theorem 1 "
-                    "(C3): sample variability + complexity + the finite-k bias"),
-    "c3_ce_gap_mcse": _v(C3D, "MCSE of c3_ce_gap, in nats", MCSE),
-    "c3_risk_train": _v(C3D, "empirical risk R_hat_{n,k}, in nats", "block mean"),
-    "c3_risk_train_mcse": _v(C3D, "MCSE of c3_risk_train, in nats", MCSE),
-    "c3_risk_test": _v(C3D, "test risk R_k, in nats", "block mean"),
-    "c3_risk_test_mcse": _v(C3D, "MCSE of c3_risk_test, in nats", MCSE),
+    **estimate_vars("c3_ce_gap", C3D, "CE_test - (R_hat_{n,k} - log k) of the trained MLP", "the quantity of Theorem 1 "
+                    "(C3): sample variability + complexity + the finite-k bias", nats=True),
+    **estimate_vars("c3_risk_train", C3D, "empirical risk R_hat_{n,k}", "block mean", nats=True),
+    **estimate_vars("c3_risk_test", C3D, "test risk R_k", "block mean", nats=True),
     "c3_converged": _v(C3D, "share of converged trainings", "block mean of raw_c3_converged"),
     "c3_slope_n": _v(("setting", "k_train"), "slope of log c3_gap on log n", "WLS with jackknife SE "
                      "(simkit.stats.analysis.fit_rate without the 1/k term); C3 predicts -1/2 or steeper; NaN with fewer "
@@ -541,28 +530,6 @@ class Digits(Study):
     def report_sections(self, doc, ds):
         from simkit.report.digits import digits_sections
         digits_sections(doc, ds, study=self)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<15}{'slope ± SE':>19}{'p(-1/2)':>10}{'c1 exact':>18}{'c1 fit':>18}{'z':>7}"
-                 f"{'D slope ± SE':>19}{'top1':>7}{'R@10':>7}  C1 / C2"]
-        for i, s in enumerate(ds["setting"].values):
-            v = lambda n: float(ds[n].values[i])  # noqa: E731
-            lines.append(f"{s:<15}{v('slope'):>10.4f} ± {v('slope_se'):<6.4f}{v('slope_p_half'):>10.1e}"
-                         f"{v('c1_exact'):>9.4f} ± {v('c1_exact_mcse'):<6.4f}{v('c1_estimate'):>9.4f} ± "
-                         f"{v('c1_estimate_mcse'):<6.4f}{v('c1_z'):>+7.2f}{v('d_slope'):>10.4f} ± "
-                         f"{v('d_slope_se'):<6.4f}{v('top1'):>7.3f}{v('recall10'):>7.3f}  {ds['verdict'].values[i]} / "
-                         f"{ds['d_verdict'].values[i]}")
-        lines.append("")
-        lines.append("C3 train/test gap R_k,test - R_hat_{n,k} (mlp settings), rows n, columns k = "
-                     + ", ".join(str(int(x)) for x in ds["k_train"].values))
-        for i, s in enumerate(ds["setting"].values):
-            if not np.any(np.isfinite(ds["c3_gap"].values[i])):
-                continue
-            for a, n in enumerate(ds["n_train"].values):
-                cells = "".join(f"{ds['c3_gap'].values[i, a, b]:>9.4f} ± {ds['c3_gap_mcse'].values[i, a, b]:<7.4f}"
-                                for b in range(ds.sizes["k_train"]))
-                lines.append(f"{s:<15} n = {int(n):<6}{cells}")
-        return "\n".join(lines)
 
 
 STUDY = Digits()

@@ -35,7 +35,7 @@ from simkit.exact.curve import gap_curve, second_order_constant
 from simkit.estimators.infonce import GapEstimator, control_variate_means, gap_with_coefficients, k_grid
 from simkit.stats.sensitivity import block_groups, exact_fit_bias
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, block_of
+from simkit.runner import Check, Param, Study, Var, block_of, estimate_vars
 
 __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict"]
 
@@ -89,13 +89,11 @@ SCHEMA = {
     "prep_gap_exact_cov": _v(("cell", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the exact gap's "
                              "Monte Carlo error across k (nats squared)", "zero: the curve is exact where computed"),
     # per-cell summaries
-    "gap": _v(CK, "finite-k gap R_k - log k - CE, in nats", "mean over the cell's (sub-)blocks of G_k"),
-    "gap_mcse": _v(CK, "Monte Carlo standard error of gap, in nats", "sd over (sub-)blocks / sqrt(their number)"),
-    "k_gap": _v(CK, "k times gap, in nats", "approaches c1 as k grows"),
-    "k_gap_mcse": _v(CK, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(CK, "exact gap, in nats", "simkit.exact.curve.gap_curve (Frullani integral, no expansion); NaN "
-                    "where not computed"),
-    "gap_exact_mcse": _v(CK, "MCSE of gap_exact, in nats", "0 where exact"),
+    **estimate_vars("gap", CK, "finite-k gap R_k - log k - CE", "mean over the cell's (sub-)blocks of G_k",
+                    nats=True, mcse="sd over (sub-)blocks / sqrt(their number)"),
+    **estimate_vars("k_gap", CK, "k times gap", "approaches c1 as k grows", nats=True, mcse="k * gap_mcse"),
+    **estimate_vars("gap_exact", CK, "exact gap", "simkit.exact.curve.gap_curve (Frullani integral, no expansion); NaN "
+                    "where not computed", nats=True, mcse="0 where exact"),
     "fit_gap": _v(CK, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k (k >= k_min)"),
     "resid_rate": _v(CK, "standardised residual of the rate fit", "(log gap - fit) / (gap_mcse / gap)"),
     "n_units": _v(C, "independent blocks in the cell's analysis", "finished (sub-)blocks"),
@@ -107,19 +105,17 @@ SCHEMA = {
                 "factor; see rate_k's dataset for the definitions") for name in
        ("slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low",
         "slope_verdict_high", "curvature", "slope_se_wls", "k_min")},
-    "c1_estimate": _v(C, "estimated c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-    "c1_estimate_mcse": _v(C, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
-    "c2_estimate": _v(C, "estimated c2, in nats", "coefficient of 1/k^2"),
-    "c2_estimate_mcse": _v(C, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("c1_estimate", C, "estimated c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c2_estimate", C, "estimated c2", "coefficient of 1/k^2",
+                    nats=True, mcse="delete-one-block jackknife"),
     "c1_z": _v(C, "standardised difference of c1_estimate from c1_exact", "Student t on n_units - 1 df"),
-    "c1_exact": _v(C, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
-                   "+ 1)/2 for the hard cell"),
-    "c1_exact_mcse": _v(C, "MCSE of c1_exact, in nats", "0 where exact (Monte Carlo over x for the mixture)"),
-    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact.curve.second_order_constant (docs/theory.md §8)"),
-    "c2_exact_mcse": _v(C, "MCSE of c2_exact, in nats", "0 where exact"),
+    **estimate_vars("c1_exact", C, "exact c1", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
+                   "+ 1)/2 for the hard cell", nats=True, mcse="0 where exact (Monte Carlo over x for the mixture)"),
+    **estimate_vars("c2_exact", C, "exact c2", "simkit.exact.curve.second_order_constant (docs/theory.md §8)",
+                    nats=True, mcse="0 where exact"),
     "ce_exact": _v(C, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
-    "ce_estimate": _v(C, "Monte Carlo CE, in nats", "block mean of l_inf (256-anchor cells)"),
-    "ce_estimate_mcse": _v(C, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
+    **estimate_vars("ce_estimate", C, "Monte Carlo CE", "block mean of l_inf (256-anchor cells)", nats=True),
     **{name: _v(C, f"exact-curve test: {name}", "simkit.stats.analysis.truth_verdict_standardised (the tests of "
                 "truth_verdict on columns divided by their between-block sd; the confirmatory cell only, NaN elsewhere): "
                 "c2_t Student t, curve and dgap Hotelling T^2 with p-values") for name in TRUTH_FIELDS},
@@ -542,17 +538,6 @@ class HardRegime(Study):
     def report_sections(self, doc, ds):
         from simkit.report.hard_regime import hard_regime_sections
         hard_regime_sections(doc, ds)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'cell':<22}{'units':>6}{'k_min':>8}{'slope':>10}{'SE':>9}{'c1 est':>10}{'c1 exact':>10}{'t':>7}"
-                 "  verdict"]
-        for i, c in enumerate(ds["cell"].values):
-            g = lambda n: float(ds[n].values[i])  # noqa: E731
-            lines.append(f"{str(c):<22}{g('n_units'):>6.0f}{g('k_min'):>8.0f}{g('slope'):>10.4f}{g('slope_se'):>9.4f}"
-                         f"{g('c1_estimate'):>10.4f}{g('c1_exact'):>10.4f}{g('c1_z'):>+7.2f}  {ds['verdict'].values[i]}")
-        for row in self.claim_rows(ds):
-            lines.append(f"{row['claim']} [{row['analysis']}]: {row['verdict']} -- {row['detail']}")
-        return "\n".join(lines)
 
 
 STUDY = HardRegime()
