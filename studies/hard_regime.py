@@ -32,8 +32,8 @@ from simkit import VMFKernel, exact
 from simkit.stats.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
 from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
-from simkit.estimators.infonce import GapEstimator, control_variate_means, gap_with_coefficients, k_grid
-from simkit.stats.sensitivity import block_groups, exact_fit_bias
+from simkit.estimators.infonce import GapEstimator, control_variate_means, k_grid
+from simkit.stats.sensitivity import block_groups, exact_fit_bias, k_min_sensitivity, pilot_sensitivity
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var, block_of, estimate_vars
 
@@ -200,6 +200,22 @@ def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap
         return rate["verdict"], rate["reason"], fields
     problems = [p for p in (rate["reason"], *problems) if p]
     return ("pass" if not problems else "fail"), "; ".join(problems), fields
+
+
+#: dataset name -> rate_verdict field of the sensitivity tables
+_KMF_FIELDS = {**{n: n for n in ("slope", "slope_se", "k_min", "slope_p_half", "slope_exact_fit", "c1_exact_fit",
+                                 "verdict")}, "c1_z": "const_z", "c1_estimate": "const_estimate",
+               "c1_estimate_mcse": "const_estimate_mcse", "reason": "reason"}
+_PILOT_FIELDS = {"slope": "slope", "slope_se": "slope_se", "c1_z": "const_z", "c1_estimate": "const_estimate",
+                 "c1_estimate_mcse": "const_estimate_mcse", "gap_mcse_kmax": "gap_mcse_kmax", "verdict": "verdict",
+                 "reason": "reason"}
+
+
+def _put(out: dict, prefix: str, i: int, rows: list[dict], fields: dict) -> None:
+    """Row i of the table ``<prefix>_<name>``: the field ``fields[name]`` of each of ``rows``."""
+    for name, field in fields.items():
+        for j, r in enumerate(rows):
+            out[f"{prefix}_{name}"][i][j] = r[field]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -445,15 +461,9 @@ class HardRegime(Study):
         out.update({n: nan_c() for n in scalars})
         for n in ("rate_verdict", "verdict", "verdict_reason"):
             out[n] = [""] * n_cell
-        for n in ("slope", "slope_se", "k_min", "c1_z", "c1_estimate", "c1_estimate_mcse", "slope_p_half",
-                  "slope_exact_fit", "c1_exact_fit"):
-            out[f"kmf_{n}"] = np.full((n_cell, len(kmfs)), np.nan)
-        out["kmf_verdict"] = [[""] * len(kmfs) for _ in range(n_cell)]
-        out["kmf_reason"] = [[""] * len(kmfs) for _ in range(n_cell)]
-        for n in ("slope", "slope_se", "c1_z", "c1_estimate", "c1_estimate_mcse", "gap_mcse_kmax"):
-            out[f"pilot_{n}"] = np.full((n_cell, len(pilots)), np.nan)
-        out["pilot_verdict"] = [["n/a"] * len(pilots) for _ in range(n_cell)]
-        out["pilot_reason"] = [[""] * len(pilots) for _ in range(n_cell)]
+        for pre, fields, m, text in (("kmf", _KMF_FIELDS, len(kmfs), ""), ("pilot", _PILOT_FIELDS, len(pilots), "n/a")):
+            out.update({f"{pre}_{n}": (np.full((n_cell, m), np.nan) if n not in ("verdict", "reason") else
+                                       [[text if n == "verdict" else ""] * m for _ in range(n_cell)]) for n in fields})
         renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
                    "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z"}
 
@@ -494,30 +504,14 @@ class HardRegime(Study):
             out["verdict_reason"][i] = r["reason"]
             if np.isfinite(r["k_min"]):
                 out["slope_exact_fit"][i], out["c1_exact_fit"][i] = exact_fit_bias(k, gx, mcse, r["k_min"])
-            for j, f in enumerate(kmfs):
-                rj = verdict(units, f)
-                for n in ("slope", "slope_se", "k_min", "slope_p_half"):
-                    out[f"kmf_{n}"][i, j] = rj[n]
-                out["kmf_c1_z"][i, j] = rj["const_z"]
-                out["kmf_c1_estimate"][i, j], out["kmf_c1_estimate_mcse"][i, j] = (rj["const_estimate"],
-                                                                                   rj["const_estimate_mcse"])
-                out["kmf_verdict"][i][j], out["kmf_reason"][i][j] = rj["verdict"], rj["reason"]
-                if np.isfinite(rj["k_min"]):
-                    out["kmf_slope_exact_fit"][i, j], out["kmf_c1_exact_fit"][i, j] = exact_fit_bias(
-                        k, gx, mcse, rj["k_min"])
+            _put(out, "kmf", i, k_min_sensitivity(verdict, units, kmfs, k, gx, mcse), _KMF_FIELDS)
             if role == "block_size":
                 continue
             rows = np.all(np.isfinite(raw["raw_cv_a"].values[i][:, :n_k]), axis=1)  # the first sens_pilot_blocks
-            plain = raw["raw_gap_plain"].values[i][rows, :n_k]
             means = tuple(raw[f"raw_cv_{n}"].values[i][rows, :n_k] for n in ("a", "b", "c"))
-            for j in range(len(pilots)):
-                g = gap_with_coefficients(plain, means, raw["prep_pilot_coef"].values[i][j][:n_k])
-                rj = verdict(g, cfg["k_min_factor"])
-                for n, f in (("slope", "slope"), ("slope_se", "slope_se"), ("c1_z", "const_z"),
-                             ("c1_estimate", "const_estimate"), ("c1_estimate_mcse", "const_estimate_mcse")):
-                    out[f"pilot_{n}"][i, j] = rj[f]
-                out["pilot_gap_mcse_kmax"][i, j] = mean_mcse(g[:, -1])[1]
-                out["pilot_verdict"][i][j], out["pilot_reason"][i][j] = rj["verdict"], rj["reason"]
+            _put(out, "pilot", i, pilot_sensitivity(verdict, raw["raw_gap_plain"].values[i][rows, :n_k], means,
+                                                    raw["prep_pilot_coef"].values[i][:, :n_k], cfg["k_min_factor"]),
+                 _PILOT_FIELDS)
             if role == "confirmatory":
                 v, reason, fields = confirmatory_verdict(
                     r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,
