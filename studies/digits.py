@@ -20,8 +20,8 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, setting_pvalues,
-                             worst_slope)
+from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_columns, rate_verdict,
+                                   setting_pvalues, worst_slope)
 from simkit.diagnose import diagnose
 from simkit.embeddings.embedding import TwoLayerEmbedding
 from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
@@ -464,10 +464,8 @@ class Digits(Study):
         rows = [rate_verdict(k, raw["raw_gap"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
                              float(prep["c1"][i]), float(prep["c1_mcse"][i]), alpha=ALPHA, test_constant=True,
                              failed_blocks=errors[i]) for i in range(n_set)]
-        c1_names = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
-                    "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
-                    "fit_abs": "fit", "resid_const": "resid_c1", "reason": "verdict_reason"}
-        self._fields(out, rows, c1_names, "")
+        out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit", "resid_const": "resid_c1",
+                                                    "reason": "verdict_reason"}))
         label = [str(v) == "label" for v in raw["kernel"].values]
         d_rows = []
         for i in range(n_set):
@@ -479,9 +477,9 @@ class Digits(Study):
                 nan_k = np.full(k.size, np.nan)
                 d_rows.append({**{f: math.nan for f in RATE_FIELDS}, "fit_abs": nan_k, "resid_rate": nan_k,
                                "resid_const": nan_k, "verdict": "n/a", "reason": ""})
-        d_names = {"const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
-                   "reason": "d_verdict_reason", "verdict": "d_verdict"}
-        self._fields(out, d_rows, d_names, "d_")
+        out.update(rate_columns(d_rows, SCHEMA, prefix="d_", names={
+            "const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
+            "reason": "d_verdict_reason", "fit_abs": "d_fit"}))
         out["c1_exact"], out["c1_exact_mcse"] = prep["c1"], prep["c1_mcse"]
         out["c2_exact"], out["c2_exact_mcse"] = prep["c2"], prep["c2_mcse"]
         out["d1_exact"] = prep["d1"]
@@ -512,13 +510,6 @@ class Digits(Study):
                     slope[i, j], slope_se[i, j] = f.slope, f.slope_se
         out["c3_slope_n"], out["c3_slope_n_se"] = slope, slope_se
         return out
-
-    @staticmethod
-    def _fields(out: dict, rows: list[dict], renamed: dict, prefix: str) -> None:
-        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
-            name = renamed.get(field, f"{prefix}{field}" if field not in ("fit_abs",) else f"{prefix}fit")
-            if name in SCHEMA:
-                out[name] = [r[field] for r in rows]
 
     def attrs(self, cfg):
         split = load_split()

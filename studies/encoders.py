@@ -22,8 +22,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict,
-                             setting_pvalues, truth_rng, truth_verdict, worst_slope)
+from simkit.stats.analysis import (C1_NAMES, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_columns, rate_verdict,
+                                   setting_pvalues, truth_rng, truth_verdict, worst_slope)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
 from simkit.embeddings.embedding import TwoLayerEmbedding, family_embedding, padded_params
 from simkit.embeddings.perturbation import collapse_output
@@ -476,16 +476,10 @@ class Encoders(Study):
         out["dgap_exact"] = np.full((n_s, k.size), np.nan)
         out["dgap_exact"][:, :-1] = out["gap_exact"][:, :-1] - out["gap_exact"][:, 1:]
         failed = [bool(str(raw["cell_error"].values[i])) for i in range(n_s)]
-        renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
-                   "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
-                   "fit_abs": "fit_gap", "reason": "verdict_reason"}
         rows = [rate_verdict(k, raw["raw_gap_cv"].values[i], float(scale[i]), cfg["k_min_factor"],
                              float(out["c1_exact"][i]), 0.0, alpha=ALPHA, test_constant=True,
                              failed_blocks=failed[i]) for i in range(n_s)]
-        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "verdict", "reason"):
-            name = renamed.get(field, field)
-            if name in SCHEMA:
-                out[name] = [r[field] for r in rows]
+        out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit_gap", "reason": "verdict_reason"}))
         for name in TRUTH_FIELDS_MAX_T:
             out[name] = np.full(n_s, np.nan)
         for i, r in enumerate(rows):
@@ -503,9 +497,7 @@ class Encoders(Study):
             out["verdict_reason"][i] = "; ".join(problems)
         d2rows = [rate_verdict(k, raw["raw_d2"].values[i], float(scale[i]), cfg["k_min_factor"], math.nan, 0.0,
                                alpha=ALPHA, test_constant=False, failed_blocks=failed[i]) for i in range(n_s)]
-        for field, name in (("slope", "d2_slope"), ("slope_se", "d2_slope_se"), ("slope_p_half", "d2_slope_p_half"),
-                            ("k_min", "d2_k_min"), ("verdict", "d2_verdict"), ("reason", "d2_verdict_reason")):
-            out[name] = [r[field] for r in d2rows]
+        out.update(rate_columns(d2rows, SCHEMA, prefix="d2_", names={"reason": "d2_verdict_reason"}))
         self._retrieval(raw, out)
         rr = [sqrt_k_term_test(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
                                else math.inf, alpha=ALPHA, power=R_POWER) for i in range(n_s)]
