@@ -86,18 +86,23 @@ def claim_summary(rows: Iterable[dict]) -> str:
 def estimate_table(ds: xr.Dataset, dim: str, columns: dict[str, str], *, select: dict | None = None,
                    fmt: str = ".4g") -> str:
     """A text table with one row per value of ``dim`` and a column per variable: ``value ± MCSE`` where
-    ``<name>_mcse`` exists, the value alone otherwise. ``columns`` maps a variable to its heading;
-    ``select`` picks one index of every other dimension (e.g. ``{"k": -1}``)."""
+    ``<name>_mcse`` (or ``<name>_se``) exists, the value alone otherwise (text as it is). ``columns``
+    maps a variable to its heading; ``select`` picks one index of other dimensions (e.g. ``{"k": -1}``)."""
     head = [dim, *columns.values()]
     rows = []
     for i, label in enumerate(np.asarray(ds[dim].values).ravel()):
+        def pick(name):
+            v = ds[name]
+            return v.isel({dim: i, **{d: j for d, j in (select or {}).items() if d in v.dims}}).values.item()
         row = [str(label)]
         for name in columns:
-            pick = lambda v: float(v.isel({dim: i, **{d: j for d, j in (select or {}).items() if d in v.dims}}))  # noqa: E731
-            text = format(pick(ds[name]), fmt)
-            if f"{name}_mcse" in ds:
-                text += " ± " + format(pick(ds[f"{name}_mcse"]), ".2g")
-            row.append(text)
+            value = pick(name)
+            if isinstance(value, str):
+                row.append(value)
+                continue
+            text = format(float(value), fmt)
+            err = next((e for e in (f"{name}_mcse", f"{name}_se") if e in ds), None)
+            row.append(text + (" ± " + format(float(pick(err)), ".2g") if err else ""))
         rows.append(row)
     widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))

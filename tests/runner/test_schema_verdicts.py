@@ -104,3 +104,21 @@ def test_dataset_config():
     assert dataset_config(xr.Dataset()) == {}
     assert dataset_config(xr.Dataset(attrs={"config": "not json"})) == {}
     assert dataset_config(xr.Dataset(attrs={"config": "[1, 2]"})) == {}
+
+
+def test_estimate_table_text_and_se_columns():
+    ds = xr.Dataset({"slope": ("setting", [-1.0]), "slope_se": ("setting", [0.125]),
+                     "verdict": ("setting", np.array(["pass"]))}, coords={"setting": ["a"]})
+    lines = estimate_table(ds, "setting", {"slope": "slope", "verdict": "verdict"}).split("\n")
+    assert lines[1].split() == ["a", "-1", "±", "0.12", "pass"]
+
+
+def test_block_means():
+    from simkit.runner import block_means
+    raw = xr.Dataset({"raw_gap_cv": (("setting", "block"), [[1.0, 3.0], [2.0, np.nan]]),
+                      "raw_loss": (("setting", "block"), [[0.0, 2.0], [1.0, 1.0]])})
+    out = block_means(raw, {"gap": "gap_cv"})
+    np.testing.assert_array_equal(out["gap"], [2.0, 2.0])
+    np.testing.assert_allclose(out["gap_mcse"][0], 1.0)  # sd sqrt(2) over sqrt(2) blocks
+    assert np.isnan(out["gap_mcse"][1])  # one finite block: no MCSE
+    assert sorted(block_means(raw, ["loss"])) == ["loss", "loss_mcse"]
