@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["Verdict", "verdict", "cell_errors", "outcome", "check_result", "cell_detail", "not_finite",
-           "claim_summary", "estimate_table", "dataset_config", "TASK_FAILED"]
+           "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "TASK_FAILED"]
 
 #: the default note of a verdict whose cells had task errors
 TASK_FAILED = "a task failed (see cell_error)"
@@ -116,3 +116,9 @@ def dataset_config(ds: xr.Dataset) -> dict:
     except (TypeError, ValueError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
+
+
+def recorded_sha(ds: xr.Dataset, digits: int | None = 16) -> str:
+    """The protocol hash a dataset records (``protocol_sha256``; its first ``digits`` hex digits, all with
+    None), or "?" if it records none: for a check's statistic line."""
+    return str(ds.attrs.get("protocol_sha256", "?"))[:digits]
