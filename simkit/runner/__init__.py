@@ -23,7 +23,8 @@ from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatc
                                    check_writable, read_dataset, results_identical, write_dataset)
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
 from simkit.runner.verdicts import (TASK_FAILED, Verdict, cell_detail, cell_errors, check_result, claim_summary,
-                                    dataset_config, estimate_table, not_finite, outcome, recorded_sha, verdict)
+                                    dataset_config, estimate_table, not_finite, one_pvalue, outcome, recorded_sha,
+                                    scalar, verdict)
 
 __all__ = [
     "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
@@ -33,6 +34,6 @@ __all__ = [
     "VOLATILE_ATTRS", "Executor", "InProcessExecutor", "DependencyFailed", "ExecutorLost", "SummaryFailed", "make_executor",
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset", "estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE", "Verdict",
-    "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha",
+    "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
     "TASK_FAILED",
 ]

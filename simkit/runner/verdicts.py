@@ -18,7 +18,8 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["Verdict", "verdict", "cell_errors", "outcome", "check_result", "cell_detail", "not_finite",
-           "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "TASK_FAILED"]
+           "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
+           "TASK_FAILED"]
 
 #: the default note of a verdict whose cells had task errors
 TASK_FAILED = "a task failed (see cell_error)"
@@ -122,3 +123,15 @@ def recorded_sha(ds: xr.Dataset, digits: int | None = 16) -> str:
     """The protocol hash a dataset records (``protocol_sha256``; its first ``digits`` hex digits, all with
     None), or "?" if it records none: for a check's statistic line."""
     return str(ds.attrs.get("protocol_sha256", "?"))[:digits]
+
+
+def scalar(ds: xr.Dataset, name: str):
+    """The value of a 0-d variable ``name`` of ``ds``, NaN if the dataset lacks it (a design without that part)."""
+    return ds[name].values.item() if name in ds.variables else float("nan")
+
+
+def one_pvalue(name: str, alpha: float, reference: str = "exact"):
+    """``Check.pvalues`` of a check that is one test (for ``simkit calibrate``): the 0-d p-value ``name``
+    (e.g. ``"n_slope_p"``, reported as ``"slope"``) at level ``alpha``; ``reference`` "bound" marks a
+    one-sided test of a bound (its p-value uniform only at the boundary)."""
+    return lambda ds: {name.split("_")[1]: (float(scalar(ds, name)), alpha, reference)}
