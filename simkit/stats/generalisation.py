@@ -16,10 +16,11 @@ from numpy.typing import NDArray
 
 from simkit.exact.bounds import compare_to_bound, linear_class_bound
 from simkit.stats.analysis import mean_mcse
-from simkit.stats.trend import NonInferiority, equivalence_test, log_sd_slope, non_inferiority, one_sided_rate, trend_test
+from simkit.stats.trend import (NonInferiority, equivalence_test, log_sd_slope, non_inferiority, one_sided_rate,
+                                trend_test)
 
-__all__ = ["rate_sweep", "trend_sweep", "sweep_detail", "ni_detail", "ni_summary", "ni_verdicts", "c3_conclusion", "bound_vars", "sweep_schema", "ni_schema",
-           "BOUND_SCHEMA", "NI_WHAT"]
+__all__ = ["rate_sweep", "trend_sweep", "sweep_detail", "ni_detail", "ni_summary", "ni_verdicts", "c3_conclusion",
+           "bound_vars", "sweep_schema", "ni_schema", "BOUND_SCHEMA", "NI_WHAT"]
 
 
 def rate_sweep(s: str, lv: NDArray, blocks: NDArray, gap: NDArray, *, alpha: float, power: float

@@ -269,8 +269,8 @@ def norm_verdicts(primary, null, ignored, errors: str) -> dict:
 
 
 def summary_schema(alpha: float, ess_reliable: float, k_onset_factor: float) -> dict:
-    """The dataset variables of the per-block KL estimates and of :func:`ce_summary`, :func:`bias_summary`, :func:`kl_summary`,
-    :func:`gap_summary`, :func:`c1_problems` and :func:`c1_shape` over (setting, tau[, k]), as
+    """The dataset variables of the per-block KL estimates and of :func:`ce_summary`, :func:`bias_summary`,
+    :func:`kl_summary`, :func:`gap_summary`, :func:`c1_problems` and :func:`c1_shape` over (setting, tau[, k]), as
     :class:`simkit.runner.Var` (``alpha``, ``ess_reliable`` and ``k_onset_factor`` enter the descriptions)."""
     from simkit.exact.divergence import N_SUP_GRID, N_SUP_PROBES
     from simkit.runner.study import Var
