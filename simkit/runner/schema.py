@@ -10,9 +10,13 @@ The long names follow one pattern (``"<long name>, in nats"``, ``"MCSE of <name>
 
 from __future__ import annotations
 
-from simkit.runner.study import Var
+import numpy as np
+import xarray as xr
 
-__all__ = ["estimate_vars", "verdict_vars", "BLOCK_MCSE"]
+from simkit.runner.study import Var
+from simkit.stats.analysis import mean_mcse
+
+__all__ = ["estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE"]
 
 #: the description of a block mean's MCSE
 BLOCK_MCSE = "sd over blocks / sqrt(n_blocks)"
@@ -56,3 +60,27 @@ def verdict_vars(name: str, dims: tuple[str, ...], long_name: str, rule: str, *,
     :func:`simkit.runner.verdicts.verdict` fills."""
     return {name: Var(dims, long_name, "1", rule),
             reason_name or f"{name}_reason": Var(dims, reason_long_name, "1", "empty when it passed")}
+
+
+def block_means(raw: xr.Dataset, names: dict[str, str] | list[str], *, axis: int = 1) -> dict:
+    """The values of :func:`estimate_vars` entries from the raw blocks: ``{name: mean, name_mcse: MCSE}``
+    over the block axis (``axis``, 1 after the cell dimension) of ``raw_<stat>``, for ``names`` a list
+    of names (stat = name) or a dict name -> per-block stat (:func:`simkit.stats.analysis.mean_mcse`)."""
+    out = {}
+    for name, stat in (names.items() if isinstance(names, dict) else ((n, n) for n in names)):
+        out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{stat}"].values, axis=axis)
+    return out
+
+
+def cell_grid(raw: xr.Dataset, shape: tuple[int, ...], shapes: dict[str, tuple[int, ...]] | None = None):
+    """``grid(name)``: a variable of the raw dataset over its cell dimension (first), laid out as ``shape``
+    (e.g. (setting, tau) of a full factorial design, cells in row-major order); a variable the raw
+    dataset lacks (no task of that stage finished) is NaN with trailing shape ``shapes[name]``."""
+    shapes = shapes or {}
+
+    def grid(name):
+        if name not in raw:
+            return np.full((*shape, *shapes.get(name, ())), np.nan)
+        v = raw[name].values
+        return v.reshape(*shape, *v.shape[1:])
+    return grid

@@ -18,7 +18,8 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["Verdict", "verdict", "cell_errors", "outcome", "check_result", "cell_detail", "not_finite",
-           "claim_summary", "estimate_table", "dataset_config", "TASK_FAILED"]
+           "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
+           "TASK_FAILED"]
 
 #: the default note of a verdict whose cells had task errors
 TASK_FAILED = "a task failed (see cell_error)"
@@ -86,18 +87,23 @@ def claim_summary(rows: Iterable[dict]) -> str:
 def estimate_table(ds: xr.Dataset, dim: str, columns: dict[str, str], *, select: dict | None = None,
                    fmt: str = ".4g") -> str:
     """A text table with one row per value of ``dim`` and a column per variable: ``value ± MCSE`` where
-    ``<name>_mcse`` exists, the value alone otherwise. ``columns`` maps a variable to its heading;
-    ``select`` picks one index of every other dimension (e.g. ``{"k": -1}``)."""
+    ``<name>_mcse`` (or ``<name>_se``) exists, the value alone otherwise (text as it is). ``columns``
+    maps a variable to its heading; ``select`` picks one index of other dimensions (e.g. ``{"k": -1}``)."""
     head = [dim, *columns.values()]
     rows = []
     for i, label in enumerate(np.asarray(ds[dim].values).ravel()):
+        def pick(name):
+            v = ds[name]
+            return v.isel({dim: i, **{d: j for d, j in (select or {}).items() if d in v.dims}}).values.item()
         row = [str(label)]
         for name in columns:
-            pick = lambda v: float(v.isel({dim: i, **{d: j for d, j in (select or {}).items() if d in v.dims}}))  # noqa: E731
-            text = format(pick(ds[name]), fmt)
-            if f"{name}_mcse" in ds:
-                text += " ± " + format(pick(ds[f"{name}_mcse"]), ".2g")
-            row.append(text)
+            value = pick(name)
+            if isinstance(value, str):
+                row.append(value)
+                continue
+            text = format(float(value), fmt)
+            err = next((e for e in (f"{name}_mcse", f"{name}_se") if e in ds), None)
+            row.append(text + (" ± " + format(float(pick(err)), ".2g") if err else ""))
         rows.append(row)
     widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
@@ -111,3 +117,21 @@ def dataset_config(ds: xr.Dataset) -> dict:
     except (TypeError, ValueError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
+
+
+def recorded_sha(ds: xr.Dataset, digits: int | None = 16) -> str:
+    """The protocol hash a dataset records (``protocol_sha256``; its first ``digits`` hex digits, all with
+    None), or "?" if it records none: for a check's statistic line."""
+    return str(ds.attrs.get("protocol_sha256", "?"))[:digits]
+
+
+def scalar(ds: xr.Dataset, name: str):
+    """The value of a 0-d variable ``name`` of ``ds``, NaN if the dataset lacks it (a design without that part)."""
+    return ds[name].values.item() if name in ds.variables else float("nan")
+
+
+def one_pvalue(name: str, alpha: float, reference: str = "exact"):
+    """``Check.pvalues`` of a check that is one test (for ``simkit calibrate``): the 0-d p-value ``name``
+    (e.g. ``"n_slope_p"``, reported as ``"slope"``) at level ``alpha``; ``reference`` "bound" marks a
+    one-sided test of a bound (its p-value uniform only at the boundary)."""
+    return lambda ds: {name.split("_")[1]: (float(scalar(ds, name)), alpha, reference)}

@@ -104,3 +104,34 @@ def test_dataset_config():
     assert dataset_config(xr.Dataset()) == {}
     assert dataset_config(xr.Dataset(attrs={"config": "not json"})) == {}
     assert dataset_config(xr.Dataset(attrs={"config": "[1, 2]"})) == {}
+
+
+def test_estimate_table_text_and_se_columns():
+    ds = xr.Dataset({"slope": ("setting", [-1.0]), "slope_se": ("setting", [0.125]),
+                     "verdict": ("setting", np.array(["pass"]))}, coords={"setting": ["a"]})
+    lines = estimate_table(ds, "setting", {"slope": "slope", "verdict": "verdict"}).split("\n")
+    assert lines[1].split() == ["a", "-1", "±", "0.12", "pass"]
+
+
+def test_block_means():
+    from simkit.runner import block_means
+    raw = xr.Dataset({"raw_gap_cv": (("setting", "block"), [[1.0, 3.0], [2.0, np.nan]]),
+                      "raw_loss": (("setting", "block"), [[0.0, 2.0], [1.0, 1.0]])})
+    out = block_means(raw, {"gap": "gap_cv"})
+    np.testing.assert_array_equal(out["gap"], [2.0, 2.0])
+    np.testing.assert_allclose(out["gap_mcse"][0], 1.0)  # sd sqrt(2) over sqrt(2) blocks
+    assert np.isnan(out["gap_mcse"][1])  # one finite block: no MCSE
+    assert sorted(block_means(raw, ["loss"])) == ["loss", "loss_mcse"]
+
+
+def test_cell_grid_scalar_sha_and_one_pvalue():
+    from simkit.runner import cell_grid, one_pvalue, recorded_sha, scalar
+    raw = xr.Dataset({"x": (("cell", "k"), np.arange(12.0).reshape(6, 2))})
+    grid = cell_grid(raw, (2, 3), {"prep_c": (4,)})
+    np.testing.assert_array_equal(grid("x")[1, 2], [10.0, 11.0])  # cell 5 = row 1, column 2 (row-major)
+    assert grid("prep_c").shape == (2, 3, 4) and np.all(np.isnan(grid("prep_c")))  # absent: NaN of its shape
+    ds = xr.Dataset({"n_slope_p": ((), 0.25)}, attrs={"protocol_sha256": "0123456789abcdef0123"})
+    assert scalar(ds, "n_slope_p") == 0.25 and np.isnan(scalar(ds, "missing"))
+    assert recorded_sha(ds) == "0123456789abcdef" and recorded_sha(ds, None) == "0123456789abcdef0123"
+    assert recorded_sha(xr.Dataset()) == "?"
+    assert one_pvalue("n_slope_p", 0.01, "bound")(ds) == {"slope": (0.25, 0.01, "bound")}
