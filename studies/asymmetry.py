@@ -1,16 +1,11 @@
 """Claim C7: the 1/k rates of C1 and C2 hold for non-reversible, asymmetric positive kernels.
 
-C1 (gap_k = R_k - log k - CE = c1/k + O(1/k^2)) and C2 (D_k = R_k - E CE(M_k, Q_k) = O(1/k)) are
-re-tested at phi = identity for positive kernels that are not pi-reversible: a rotated vMF kernel
-vMF(Rx, kappa_M) over uniform pi (d = 3) and over a vMF pi (d = 8), and spherical Brownian motion over a
-vMF pi (d = 3, 8), optionally with the reversible vMF control. The estimators of rate_k and search_ce
-(simkit.estimators.infonce.GapEstimator, simkit.estimators.search.SearchEstimator) and their shared rate
-rule (simkit.stats.analysis.rate_verdict, applied to |gap_k| since c1 < 0 is possible once M is
-asymmetric) give the slopes, c1 against its exact value and d1 against its prediction, with
-non-reversibility statistics against their exact values. The ADEMP statement is the class attribute
-``Asymmetry.ademp`` (stored in the dataset); in full: docs/design.md, "studies/asymmetry".
-
-Run it: ``simkit run asymmetry`` (or ``python -m simkit run asymmetry``).
+C1 (gap_k = c1/k + O(1/k^2)) and C2 (D_k = R_k - E CE(M_k, Q_k) = O(1/k)) re-tested at phi = identity
+for kernels that are not pi-reversible (rotated vMF over uniform and vMF pi; spherical Brownian motion
+over vMF pi; optionally the reversible vMF control), with rate_k's and search_ce's estimators and rate
+rule (simkit.stats.analysis.rate_verdict, on |gap_k|: c1 < 0 is possible once M is asymmetric), and the
+non-reversibility statistics against their exact values (simkit.exact.moments). ADEMP:
+``Asymmetry.ademp``; in full: docs/design.md, "studies/asymmetry". Run: ``simkit run asymmetry``.
 """
 
 from __future__ import annotations
@@ -20,17 +15,17 @@ import math
 import numpy as np
 from scipy import stats
 
-from simkit import RotatedVMFKernel, VMFKernel, exact
-from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues,
+from simkit import exact
+from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, rate_verdict, setting_pvalues,
                              truth_rng, truth_verdict, worst_slope)
 from simkit.exact.curve import gap_curve, second_order_constant
 from simkit.distributions.designs import ASYMMETRY_SETTINGS, build_kernel, build_pi
-from simkit.distributions.heat import BrownianKernel
 from simkit.estimators.infonce import BLOCK_STATS, GapEstimator, k_grid
-from simkit.runner import Check, Param, Study, Var
+from simkit.exact.moments import asymmetry_exact
+from simkit.runner import BLOCK_MCSE, Check, Param, Study, Var, block_means, cell_detail, estimate_table, estimate_vars
 from simkit.estimators.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
 
-__all__ = ["STUDY", "ALPHA", "SETTINGS", "SCHEMA", "asymmetry_exact", "mean_map", "build_kernel", "build_pi"]
+__all__ = ["STUDY", "ALPHA", "SETTINGS", "SCHEMA"]
 
 #: false-failure rate of each per-setting check (the level of rate_k and search_ce)
 ALPHA = 1e-3
@@ -48,41 +43,10 @@ C2_STATS = ("d_cv", "d_rb", "d_plain", "d_cv_var", "pos_term", "snis_term", "los
 ASYM_STATS = ("asym_cross", "asym_shift")
 
 
-def mean_map(kernel, d: int) -> np.ndarray:
-    """B with ``E[x+ | x] = B x`` (exact): A_d(kappa) R, A_d(kappa) I or exp(-(d-1)t/2) I."""
-    if isinstance(kernel, RotatedVMFKernel):
-        return VMFKernel(kernel.kappa).mean_cosine(d) * kernel.rotation
-    if isinstance(kernel, BrownianKernel):
-        return kernel.mean_cosine(d) * np.eye(d)
-    return VMFKernel(kernel.kappa).mean_cosine(d) * np.eye(d)
-
-
-def asymmetry_exact(pi, kernel) -> tuple[float, float]:
-    """Exact ``E[x_1 x+_2 - x_2 x+_1]`` and ``E[x+_1 - x_1]`` (first two coordinates; x ~ pi, x+ ~ M(x)).
-
-    Both vanish when M is pi-reversible ((x, x+) is then exchangeable). With ``C = E[x x+^T] =
-    E[x x^T] B^T`` (B from :func:`mean_map`) the first is ``C_12 - C_21``; the second is
-    ``(B m - m)_1`` with ``m = E x``. Moments of a vMF mixture: ``E x = sum w A_d(kappa) mu``,
-    ``E[x x^T] = sum w [(A/kappa) I + (1 - d A/kappa) mu mu^T]`` (I/d for kappa = 0).
-    """
-    d = pi.dim
-    w, mus, kappas = pi.as_mixture()
-    m, second = np.zeros(d), np.zeros((d, d))
-    for wj, mu, k in zip(w, mus, kappas):
-        a = VMFKernel(k).mean_cosine(d) if k > 0 else 0.0
-        ak = 1.0 / d if k < 1e-8 else a / k
-        m += wj * a * mu
-        second += wj * (ak * np.eye(d) + (1.0 - d * ak) * np.outer(mu, mu))
-    b = mean_map(kernel, d)
-    c = second @ b.T
-    return float(c[0, 1] - c[1, 0]), float((b @ m - m)[0])
-
-
 # ----------------------------------------------------------------------------------------------
 # the dataset's schema
 
 S, K = ("setting",), ("setting", "k")
-MCSE = "sd over blocks / sqrt(n_blocks)"
 
 #: the two rate analyses: curve, raw blocks, constant, its 1/k^2 partner, claim, whether the constant is tested
 ANALYSES = (("gap", "raw_gap_cv", "c1", "c2", "c1", True), ("d", "raw_d_cv", "d1", "d2", "c2", False))
@@ -201,8 +165,7 @@ SCHEMA = {
     **{k: v for a in ANALYSES for k, v in _analysis_schema(a[0], *a[2:]).items()},
     "verdict": Var(S, "verdict for C7 in this setting", "1",
                    "pass when both verdict_c1 and verdict_c2 pass; error if a task failed"),
-    **{n: Var(K, f"{ln}, in nats", "1", desc) for n, (_, ln, desc) in CURVES.items()},
-    **{f"{n}_mcse": Var(K, f"MCSE of {n}, in nats", "1", MCSE) for n in CURVES},
+    **{k: v for n, (_, ln, desc) in CURVES.items() for k, v in estimate_vars(n, K, ln, desc, nats=True).items()},
     "k_gap": Var(K, "k times gap, in nats", "1", "approaches c1 as k grows"),
     "k_gap_mcse": Var(K, "MCSE of k_gap, in nats", "1", "k * gap_mcse"),
     "k_d": Var(K, "k times D_k, in nats", "1", "approaches d1 as k grows"),
@@ -210,19 +173,19 @@ SCHEMA = {
     **{n: Var(K, ln, "1", "first min(rank_anchors, queries) queries of each block (simkit.estimators.search); NaN where "
               f"k < {N_TOP} for recall") for n, ln in (("top1", "top-1 agreement of Q_k and M_k"),
                                                        ("recall", f"recall@{N_TOP} of Q_k against M_k"))},
-    **{f"{n}_mcse": Var(K, f"MCSE of {n}", "1", MCSE) for n in ("top1", "recall")},
+    **{f"{n}_mcse": Var(K, f"MCSE of {n}", "1", BLOCK_MCSE) for n in ("top1", "recall")},
     "gap_exact": Var(K, "exact gap, in nats", "1", "simkit.exact.curve.gap_curve (Laplace-transform integral; exact "
                      "quadrature, or Monte Carlo over x with exact inner integrals for the rotated kernel over a vMF "
                      "pi: gap_exact_mcse)"),
     "ce_estimate": Var(S, "Monte Carlo CE, in nats", "1", "block mean of l_inf = -s(x,x+) + log Z(x)"),
-    "ce_estimate_mcse": Var(S, "MCSE of ce_estimate, in nats", "1", MCSE),
+    "ce_estimate_mcse": Var(S, "MCSE of ce_estimate, in nats", "1", BLOCK_MCSE),
     **{f"{n}_exact": Var(S, ln, "1", desc) for n, (ln, desc) in EXACT.items()},
     **{f"{n}_exact_mcse": Var(S, f"MCSE of {n}_exact" + ("" if n == "w2" else ", in nats"), "1", "0 where exact")
        for n in EXACT},
     "c1_scale": Var(S, "expansion scale of gap_k", "1", "max(E[Z2/Z^2], E[m1/Z])"),
     "c2_scale": Var(S, "expansion scale of D_k", "1", "max(E[Z2/Z^2], E[m1/Z], w2)"),
     **{n: Var(S, ln, "1", f"Monte Carlo over n_asym pairs per block; {desc}") for n, (ln, desc) in _ASYM.items()},
-    **{f"{n}_mcse": Var(S, f"MCSE of {n}", "1", MCSE) for n in _ASYM},
+    **{f"{n}_mcse": Var(S, f"MCSE of {n}", "1", BLOCK_MCSE) for n in _ASYM},
     **{f"{n}_exact": Var(S, f"exact {ln}", "1", "from E[x+ | x] = B x and the moments of pi")
        for n, (ln, _) in _ASYM.items()},
     **{f"{n}_z": Var(S, f"z-score of {n} against its exact value", "1", "(estimate - exact) / MCSE; diagnostic of "
@@ -245,24 +208,16 @@ SCHEMA = {
 # ----------------------------------------------------------------------------------------------
 # the checks (claim rows)
 
-def _zcrit(ds) -> float:
-    """The c1 check's critical value: two-sided level ALPHA, Student t on n_blocks - 1 df."""
-    return float(stats.t.isf(ALPHA / 2, ds.sizes["block"] - 1))
-
-
 def _rate_check(var: str, claim: str, const: str):
     """The C7 check of one rate over every setting; its estimate is the slope farthest from -1 in SEs."""
     def evaluate(ds) -> dict:
         slope, se = ds[f"{var}_slope"].values, ds[f"{var}_slope_se"].values
         verdicts = [str(v) for v in ds[f"verdict_{claim}"].values]
-        detail = "; ".join(
-            f"{s}: slope {slope[i]:.4f} ± {se[i]:.4f}, {const} {ds[f'{const}_estimate'].values[i]:.3f} ± "
-            f"{ds[f'{const}_estimate_mcse'].values[i]:.3f} (exact {ds[f'{const}_exact'].values[i]:.3f}"
-            + (f" ± {ds[f'{const}_exact_mcse'].values[i]:.3f}" if ds[f"{const}_exact_mcse"].values[i] > 0 else "")
-            + f") -> {verdicts[i]}"
-            + (f" ({ds[f'verdict_{claim}_reason'].values[i]})" if str(ds[f"verdict_{claim}_reason"].values[i])
-               else "")
-            for i, s in enumerate(ds["setting"].values))
+        v = {n: ds[f"{const}_{n}"].values for n in ("estimate", "estimate_mcse", "exact", "exact_mcse")}
+        texts = [f"slope {slope[i]:.4f} ± {se[i]:.4f}, {const} {v['estimate'][i]:.3f} ± {v['estimate_mcse'][i]:.3f} "
+                 f"(exact {v['exact'][i]:.3f}" + (f" ± {v['exact_mcse'][i]:.3f}" if v["exact_mcse"][i] > 0 else "")
+                 + ")" for i in range(slope.size)]
+        detail = cell_detail(ds["setting"].values, texts, verdicts, ds[f"verdict_{claim}_reason"].values)
         worst = worst_slope(slope, se)
         return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
                 "detail": detail}
@@ -273,7 +228,7 @@ C1_CHECK = Check(
     claim="C7",
     statistic=lambda ds: (f"C1 rate for non-reversible kernels: slope of log|gap_k| on log k (with 1/k term), "
                           f"{ds.sizes['setting']} settings; one sign for k >= k_min, -1 in the level-{1 - ALPHA:g} "
-                          f"interval, -1/2 rejected, |c1 z| and |c2 t| <= {_zcrit(ds):.2f} (Student t, "
+                          f"interval, -1/2 rejected, |c1 z| and |c2 t| <= {stats.t.isf(ALPHA / 2, ds.sizes['block'] - 1):.2f} (Student t, "
                           f"{ds.sizes['block'] - 1} df), MC curve and Z-free dgap against the exact curve at every k "
                           f"(max |t|, bootstrap reference)"),
     evaluate=_rate_check("gap", "c1", "c1"),
@@ -323,10 +278,7 @@ class Asymmetry(Study):
                           quick="rot-uniform-d3,rot-vmf-d8,brown-vmf-d3,brown-vmf-d8"),
         "k_max": Param("k_max", int, 16384, "negatives / database points per block (power of two); grid 1, 2, ..., "
                        "k_max", low=16, high=1 << 20, power_of_two=True, quick=8192),
-        # quick: 48 blocks of 128 anchors. The Student t and Hotelling F references assume near-Gaussian
-        # block means; with fewer, larger blocks the c1/c2 t tests and the 14-column Hotelling test had
-        # heavier tails than their references and calibration refuted C7.1's stated false-failure rate
-        # (data/calibration/NOTES.md, docs/evidence.md)
+        # quick: many small blocks, so that the block means are near-Gaussian for the t references (docs/evidence.md)
         "n_blocks": Param("n_blocks", int, 64, "independent replicate blocks per setting", low=8, high=100000,
                           quick=48),
         "block_anchors": Param("block_anchors", int, 256, "InfoNCE anchors per block (C1, sharing its negatives)",
@@ -351,10 +303,8 @@ class Asymmetry(Study):
 
     @staticmethod
     def unit_anchors(name: str, cfg: dict) -> int:
-        """Queries per C2 block. The quick design uses at least QUICK_MIN_SEARCH_ANCHORS: rejecting
-        slope = -1/2 at 1e-3 with 99% power needs a C2 slope SE <~ 0.08 ((1 - 1/2)/SE >= t_(0.9995, 23) +
-        z_0.99 = 6.1), which the Brownian settings' own 64 queries per block do not reach in the quick
-        design (figures: docs/evidence.md, asymmetry, "Design of the quick run")."""
+        """Queries per C2 block; the quick design uses at least QUICK_MIN_SEARCH_ANCHORS, for a C2 slope SE
+        small enough to reject slope = -1/2 (docs/evidence.md, asymmetry, "Design of the quick run")."""
         base = int(cfg["search_anchors"] or SETTINGS[name]["search_anchors"])
         return max(base, QUICK_MIN_SEARCH_ANCHORS) if cfg.get("quick") and not cfg["search_anchors"] else base
 
@@ -433,15 +383,12 @@ class Asymmetry(Study):
 
     def summarise(self, raw, cfg) -> dict:
         k = raw["k"].values
-        out = {}
-        for name, stat in {**{n: c[0] for n, c in CURVES.items()}, "top1": "top1", "recall": "recall"}.items():
-            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{stat}"].values, axis=1)
+        out = block_means(raw, {**{n: c[0] for n, c in CURVES.items()}, "top1": "top1", "recall": "recall",
+                                **{n: n for n in ASYM_STATS}, "ce_estimate": "ell_inf"})
         for name in ASYM_STATS:
-            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{name}"].values, axis=1)
             out[f"{name}_exact"] = raw[f"prep_{name}_exact"].values
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[f"{name}_z"] = (out[name] - out[f"{name}_exact"]) / out[f"{name}_mcse"]
-        out["ce_estimate"], out["ce_estimate_mcse"] = mean_mcse(raw["raw_ell_inf"].values, axis=1)
         for name, var in (("k_gap", "gap"), ("k_d", "d")):
             out[name], out[f"{name}_mcse"] = out[var] * k, out[f"{var}_mcse"] * k
         for name in ("gap_exact", *(f"{c}_exact{s}" for c in EXACT for s in ("", "_mcse"))):
@@ -462,8 +409,7 @@ class Asymmetry(Study):
             for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
                 out[names.get(field, f"{var}_{field}")] = [r[field] for r in rows]
         self._truth(raw, k, out, cfg["seed"])
-        out["verdict"] = ["error" if "error" in (x, y) else "pass" if x == y == "pass" else "fail"
-                          for x, y in zip(out["verdict_c1"], out["verdict_c2"])]
+        out["verdict"] = [combine_verdicts(v) for v in zip(out["verdict_c1"], out["verdict_c2"])]
         return out
 
     @staticmethod
@@ -492,27 +438,12 @@ class Asymmetry(Study):
         asymmetry_sections(doc, ds, study=self)
 
     def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<16}{'C1 slope ± SE':>19}{'c1 est ± MCSE':>19}{'c1 exact':>18}{'z':>7}  "
-                 f"{'C2 slope ± SE':>19}{'d1 est ± MCSE':>19}{'d1 pred.':>18}  verdict C1/C2"]
-        for i, s in enumerate(ds["setting"].values):
-            v = {n: ds[n].values[i] for n in ("gap_slope", "gap_slope_se", "c1_estimate", "c1_estimate_mcse",
-                                             "c1_exact", "c1_exact_mcse", "c1_z", "d_slope", "d_slope_se",
-                                             "d1_estimate", "d1_estimate_mcse", "d1_exact", "d1_exact_mcse")}
-            lines.append(
-                f"{s:<16}{v['gap_slope']:>10.4f} ± {v['gap_slope_se']:<6.4f}{v['c1_estimate']:>10.3f} ± "
-                f"{v['c1_estimate_mcse']:<6.3f}{v['c1_exact']:>10.3f} ± {v['c1_exact_mcse']:<5.3f}{v['c1_z']:>+7.2f}  "
-                f"{v['d_slope']:>10.4f} ± {v['d_slope_se']:<6.4f}{v['d1_estimate']:>10.3f} ± "
-                f"{v['d1_estimate_mcse']:<6.3f}{v['d1_exact']:>10.3f} ± {v['d1_exact_mcse']:<5.3f}  "
-                f"{ds['verdict_c1'].values[i]}/{ds['verdict_c2'].values[i]}")
-        lines.append("")
-        lines.append(f"{'non-reversibility':<18}{'E[x1 x+2 - x2 x+1]: MC ± MCSE (exact)':>42}"
-                     f"{'E[x+1 - x1]: MC ± MCSE (exact)':>40}")
-        for i, s in enumerate(ds["setting"].values):
-            lines.append(f"{s:<18}{ds['asym_cross'].values[i]:>17.4f} ± {ds['asym_cross_mcse'].values[i]:.4f} "
-                         f"({ds['asym_cross_exact'].values[i]:+.4f}){'':>6}"
-                         f"{ds['asym_shift'].values[i]:>15.4f} ± {ds['asym_shift_mcse'].values[i]:.4f} "
-                         f"({ds['asym_shift_exact'].values[i]:+.4f})")
-        return "\n".join(lines)
+        rates = estimate_table(ds, "setting", {"gap_slope": "C1 slope", "c1_estimate": "c1", "c1_exact": "c1 exact",
+                                               "c1_z": "z", "d_slope": "C2 slope", "d1_estimate": "d1",
+                                               "d1_exact": "d1 pred.", "verdict": "verdict"}, fmt=".4g")
+        asym = estimate_table(ds, "setting", {"asym_cross": "E[x1 x+2 - x2 x+1]", "asym_cross_exact": "exact",
+                                              "asym_shift": "E[x+1 - x1]", "asym_shift_exact": "exact"}, fmt="+.4f")
+        return "\n".join([rates, "", asym, "", super().summary_text(ds)])
 
 
 STUDY = Asymmetry()

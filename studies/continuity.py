@@ -23,19 +23,19 @@ import math
 import numpy as np
 import xarray as xr
 from numpy.typing import NDArray
-from threadpoolctl import threadpool_limits
 
 from simkit import VMFKernel
 from simkit.stats.analysis import combine_verdicts, mean_mcse, ratio_of_means
 from simkit.stats.trend import (fit_range_non_inferiority, growth_test, non_inferiority_plugin_miss_rate, union_bound,
                                 wls_slope_test)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
-from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.embedding import family_embedding
 from simkit.embeddings.perturbation import CapBump, perturb
-from simkit.exact.loss_bounds import TOL_ABS, TOL_REL, loss_difference_bounds, violations
+from simkit.estimators.loss_difference import MEANS, loss_difference_means
+from simkit.exact.loss_bounds import TOL_ABS, TOL_REL
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var
+from simkit.runner import Check, Param, Study, Var, verdict
 
 __all__ = ["SETTINGS", "SCHEMA", "STUDY", "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "confirmatory_verdicts"]
 
@@ -93,8 +93,6 @@ BLOCK_VARS_E = {
 S, SE, SEK, SBE, SBEK = ("setting",), ("setting", "eps"), ("setting", "eps", "k"), ("setting", "block", "eps"), \
     ("setting", "block", "eps", "k")
 NATS = "in nats (dimensionless, udunits '1')"
-#: the per-block means summarised over blocks, with the bounds' and losses' unit note
-_MEANS = ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")
 #: ratios of means (jackknife MCSE): name -> (numerator, denominator, long name)
 RATIOS = {"ratio_max_avg": ("bound_max", "bound_avg", "E B_max / E B_avg"),
           "ratio_avg_dl": ("bound_avg", "dl", "E B_avg / E |dl|"),
@@ -173,7 +171,7 @@ SCHEMA = {
     **{f"raw_{n}": Var(SBEK, f"per-block {n}{', in nats' if _in_nats(n) else ''}", "1",
                        text + (f"; {NATS}" if _in_nats(n) else "")) for n, text in BLOCK_VARS.items()},
     **{f"raw_{n}": Var(SBE, f"per-block {n}", "1", text) for n, text in BLOCK_VARS_E.items()},
-    **{k: v for n in _MEANS for k, v in _mean_var(n, SEK, BLOCK_VARS[n]).items()},
+    **{k: v for n in MEANS for k, v in _mean_var(n, SEK, BLOCK_VARS[n]).items()},
     **{k: v for n, text in BLOCK_VARS_E.items() for k, v in _mean_var(n, SE, text).items()},
     **{f"violations_{t}": Var(SEK, f"tuples violating B_{t}", "1", "count over all blocks (attrs['tuples_per_k'] "
                               "tuples per k and eps)") for t in ("score", "avg", "max")},
@@ -229,38 +227,26 @@ def confirmatory_verdicts(out: dict, settings, perturbations, errors) -> dict:
     res = {n: np.empty((n_set, n_eps), dtype=object) for n in ("verdict", "verdict_reason", "control_verdict",
                                                                "control_reason", "secondary_verdict",
                                                                "secondary_reason")}
-    for i in range(n_set):
-        err = str(errors[i])
-        for j in range(n_eps):
-            p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
-            if err:
-                v, r = "error", "a task failed (see cell_error)"
-            elif not math.isfinite(p):
-                v, r = "fail", "b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"
-            elif p < ALPHA_NI:
-                v, r = "pass", ""
-            else:
-                v, r = "fail", (f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
-                                f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})")
-            res["verdict"][i, j], res["verdict_reason"][i, j] = v, r
-            controls = ["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]
-            probs = []
-            for q in controls:
-                pq = float(out[f"ni_{q}_p"][i, j])
-                if not math.isfinite(pq):
-                    probs.append(f"{q}: b undefined")
-                elif pq < ALPHA_NI:
-                    probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
-                                 f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
-            res["control_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
-            res["control_reason"][i, j] = "; ".join(probs)
-            probs = []
-            for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / E B_avg")):
-                ps = float(out[f"{name}_p"][i, j])
-                if not (math.isfinite(ps) and ps < ALPHA_NI):
-                    probs.append(f"{text} not shown (p = {ps:.3g})")
-            res["secondary_verdict"][i, j] = "error" if err else ("fail" if probs else "pass")
-            res["secondary_reason"][i, j] = "; ".join(probs)
+    for i, j in np.ndindex(n_set, n_eps):
+        err = [str(errors[i])]
+        p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
+        res["verdict"][i, j], res["verdict_reason"][i, j] = verdict(
+            [] if p < ALPHA_NI else ["b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"]
+            if not math.isfinite(p) else [f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
+                                          f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})"], err)
+        probs = []
+        for q in (["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]):
+            pq = float(out[f"ni_{q}_p"][i, j])
+            if not math.isfinite(pq):
+                probs.append(f"{q}: b undefined")
+            elif pq < ALPHA_NI:
+                probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
+                             f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
+        res["control_verdict"][i, j], res["control_reason"][i, j] = verdict(probs, err)
+        res["secondary_verdict"][i, j], res["secondary_reason"][i, j] = verdict(
+            [f"{text} not shown (p = {ps:.3g})" for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / "
+                                                                                             "E B_avg"))
+             if not ((ps := float(out[f"{name}_p"][i, j])) < ALPHA_NI and math.isfinite(ps))], err)
     n_viol = int(sum(np.nansum(out[f"violations_{t}"]) for t in ("score", "avg", "max")))
     prim, ctrl = combine_verdicts(res["verdict"]), combine_verdicts(res["control_verdict"])
     if any(str(e) for e in errors):
@@ -290,10 +276,7 @@ def _slope_problems(p_avg: float, p_max: float, b_avg: float, b_max: float) -> l
 
 
 def _cell_verdict(viol: dict, slope_probs: list[str], error: str) -> tuple[str, str]:
-    probs = [f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs
-    if error:
-        return "error", "; ".join(["a task failed (see cell_error)", *probs])
-    return ("pass" if not probs else "fail"), "; ".join(probs)
+    return verdict([f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs, [error])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -525,12 +508,6 @@ class Continuity(Study):
         dims.update({name: _E for name in BLOCK_VARS_E})
         return dims, {"eps": np.array(self.params["eps"].values(cfg["eps"])), "k": k_grid(cfg["k_max"])}
 
-    @staticmethod
-    def _embedding(cell, rng):
-        if cell["family"] == "linear":
-            return LinearEmbedding.random(cell["p"], cell["d"], rng=rng)
-        return TwoLayerEmbedding.random(cell["p"], cell["d"], cell["hidden"], rng=rng)
-
     def generate(self, cell, cfg, prep, rng):
         """One block: a pair per eps (phi shared), block_anchors tuples with K negatives each.
 
@@ -542,47 +519,14 @@ class Continuity(Study):
         ks = k_grid(K)
         pi = build_pi({"pi": cell["pi"], "dim": cell["p"], "kappa_pi": cell["kappa_pi"]})
         kernel = VMFKernel(cell["kappa_m"])
-        phi = self._embedding(cell, rng)
+        phi = family_embedding(cell["family"], cell["p"], cell["d"], cell["hidden"], rng=rng)
         if cell["perturbation"] == "bump":
             psis = CapBump.random(phi, cell["p"], cell["cap_fraction"], [BUMP_GAIN * e for e in eps], rng=rng)
         else:
             psis = [perturb(phi, e, rng=rng) for e in eps]
         x = pi.rvs(N, rng=rng)
         xp = kernel.sample(x, rng=rng)
-        E, G = len(eps), ks.size
-        sums = {n: np.zeros((E, G)) for n in ("dl", "bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")}
-        counts = {n: np.zeros((E, G)) for n in ("viol_score", "viol_avg", "viol_max")}
-        tight = {n: np.zeros((E, G)) for n in ("tight_score", "tight_avg", "tight_max")}
-        anchor, plain = np.zeros(E), np.zeros(E)
-        d = cell["d"]
-        with threadpool_limits(limits=1, user_api="blas"):  # skinny products: threads only add overhead
-            for lo in range(0, N, _CHUNK):
-                hi = min(N, lo + _CHUNK)
-                y = pi.rvs((hi - lo) * K, rng=rng)
-                u, v, w = phi(x[lo:hi]), phi(xp[lo:hi]), phi(y).reshape(hi - lo, K, d)
-                for i, psi in enumerate(psis):
-                    w2 = psi(y).reshape(hi - lo, K, d)
-                    b = loss_difference_bounds(u, v, w, psi(x[lo:hi]), psi(xp[lo:hi]), w2, tau, ks)
-                    dl = np.abs(b["delta"])
-                    for name in ("bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max"):
-                        sums[name][i] += b[name].sum(axis=0)
-                    sums["dl"][i] += dl.sum(axis=0)
-                    for tag in ("score", "avg", "max"):
-                        bound = b[f"bound_{tag}"]
-                        counts[f"viol_{tag}"][i] += violations(b["delta"], bound, b["loss"]).sum(axis=0)
-                        # rounding-level |dl| (~1e-16) over a rounding-level bound (a negative at the rim of a
-                        # bump's cap) is no information: the allowance of violations() comes off first
-                        slack = np.maximum(dl - TOL_ABS - TOL_REL * np.abs(b["loss"]), 0.0)
-                        with np.errstate(invalid="ignore", divide="ignore"):
-                            ratio = np.where(bound > 0, slack / bound, 0.0)
-                        tight[f"tight_{tag}"][i] = np.maximum(tight[f"tight_{tag}"][i], ratio.max(axis=0))
-                    anchor[i] += b["anchor_term"].sum()
-                    plain[i] += np.sqrt(np.sum((w2 - w) ** 2, axis=-1)).mean(axis=1).sum()
-        out = {n: s / N for n, s in sums.items()}
-        out.update(counts)
-        out.update(tight)
-        out["anchor_term"] = anchor / N
-        out["neg_plain"] = plain / N
+        out = loss_difference_means(phi, psis, x, xp, lambda n: pi.rvs(n, rng=rng), K, tau, ks, chunk=_CHUNK)
         if cell["perturbation"] == "bump":  # the displacement at the cap centre
             out["param_dist"] = np.array([np.linalg.norm(psi(psi.centre[None, :]) - phi(psi.centre[None, :]))
                                           for psi in psis])
@@ -596,7 +540,7 @@ class Continuity(Study):
         n_set, n_eps = raw.sizes["setting"], raw.sizes["eps"]
         blocks = {n: raw[f"raw_{n}"].values for n in (*BLOCK_VARS, *BLOCK_VARS_E)}
         out = {}
-        for name in (*_MEANS, *BLOCK_VARS_E):
+        for name in (*MEANS, *BLOCK_VARS_E):
             out[name], out[f"{name}_mcse"] = mean_mcse(blocks[name], axis=1)
         for t in ("score", "avg", "max"):
             out[f"violations_{t}"] = np.nansum(blocks[f"viol_{t}"], axis=1)
@@ -654,21 +598,6 @@ class Continuity(Study):
     def report_sections(self, doc, ds):
         from simkit.report.continuity import continuity_sections
         continuity_sections(doc, ds)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<14}{'eps':>6}{'viol':>6}{'B_avg growth/doubling':>26}{'':<0}{'NI p':>10}{'negmax growth':>18}"
-                 f"{'B_max growth':>18}{'S2 p':>9}  primary / control / secondary / exploratory"]
-        for i, s in enumerate(ds["setting"].values):
-            for j, e in enumerate(ds["eps"].values):
-                nv = int(sum(ds[f"violations_{t}"].values[i, j].sum() for t in ("avg", "max", "score")))
-                pct = lambda q: f"{100 * ds[f'ni_{q}_growth'].values[i, j]:+.3f}%"  # noqa: E731
-                head = f"{s:<14}{e:>6g}{nv:>6d}{pct('avg'):>14} ± {100 * ds['ni_avg_growth_se'].values[i, j]:.3f}%"
-                lines.append(
-                    f"{head:<52}{ds['ni_avg_p'].values[i, j]:>10.2g}{pct('negmax'):>18}{pct('max'):>18}"
-                    f"{ds['s2_p'].values[i, j]:>9.1e}  {ds['verdict'].values[i, j]} / {ds['control_verdict'].values[i, j]}"
-                    f" / {ds['secondary_verdict'].values[i, j]} / {ds['flat_verdict'].values[i, j]}")
-        lines.append(f"C4 conclusion (protocols/continuity.md): {ds['conclusion'].values.item()}")
-        return "\n".join(lines)
 
 
 STUDY = Continuity()

@@ -15,107 +15,35 @@ Run it: ``simkit run digits`` (or ``python -m simkit run digits``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_verdict, setting_pvalues,
-                             worst_slope)
+from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_columns, rate_verdict,
+                                   setting_pvalues, worst_slope)
 from simkit.diagnose import diagnose
 from simkit.embeddings.embedding import TwoLayerEmbedding
 from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
-from simkit.exact.finite import class_members, exact_d_curve
-from simkit.runner import Check, Param, Study, Var
-from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
+from simkit.exact.finite import class_members
+from simkit.runner import Check, Param, Study, Var, estimate_vars
+from simkit.embeddings.random_features import fourier_features, fourier_map
+from simkit.embeddings.training import EmpiricalRisk, train
+from simkit.distributions.digits import SPLIT_SEED, TEST_FRACTION, augmented_views, load_split, training_tuples
+from simkit.estimators.labelled import (class_cross_entropy, class_d_block, class_first_order, class_positive_scores,
+                                        exact_d_two_phase, gap_block)
 
 #: false-failure rate of each per-setting rate check (slope interval; c1 z-test for C1)
 ALPHA = 1e-3
-#: seed of the stratified train/test split (part of the design: the same for every study seed)
-SPLIT_SEED = 20261201
 #: seed of the random-feature map (part of the design)
 RFF_SEED = 20261202
 #: number of random Fourier features and their bandwidth on the unit sphere
 RFF_FEATURES = 256
 RFF_BANDWIDTH = 0.5
-#: share of each digit class in the test split (rounded up)
-TEST_FRACTION = 0.5
 
 ENCODERS = ("pixels", "rff", "mlp")
 KERNELS = ("label", "augment")
 SETTINGS = tuple(f"{e}-{m}" for e in ENCODERS for m in KERNELS)
-
-
-# ----------------------------------------------------------------------------------------------
-# the data, the split, the kernels and the encoders (the design)
-
-@functools.lru_cache(maxsize=1)
-def load_split() -> dict:
-    """The digits with the study's fixed stratified split (read-only arrays).
-
-    Returns
-    -------
-    dict
-        ``images`` (1797, 64) raw pixel values 0..16, ``unit`` the rows normalised onto S^63,
-        ``labels`` (1797,), ``train`` and ``test`` (sorted row indices), ``sha256`` of the test
-        indices (int64, little endian).
-    """
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    images = np.asarray(images, dtype=float)
-    labels = np.asarray(labels, dtype=np.int64)
-    gen = np.random.default_rng(SPLIT_SEED)
-    test = []
-    for c in range(10):
-        members = np.flatnonzero(labels == c)
-        test.append(gen.permutation(members)[: int(math.ceil(TEST_FRACTION * members.size))])
-    test = np.sort(np.concatenate(test))
-    train = np.setdiff1d(np.arange(labels.size), test)
-    out = {"images": images, "unit": _unit(images, "images"), "labels": labels, "train": train, "test": test,
-           "sha256": hashlib.sha256(test.astype("<i8").tobytes()).hexdigest()}
-    for v in out.values():
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-    return out
-
-
-def _unit(x: NDArray, name: str) -> NDArray[np.float64]:
-    norm = np.sqrt(np.einsum("...d,...d->...", x, x))
-    if np.any(norm == 0):
-        raise ValueError(f"'{name}' has a zero row: it has no direction on the sphere")
-    return x / norm[..., None]
-
-
-def augment(images: NDArray, noise: float, *, rng) -> NDArray[np.float64]:
-    """Augmented views of raw 8x8 images (rows of 64 pixels 0..16), normalised onto S^63.
-
-    Each view shifts its image by dy, dx ~ uniform{-1, 0, 1} (zero fill), adds i.i.d. N(0, noise^2)
-    pixel noise and clips at 0. Shape ``(..., 64)`` in and out.
-    """
-    rng = np.random.default_rng(rng)
-    flat = np.asarray(images, dtype=float).reshape(-1, 8, 8)
-    n = flat.shape[0]
-    pad = np.zeros((n, 10, 10))
-    pad[:, 1:9, 1:9] = flat
-    dy, dx = rng.integers(-1, 2, size=(2, n))
-    rows = np.arange(8)[None, :] - dy[:, None] + 1
-    cols = np.arange(8)[None, :] - dx[:, None] + 1
-    out = pad[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]].reshape(n, 64)
-    if noise > 0:
-        out = np.maximum(out + noise * rng.standard_normal(out.shape), 0.0)
-    return _unit(out, "augmented views").reshape(np.shape(images))
-
-
-@functools.lru_cache(maxsize=1)
-def rff_map() -> tuple[NDArray, NDArray]:
-    """(W, b) of the random Fourier features, from RFF_SEED."""
-    gen = np.random.default_rng(RFF_SEED)
-    w = gen.standard_normal((RFF_FEATURES, 64)) / RFF_BANDWIDTH
-    b = gen.uniform(0.0, 2.0 * np.pi, RFF_FEATURES)
-    return w, b
 
 
 def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
@@ -124,28 +52,12 @@ def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
     if encoder == "pixels":
         return lambda u: np.array(u, dtype=float)
     if encoder == "rff":
-        w, b = rff_map()
-        return lambda u: _unit(np.cos(u @ w.T + b), "random features")
+        w, b = fourier_map(RFF_FEATURES, 64, RFF_BANDWIDTH, RFF_SEED)
+        return lambda u: fourier_features(u, w, b)
     if encoder == "mlp":
         net = TwoLayerEmbedding.from_vector(theta, 64, cfg["mlp_dim"], cfg["mlp_hidden"])
         return lambda u: net(u)
     raise ValueError(f"'encoder' must be one of {', '.join(ENCODERS)}, got {encoder!r}")
-
-
-def training_tuples(split: dict, rows: NDArray, kernel: str, n: int, k: int, noise: float, rng):
-    """n InfoNCE tuples on the rows ``rows`` (a split): anchors uniform with replacement, positives
-    from the kernel within the same rows, (n, k) independent uniform negatives."""
-    labels = split["labels"][rows]
-    a = rng.integers(0, rows.size, n)
-    if kernel == "label":
-        idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
-        pos = rows[idx[a, (rng.random(n) * cnt[a]).astype(np.int64)]]
-        x_pos = split["unit"][pos]
-    else:
-        x_pos = augment(split["images"][rows[a]], noise, rng=rng)
-    neg = rows[rng.integers(0, rows.size, (n, k))]
-    return TrainingSample(split["unit"][rows[a]], x_pos, split["unit"][neg])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,30 +143,26 @@ SCHEMA = {
     "prep_theta": _v(("setting", "theta_dim0"), "trained MLP parameters", "[W1.ravel(), b1, W2.ravel()] "
                      "(simkit.embeddings.embedding.TwoLayerEmbedding); NaN for the untrained encoders"),
     # C1 summaries
-    "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator"),
-    "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", MCSE),
-    "gap_plain": _v(K, "gap without the control variate, in nats", "block mean"),
-    "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", MCSE),
-    "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
-    "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(K, "exact gap, in nats", "simkit.diagnose gap_exact: simkit.exact.curve per anchor on a random "
-                    "subset of test anchors (two-phase estimator); for augment exact given the sampled views"),
-    "gap_exact_mcse": _v(K, "MCSE of gap_exact, in nats", "anchor subsampling (and views for augment)"),
+    **estimate_vars("gap", K, "finite-k gap R_k - log k - CE", "block mean of the control-variate estimator",
+                    nats=True),
+    **estimate_vars("gap_plain", K, "gap without the control variate", "block mean", nats=True),
+    **estimate_vars("k_gap", K, "k times gap", "approaches c1 as k grows", nats=True, mcse="k * gap_mcse"),
+    **estimate_vars("gap_exact", K, "exact gap", "simkit.diagnose gap_exact: simkit.exact.curve per anchor on a random "
+                    "subset of test anchors (two-phase estimator); for augment exact given the sampled views",
+                    nats=True, mcse="anchor subsampling (and views for augment)"),
     "gap_z": _v(K, "standardised difference of gap from gap_exact", "(gap - gap_exact) / sqrt(gap_mcse^2 + "
                 "gap_exact_mcse^2); a diagnostic, not in the verdict"),
-    "ce": _v(S, "cross-entropy CE(M, Q) on the test split, in nats", "simkit.diagnose; exact for label"),
-    "ce_mcse": _v(S, "MCSE of ce, in nats", "0 where exact; views for augment"),
-    "ce_estimate": _v(S, "Monte Carlo CE, in nats", "block mean of -s(x,x+) + log Z(x)"),
-    "ce_estimate_mcse": _v(S, "MCSE of ce_estimate, in nats", MCSE),
-    "c1_exact": _v(S, "predicted c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] by simkit.diagnose: exact for label, Monte "
-                   "Carlo over n_views views per image for augment"),
-    "c1_exact_mcse": _v(S, "MCSE of c1_exact, in nats", "0 where exact"),
-    "c2_exact": _v(S, "predicted second-order constant c2, in nats", "simkit.diagnose c2"),
-    "c2_exact_mcse": _v(S, "MCSE of c2_exact, in nats", "0 where exact"),
-    "c1_estimate": _v(S, "fitted c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-    "c1_estimate_mcse": _v(S, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
-    "c2_estimate": _v(S, "fitted c2, in nats", "coefficient of 1/k^2"),
-    "c2_estimate_mcse": _v(S, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("ce", S, "cross-entropy CE(M, Q) on the test split", "simkit.diagnose; exact for label",
+                    nats=True, mcse="0 where exact; views for augment"),
+    **estimate_vars("ce_estimate", S, "Monte Carlo CE", "block mean of -s(x,x+) + log Z(x)", nats=True),
+    **estimate_vars("c1_exact", S, "predicted c1", "E[m1/Z - (Z2/Z^2 - 1)/2] by simkit.diagnose: exact for label, Monte "
+                   "Carlo over n_views views per image for augment", nats=True, mcse="0 where exact"),
+    **estimate_vars("c2_exact", S, "predicted second-order constant c2", "simkit.diagnose c2",
+                    nats=True, mcse="0 where exact"),
+    **estimate_vars("c1_estimate", S, "fitted c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c2_estimate", S, "fitted c2", "coefficient of 1/k^2",
+                    nats=True, mcse="delete-one-block jackknife"),
     "c1_z": _v(S, "standardised difference of c1_estimate from c1_exact", "compared with Student t on "
                "n_blocks - 1 df"),
     "expansion_scale": _v(S, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) (simkit.diagnose)"),
@@ -265,44 +173,37 @@ SCHEMA = {
     "verdict_reason": _v(S, "why a setting failed C1", "empty when it passed"),
     **_rate_vars("", "gap_k"),
     # C2 summaries
-    "d": _v(K, "D_k = R_k - E CE(M_k, Q_k), in nats", "block mean of raw_d; NaN for augment"),
-    "d_mcse": _v(K, "MCSE of d, in nats", MCSE),
-    "d_plain": _v(K, "D_k without the control variate, in nats", "block mean of raw_d_plain"),
-    "d_plain_mcse": _v(K, "MCSE of d_plain, in nats", MCSE),
-    "d_exact": _v(K, "exact D_k, in nats", "simkit.exact.curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
+    **estimate_vars("d", K, "D_k = R_k - E CE(M_k, Q_k)", "block mean of raw_d; NaN for augment", nats=True),
+    **estimate_vars("d_plain", K, "D_k without the control variate", "block mean of raw_d_plain", nats=True),
+    **estimate_vars("d_exact", K, "exact D_k", "simkit.exact.curve.expected_log_sum_parts per anchor (E log(e^{S0} + "
                   "S_k) - E log S_k) on n_exact_d random test anchors, difference estimator with the prediction "
-                  "(m1/Z)/k known at every anchor; NaN for augment"),
-    "d_exact_mcse": _v(K, "MCSE of d_exact, in nats", "anchor subsampling (finite-population correction)"),
+                  "(m1/Z)/k known at every anchor; NaN for augment",
+                    nats=True, mcse="anchor subsampling (finite-population correction)"),
     "d_z": _v(K, "standardised difference of d from d_exact", "(d - d_exact) / sqrt(d_mcse^2 + d_exact_mcse^2); "
               "a diagnostic, not in the verdict"),
     "no_match": _v(K, "share of databases without a same-digit item", "block mean of raw_no_match"),
     "d1_exact": _v(S, "predicted d1 = E_x[m1/Z], in nats", "first-order constant of D_k for the label kernel (the "
                    "self-normalised term has mean 0); exact; NaN for augment"),
-    "d1_estimate": _v(S, "fitted d1, in nats", "WLS of D_k on 1/k and 1/k^2 over k >= d_k_min"),
-    "d1_estimate_mcse": _v(S, "MCSE of d1_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("d1_estimate", S, "fitted d1", "WLS of D_k on 1/k and 1/k^2 over k >= d_k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
     "d1_z": _v(S, "standardised difference of d1_estimate from d1_exact", "diagnostic, not in the C2 verdict"),
     "d_verdict": _v(S, "verdict for C2", f"label kernel: pass when the level-{1 - ALPHA:g} slope interval of D_k "
                     f"contains -1 and slope = -1/2 is rejected at {ALPHA:g}; n/a for augment"),
     "d_verdict_reason": _v(S, "why a setting failed C2", "empty when it passed"),
     **_rate_vars("d_", "D_k"),
-    "top1": _v(S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
+    **estimate_vars("top1", S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
                "whole test split (anchor excluded); computed for both kernels (same-digit is the ideal retrieval of "
-               "the label kernel)"),
-    "top1_mcse": _v(S, "MCSE of top1", "0: every test image is an anchor"),
-    "recall10": _v(S, "recall@10 of softmax retrieval for same-digit retrieval", "simkit.diagnose recall10"),
-    "recall10_mcse": _v(S, "MCSE of recall10", "0: every test image is an anchor"),
+               "the label kernel)", mcse="0: every test image is an anchor"),
+    **estimate_vars("recall10", S, "recall@10 of softmax retrieval for same-digit retrieval", "simkit.diagnose recall10",
+                    mcse="0: every test image is an anchor"),
     # C3 summaries
-    "c3_gap": _v(C3D, "train/test gap R_k,test - R_hat_{n,k} of the trained MLP, in nats", "block mean; NaN for "
-                 "the untrained encoders"),
-    "c3_gap_mcse": _v(C3D, "MCSE of c3_gap, in nats", MCSE + " (training samples, initialisations and the test "
+    **estimate_vars("c3_gap", C3D, "train/test gap R_k,test - R_hat_{n,k} of the trained MLP", "block mean; NaN for "
+                 "the untrained encoders", nats=True, mcse=MCSE + " (training samples, initialisations and the test "
                       "estimator)"),
-    "c3_ce_gap": _v(C3D, "CE_test - (R_hat_{n,k} - log k) of the trained MLP, in nats", "the quantity of Theorem 1 "
-                    "(C3): sample variability + complexity + the finite-k bias"),
-    "c3_ce_gap_mcse": _v(C3D, "MCSE of c3_ce_gap, in nats", MCSE),
-    "c3_risk_train": _v(C3D, "empirical risk R_hat_{n,k}, in nats", "block mean"),
-    "c3_risk_train_mcse": _v(C3D, "MCSE of c3_risk_train, in nats", MCSE),
-    "c3_risk_test": _v(C3D, "test risk R_k, in nats", "block mean"),
-    "c3_risk_test_mcse": _v(C3D, "MCSE of c3_risk_test, in nats", MCSE),
+    **estimate_vars("c3_ce_gap", C3D, "CE_test - (R_hat_{n,k} - log k) of the trained MLP", "the quantity of Theorem 1 "
+                    "(C3): sample variability + complexity + the finite-k bias", nats=True),
+    **estimate_vars("c3_risk_train", C3D, "empirical risk R_hat_{n,k}", "block mean", nats=True),
+    **estimate_vars("c3_risk_test", C3D, "test risk R_k", "block mean", nats=True),
     "c3_converged": _v(C3D, "share of converged trainings", "block mean of raw_c3_converged"),
     "c3_slope_n": _v(("setting", "k_train"), "slope of log c3_gap on log n", "WLS with jackknife SE "
                      "(simkit.stats.analysis.fit_rate without the 1/k term); C3 predicts -1/2 or steeper; NaN with fewer "
@@ -355,14 +256,9 @@ C2_CHECK = Check(
 )
 
 
-def _grid(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals) or any(b <= a for a, b in zip(vals, vals[1:])):
-        raise ValueError(f"'{name}' must be increasing integers >= 1, got {text!r}")
-    return vals
+def _grid(cfg: dict, name: str) -> list[int]:
+    """The C3 sizes of list parameter ``name`` (c3_n or c3_k), ascending."""
+    return Digits.params[name].values(cfg[name])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,18 +312,16 @@ class Digits(Study):
                        quick=8),
         "fit_maxiter": Param("fit_maxiter", int, 200, "L-BFGS-B iterations of the evaluated MLP", low=1,
                              high=100000, quick=60),
-        "c3_n": Param("c3_n", str, "32,64,128,256", "C3 training sizes n (comma-separated)", quick="32,128"),
-        "c3_k": Param("c3_k", str, "2,8,32", "C3 training negatives k (comma-separated)", quick="4"),
+        "c3_n": Param("c3_n", int, "32,64,128,256", "C3 training sizes n (comma-separated)", quick="32,128", multi=True,
+                      low=1, items_doc="integers >= 1"),
+        "c3_k": Param("c3_k", int, "2,8,32", "C3 training negatives k (comma-separated)", quick="4", multi=True, low=1,
+                      items_doc="integers >= 1"),
         "c3_maxiter": Param("c3_maxiter", int, 50, "L-BFGS-B iterations of each C3 training", low=1, high=100000,
                             quick=20),
         "c3_test_tuples": Param("c3_test_tuples", int, 4, "test tuples per test image for R_k,test", low=1,
                                 high=256, quick=1),
         "k_min_factor": Param("k_min_factor", float, 16.0, "fit k >= k_min_factor * expansion scale", low=0.0),
     }
-
-    def check_config(self, cfg):
-        _grid(cfg["c3_n"], "c3_n")
-        _grid(cfg["c3_k"], "c3_k")
 
     def cells(self, cfg):
         out = []
@@ -443,8 +337,8 @@ class Digits(Study):
         dims["ell_inf"] = ()
         for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
             dims[n] = ("n_train", "k_train")
-        return dims, {"k": k, "n_train": np.array(_grid(cfg["c3_n"], "c3_n")),
-                      "k_train": np.array(_grid(cfg["c3_k"], "c3_k"))}
+        return dims, {"k": k, "n_train": np.array(_grid(cfg, "c3_n")),
+                      "k_train": np.array(_grid(cfg, "c3_k"))}
 
     # -- prepare: the encoder and the exact constants -----------------------------------------------
 
@@ -473,31 +367,22 @@ class Digits(Study):
         if cell["kernel"] == "label":
             dg = lab
         else:
-            views = phi(augment(np.repeat(split["images"][test][:, None, :], cfg["n_views"], axis=1),
-                                cfg["aug_noise"], rng=rng).reshape(-1, 64)).reshape(test.size, cfg["n_views"], -1)
+            views = augmented_views(phi, split["images"][test], cfg["n_views"], cfg["aug_noise"], rng=rng)
             dg = diagnose(emb, positive_embeddings=views, **common)
         for name in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "gap_exact", "gap_exact_mcse"):
             out[name] = np.asarray(dg[name].values, dtype=float)
         out["scale"] = np.asarray(dg["expansion_scale"].values, dtype=float)
         for name in ("top1", "top1_mcse", "recall10", "recall10_mcse"):
             out[name] = np.asarray(lab[name].values, dtype=float)
-        # E_x[m1/Z] and E_x[Z2/Z^2] of the label kernel (d1 of C2), finite sums in log space
+        # E_x[m1/Z] of the label kernel (d1 of C2) and the exact D_k, finite sums in log space
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
-        w = np.where(mask, np.exp(np.take_along_axis(s, idx, axis=1) - log_z[:, None]), 0.0)
-        out["d1"] = np.array(np.mean(w.sum(axis=1) / mask.sum(axis=1)) if cell["kernel"] == "label" else np.nan)
+        m1_z, ratio2 = class_first_order(s, log_z, idx, mask)
+        out["d1"] = np.array(np.mean(m1_z) if cell["kernel"] == "label" else np.nan)
         out["d_exact"] = out["d_exact_mcse"] = np.full(grid.size, np.nan)
         if cell["kernel"] == "label":
-            # exact D_k on a random subset of anchors; difference estimator with the per-anchor
-            # first-order prediction (m1/Z)/k, known at every anchor (unbiased under simple random sampling)
-            n_d = min(cfg["n_exact_d"], test.size)
-            anchors = np.sort(rng.choice(test.size, size=n_d, replace=False))
-            pred = (w.sum(axis=1) / mask.sum(axis=1))[:, None] / grid[None, :]
-            resid = exact_d_curve(s, idx, mask, anchors, grid) - pred[anchors]
-            out["d_exact"] = pred.mean(axis=0) + resid.mean(axis=0)
-            out["d_exact_mcse"] = (np.sqrt(max(1.0 - n_d / test.size, 0.0) * resid.var(axis=0, ddof=1) / n_d)
-                                   if n_d >= 2 else np.full(grid.size, np.nan))
-        out["ratio2"] = np.array(np.mean(np.mean(np.exp(2 * (s - log_z[:, None])), axis=1)))
+            out["d_exact"], out["d_exact_mcse"] = exact_d_two_phase(s, m1_z, idx, mask, grid, cfg["n_exact_d"], rng)
+        out["ratio2"] = np.array(ratio2)
         return out
 
     # -- generate: one replicate block ----------------------------------------------------------------
@@ -510,7 +395,7 @@ class Digits(Study):
         emb = phi(split["unit"][test])
         grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
         out = self._c1_c2_block(split, emb, phi, kernel, tau, grid, cfg["tuples_per_anchor"], cfg["aug_noise"], rng)
-        shape = (len(_grid(cfg["c3_n"], "c3_n")), len(_grid(cfg["c3_k"], "c3_k")))
+        shape = (len(_grid(cfg, "c3_n")), len(_grid(cfg, "c3_k")))
         for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
             out[n] = np.full(shape, np.nan)
         if cell["encoder"] == "mlp":
@@ -519,58 +404,28 @@ class Digits(Study):
 
     @staticmethod
     def _c1_c2_block(split, emb, phi, kernel, tau, grid, r, noise, rng) -> dict:
+        """One block: r tuples per test image (gap_k, C1) and, for the label kernel, D_k (C2)."""
         test = split["test"]
-        n = test.size
         labels = split["labels"][test]
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
-        if kernel == "label":
-            pick = idx[np.arange(n)[:, None], (rng.random((n, r)) * cnt[:, None]).astype(np.int64)]
-            s_pos = np.take_along_axis(s, pick, axis=1)
-        else:
-            views = phi(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), noise,
-                                rng=rng).reshape(-1, 64)).reshape(n, r, -1)
-            s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
-        neg = rng.integers(0, n, size=(n, r, int(grid[-1])))
-        t_k = ratio_block(s, log_z, neg, grid)
-        w_pos = np.exp(s_pos - log_z[:, None])
-        plain, cv = gap_terms(w_pos, t_k, grid)
-        out = {"gap": cv.mean(axis=(0, 1)), "gap_plain": plain.mean(axis=(0, 1)),
-               "ell_inf": np.array(np.mean(log_z[:, None] - s_pos))}
-        nan = np.full(grid.size, np.nan)
+        s_pos = (class_positive_scores(s, idx, mask, r, rng) if kernel == "label" else
+                 np.einsum("nd,nrd->nr", emb, augmented_views(phi, split["images"][test], r, noise, rng=rng)) / tau)
+        neg = rng.integers(0, test.size, size=(test.size, r, int(grid[-1])))
+        out = gap_block(s, log_z, s_pos, neg, grid)
         if kernel != "label":
+            nan = np.full(grid.size, np.nan)
             return {**out, "d": nan, "d_plain": nan.copy(), "no_match": nan.copy()}
-        # C2: the database of query x is its tuple's negatives. E_{x+} over the class (Rao-Blackwell):
-        # log(e^{s+} + S_k) - log S_k = log1p(W0 / T_k), W0 = e^{s+}/Z, T_k = S_k/Z
-        s_mem = np.take_along_axis(s, idx, axis=1)
-        w_mem = np.where(mask, np.exp(s_mem - log_z[:, None]), 0.0)  # (n, C)
-        pos_term = np.zeros_like(t_k)
-        for c in range(idx.shape[1]):  # loop over class members keeps memory at O(n r G)
-            pos_term += np.where(mask[:, c, None, None], np.log1p(w_mem[:, c, None, None] / t_k), 0.0)
-        pos_term /= cnt[:, None, None]
-        mean_s = np.where(mask, s_mem, 0.0).sum(axis=1) / cnt  # E_M s(x, x+), exact
-        same = labels[neg] == labels[:, None, None]
-        s_neg = np.take_along_axis(s, neg.reshape(n, -1), axis=1).reshape(neg.shape)
-        v_k = np.cumsum(np.where(same, s_neg, 0.0), axis=2)[:, :, grid - 1]
-        w_k = np.cumsum(same, axis=2)[:, :, grid - 1]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            snis = np.where(w_k > 0, v_k / np.maximum(w_k, 1), mean_s[:, None, None])
-        out["d"] = pos_term.mean(axis=(0, 1))
-        out["d_plain"] = (pos_term + snis - mean_s[:, None, None]).mean(axis=(0, 1))
-        out["no_match"] = (w_k == 0).mean(axis=(0, 1)).astype(float)
-        return out
+        return {**out, **class_d_block(s, log_z, labels, idx, mask, neg, grid)}
 
     @staticmethod
     def _c3_block(split, cell, cfg, rng, out) -> None:
+        """C3: an MLP trained on n tuples with k negatives per grid cell; its train and test risks."""
         test, tau, kernel = split["test"], cell["tau"], cell["kernel"]
-        n_test = test.size
-        labels = split["labels"][test]
-        idx, mask = class_members(labels)
-        cnt = mask.sum(axis=1)
+        idx, mask = class_members(split["labels"][test])
         r = cfg["c3_test_tuples"]
-        for i, n in enumerate(_grid(cfg["c3_n"], "c3_n")):
-            for j, k in enumerate(_grid(cfg["c3_k"], "c3_k")):
+        for i, n in enumerate(_grid(cfg, "c3_n")):
+            for j, k in enumerate(_grid(cfg, "c3_k")):
                 sample = training_tuples(split, split["train"], kernel, n, k, cfg["aug_noise"], rng)
                 init = TwoLayerEmbedding.random(64, cfg["mlp_dim"], cfg["mlp_hidden"], rng=rng)
                 res = train(EmpiricalRisk(sample, tau), init, maxiter=cfg["c3_maxiter"])
@@ -578,19 +433,15 @@ class Digits(Study):
                 emb = net(split["unit"][test])
                 s, log_z = scores_and_log_z(emb, tau)
                 if kernel == "label":
-                    s_mem = np.where(mask, np.take_along_axis(s, idx, axis=1), 0.0)
-                    ce = float(np.mean(log_z - s_mem.sum(axis=1) / cnt))
-                    pick = idx[np.arange(n_test)[:, None], (rng.random((n_test, r)) * cnt[:, None]).astype(np.int64)]
-                    s_pos = np.take_along_axis(s, pick, axis=1)
+                    ce = class_cross_entropy(s, log_z, idx, mask)
+                    s_pos = class_positive_scores(s, idx, mask, r, rng)
                 else:
-                    views = net(augment(np.repeat(split["images"][test][:, None, :], r, axis=1), cfg["aug_noise"],
-                                        rng=rng).reshape(-1, 64)).reshape(n_test, r, -1)
-                    s_pos = np.einsum("nd,nrd->nr", emb, views) / tau
+                    s_pos = np.einsum("nd,nrd->nr", emb, augmented_views(net, split["images"][test], r,
+                                                                         cfg["aug_noise"], rng=rng)) / tau
                     ce = float(np.mean(log_z[:, None] - s_pos))
-                neg = rng.integers(0, n_test, size=(n_test, r, k))
+                neg = rng.integers(0, test.size, size=(test.size, r, k))
                 kk = np.array([k])
-                t_k = ratio_block(s, log_z, neg, kk)
-                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), t_k, kk)
+                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), ratio_block(s, log_z, neg, kk), kk)
                 out["c3_risk_train"][i, j] = res.report.value
                 out["c3_risk_test"][i, j] = math.log(k) + ce + float(cv.mean())
                 out["c3_ce_test"][i, j] = ce
@@ -613,10 +464,8 @@ class Digits(Study):
         rows = [rate_verdict(k, raw["raw_gap"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
                              float(prep["c1"][i]), float(prep["c1_mcse"][i]), alpha=ALPHA, test_constant=True,
                              failed_blocks=errors[i]) for i in range(n_set)]
-        c1_names = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
-                    "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
-                    "fit_abs": "fit", "resid_const": "resid_c1", "reason": "verdict_reason"}
-        self._fields(out, rows, c1_names, "")
+        out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit", "resid_const": "resid_c1",
+                                                    "reason": "verdict_reason"}))
         label = [str(v) == "label" for v in raw["kernel"].values]
         d_rows = []
         for i in range(n_set):
@@ -628,9 +477,9 @@ class Digits(Study):
                 nan_k = np.full(k.size, np.nan)
                 d_rows.append({**{f: math.nan for f in RATE_FIELDS}, "fit_abs": nan_k, "resid_rate": nan_k,
                                "resid_const": nan_k, "verdict": "n/a", "reason": ""})
-        d_names = {"const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
-                   "reason": "d_verdict_reason", "verdict": "d_verdict"}
-        self._fields(out, d_rows, d_names, "d_")
+        out.update(rate_columns(d_rows, SCHEMA, prefix="d_", names={
+            "const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
+            "reason": "d_verdict_reason", "fit_abs": "d_fit"}))
         out["c1_exact"], out["c1_exact_mcse"] = prep["c1"], prep["c1_mcse"]
         out["c2_exact"], out["c2_exact_mcse"] = prep["c2"], prep["c2_mcse"]
         out["d1_exact"] = prep["d1"]
@@ -662,13 +511,6 @@ class Digits(Study):
         out["c3_slope_n"], out["c3_slope_n_se"] = slope, slope_se
         return out
 
-    @staticmethod
-    def _fields(out: dict, rows: list[dict], renamed: dict, prefix: str) -> None:
-        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
-            name = renamed.get(field, f"{prefix}{field}" if field not in ("fit_abs",) else f"{prefix}fit")
-            if name in SCHEMA:
-                out[name] = [r[field] for r in rows]
-
     def attrs(self, cfg):
         split = load_split()
         return {"alpha": ALPHA, "split_seed": SPLIT_SEED, "rff_seed": RFF_SEED, "rff_features": RFF_FEATURES,
@@ -679,28 +521,6 @@ class Digits(Study):
     def report_sections(self, doc, ds):
         from simkit.report.digits import digits_sections
         digits_sections(doc, ds, study=self)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<15}{'slope ± SE':>19}{'p(-1/2)':>10}{'c1 exact':>18}{'c1 fit':>18}{'z':>7}"
-                 f"{'D slope ± SE':>19}{'top1':>7}{'R@10':>7}  C1 / C2"]
-        for i, s in enumerate(ds["setting"].values):
-            v = lambda n: float(ds[n].values[i])  # noqa: E731
-            lines.append(f"{s:<15}{v('slope'):>10.4f} ± {v('slope_se'):<6.4f}{v('slope_p_half'):>10.1e}"
-                         f"{v('c1_exact'):>9.4f} ± {v('c1_exact_mcse'):<6.4f}{v('c1_estimate'):>9.4f} ± "
-                         f"{v('c1_estimate_mcse'):<6.4f}{v('c1_z'):>+7.2f}{v('d_slope'):>10.4f} ± "
-                         f"{v('d_slope_se'):<6.4f}{v('top1'):>7.3f}{v('recall10'):>7.3f}  {ds['verdict'].values[i]} / "
-                         f"{ds['d_verdict'].values[i]}")
-        lines.append("")
-        lines.append("C3 train/test gap R_k,test - R_hat_{n,k} (mlp settings), rows n, columns k = "
-                     + ", ".join(str(int(x)) for x in ds["k_train"].values))
-        for i, s in enumerate(ds["setting"].values):
-            if not np.any(np.isfinite(ds["c3_gap"].values[i])):
-                continue
-            for a, n in enumerate(ds["n_train"].values):
-                cells = "".join(f"{ds['c3_gap'].values[i, a, b]:>9.4f} ± {ds['c3_gap_mcse'].values[i, a, b]:<7.4f}"
-                                for b in range(ds.sizes["k_train"]))
-                lines.append(f"{s:<15} n = {int(n):<6}{cells}")
-        return "\n".join(lines)
 
 
 STUDY = Digits()

@@ -22,18 +22,20 @@ import math
 import numpy as np
 from scipy import stats
 
-from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, jackknife, mean_mcse, rate_verdict,
-                             truth_rng, truth_verdict, worst_slope)
+from simkit.stats.analysis import (C1_NAMES, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_columns, rate_verdict,
+                                   setting_pvalues, truth_rng, truth_verdict, worst_slope)
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
-from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+from simkit.embeddings.embedding import TwoLayerEmbedding, family_embedding, padded_params
+from simkit.embeddings.perturbation import collapse_output
+from simkit.stats.trend import detectable_t, paired_change, paired_t_power, sqrt_k_term_test
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
 from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var
+from simkit.runner import Check, Param, Study, Var, cell_detail, dataset_config, estimate_vars, verdict_vars
 from simkit.distributions.sphere import VMFMixture
-from simkit.embeddings.training import EmpiricalRisk, TrainingSample, train
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample, checkpoints
 
 #: false-failure rate of each per-setting test
 ALPHA = 1e-3
@@ -50,6 +52,7 @@ D_MAX = 32
 SETTINGS = {f"{enc}-d{d}-{ker}": (enc, d, ker) for enc in ("lin", "mlp") for d in (8, 32) for ker in ("vmf", "rot")}
 CHECKPOINTS = (0, 5, 20, 100)
 N_PARAMS_MAX = TwoLayerEmbedding.n_params_for(P, D_MAX, HIDDEN)
+FAMILY = {"lin": "linear", "mlp": "two_layer"}
 #: the pre-registered rules R (D_k with its second-order term) and L (retrieval from a far start)
 PROTOCOL_PATH = "protocols/encoders.md"
 #: R: power 0.9 against a 1/sqrt(k) term as large as D_k at k_min, or the setting is not assessed
@@ -79,80 +82,59 @@ def build_population(kernel_name: str):
 
 
 def make_embedding(enc: str, d: int, theta: np.ndarray | None = None, *, rng=None):
-    """The encoder family of a setting; ``theta`` (possibly zero-padded to N_PARAMS_MAX) or a random start."""
-    if enc == "lin":
-        if theta is None:
-            return LinearEmbedding.random(P, d, rng=rng)
-        return LinearEmbedding.from_vector(theta[: P * d], P, d)
-    if enc == "mlp":
-        if theta is None:
-            return TwoLayerEmbedding.random(P, d, HIDDEN, rng=rng)
-        return TwoLayerEmbedding.from_vector(theta[: TwoLayerEmbedding.n_params_for(P, d, HIDDEN)], P, d, HIDDEN)
-    raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
-
-
-def collapsed_start(init, rng):
-    """The far start of rule L (protocols/encoders.md section 2): ``init`` with its output layer
-    replaced by u a^T + FAR_NOISE * (that layer), u a random unit vector, a i.i.d. N(0, 1/len(a))."""
-    if isinstance(init, LinearEmbedding):
-        w = init.W
-        u = rng.standard_normal(w.shape[0])
-        a = rng.standard_normal(w.shape[1]) / math.sqrt(w.shape[1])
-        return LinearEmbedding(np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w)
-    w2 = init.W2
-    u = rng.standard_normal(w2.shape[0])
-    a = rng.standard_normal(w2.shape[1]) / math.sqrt(w2.shape[1])
-    return TwoLayerEmbedding(init.W1, init.b1, np.outer(u / np.linalg.norm(u), a) + FAR_NOISE * w2)
-
-
-def sqrt_k_rule(k: np.ndarray, blocks: np.ndarray, k_min: float, alpha: float) -> dict:
-    """Rule R (protocols/encoders.md section 3) on one setting's D_k blocks (block, k).
-
-    WLS of the block-mean curve on (1/k, 1/k^2, 1/sqrt(k)) over k >= k_min (weights 1/var of the
-    block means, fixed in the jackknife), delete-one-block jackknife SE; t of c = 0 on n - 1 df;
-    MDE = (t_{1-alpha/2} + t_{R_POWER}) SE(c) against c_match = sqrt(k_min) |mean D at k_min|.
-    """
-    out = {"a": math.nan, "a_se": math.nan, "c": math.nan, "c_se": math.nan, "t": math.nan, "mde": math.nan,
-           "c_match": math.nan, "verdict": "error", "reason": "no finite blocks"}
-    b = np.asarray(blocks, dtype=float)
-    b = b[np.all(np.isfinite(b), axis=1)]
-    n = b.shape[0]
-    sel = np.asarray(k, dtype=float) >= k_min
-    if n < 3 or sel.sum() < 4:
-        out["reason"] = f"{n} finished blocks, {int(sel.sum())} grid points >= k_min {k_min:g}: too few"
-        return out
-    kk = np.asarray(k, dtype=float)[sel]
-    x = np.column_stack([1 / kk, 1 / kk ** 2, 1 / np.sqrt(kk)])
-    mean, mcse = mean_mcse(b[:, sel], axis=0)
-    if np.any(~(mcse > 0)):
-        out["reason"] = "a block-mean variance is zero in the fit range"
-        return out
-    sw = 1.0 / mcse
-
-    def coef(curve):
-        return np.linalg.lstsq(x * sw[:, None], curve * sw, rcond=None)[0]
-
-    full, se, _ = jackknife(coef, b[:, sel])
-    t = full[2] / se[2]
-    crit = stats.t.ppf(1 - alpha / 2, n - 1)
-    mde = (crit + stats.t.ppf(R_POWER, n - 1)) * se[2]
-    c_match = math.sqrt(kk[0]) * abs(mean[0])
-    out.update(a=full[0], a_se=se[0], c=full[2], c_se=se[2], t=t, mde=mde, c_match=c_match)
-    if not mde <= c_match:
-        out.update(verdict="not assessed", reason=f"no power: MDE of c {mde:.3g} > sqrt(k_min)|D_kmin| {c_match:.3g}")
-    elif abs(t) > crit:
-        out.update(verdict="fail", reason=f"1/sqrt(k) term c = {full[2]:.3g} ± {se[2]:.2g} (t {t:+.2f}, |t| > {crit:.2f})")
-    else:
-        out.update(verdict="pass", reason="")
-    return out
+    """The encoder family of a setting ("lin" or "mlp"); ``theta`` (possibly zero-padded) or a random start."""
+    if enc not in FAMILY:
+        raise ValueError(f"'encoder' must be 'lin' or 'mlp', got {enc!r}")
+    return family_embedding(FAMILY[enc], P, d, HIDDEN, theta, rng=rng)
 
 
 def planned_power(n_blocks: int, block_anchors: int, alpha: float) -> float:
     """Rule L's planned power per cell at the margin (protocols/encoders.md section 4): one-sided
     paired t on n_blocks - 1 df, sd PLANNED_SD_256 * sqrt(256 / block_anchors)."""
-    sd = PLANNED_SD_256 * math.sqrt(256 / block_anchors)
-    return float(stats.nct.sf(stats.t.ppf(1 - alpha, n_blocks - 1), n_blocks - 1, MARGIN * math.sqrt(n_blocks) / sd))
+    return paired_t_power(n_blocks, PLANNED_SD_256 * math.sqrt(256 / block_anchors), MARGIN, alpha)
 
+
+_RATE = {"slope": ("log-log slope of gap_k", "WLS of log gap on log k and 1/k over k >= k_min"),
+         "slope_se": ("jackknife standard error of slope", "delete-one-block jackknife"),
+         "slope_ci_low": ("95% interval for slope, lower", "Student t, n_blocks - 1 df, jackknife SE"),
+         "slope_ci_high": ("95% interval for slope, upper", "Student t, n_blocks - 1 df, jackknife SE"),
+         "slope_p_half": ("p-value of slope = -1/2 (the 1/sqrt(k) alternative)", "two-sided t test, jackknife SE"),
+         "slope_p_one": ("p-value of slope = -1", "two-sided t test, jackknife SE"),
+         "slope_verdict_low": ("verdict interval for slope, lower", f"level 1 - {ALPHA:g}"),
+         "slope_verdict_high": ("verdict interval for slope, upper", f"level 1 - {ALPHA:g}"),
+         "c1_z": ("standardised difference of c1_estimate from c1_exact", "Student t on n_blocks - 1 df"),
+         "k_min": ("smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
+         "c2_t": ("standardised difference of c2_estimate from c2_exact", "Student t on n_blocks - 1 df"),
+         "curve_max_t": ("largest studentised deviation of the Monte Carlo gap curve from the exact curve",
+                         "simkit.stats.truth_tests.max_t_test"),
+         "curve_p": ("p-value of curve_max_t", "Efron bootstrap of the blocks, 9999 resamples (simkit.stats.analysis."
+                     "truth_rng)"),
+         "dgap_max_t": ("largest studentised deviation of dgap from the exact dgap", "simkit.stats.truth_tests.dgap_test"),
+         "dgap_p": ("p-value of dgap_max_t", "as curve_p"),
+         "d2_slope": ("log-log slope of D_k", "rate_verdict on the D_k blocks (no constant tested)"),
+         "d2_slope_se": ("jackknife SE of d2_slope", "delete-one-block jackknife"),
+         "d2_slope_p_half": ("p-value of D_k slope = -1/2", "two-sided t test, jackknife SE"),
+         "d2_k_min": ("smallest k in the D_k fit", "as k_min"),
+         "ret_top1_p": ("one-sided p-value of no top-1 improvement", "paired t, n_blocks - 1 df"),
+         "ret_ce_p": ("one-sided p-value of no fall of CE(M_hat, Q_hat)", "paired t, n_blocks - 1 df"),
+         "ret_spearman": ("Spearman correlation of training risk and top-1 over checkpoints", "descriptive; -1 when "
+                          "top-1 rises exactly as the risk falls"),
+         "r_t": ("t of c = 0", "r_c / r_c_se, Student t on n_blocks - 1 df, two-sided at alpha"),
+         "r_mde": ("smallest |c| detected with probability 0.9, in nats", "(t_{1-alpha/2} + t_0.9) r_c_se"),
+         "r_c_match": ("size of a 1/sqrt(k) term as large as D_k at k_min, in nats", "sqrt(k_min) |D_kmin|; the "
+                       "setting is assessed only if r_mde <= r_c_match"),
+         "far_top1_p": ("one-sided p-value of no top-1 rise from the collapsed start", "paired t, n_blocks - 1 df"),
+         "far_ce_p": ("one-sided p-value of no CE(M_hat, Q_hat) fall from the collapsed start", "paired t; secondary, "
+                      "no verdict"),
+         "far_risk_fall": ("fall of the empirical training risk from the collapsed start, in nats",
+                           f"first minus last checkpoint; rule L needs >= {MIN_RISK_FALL:g}"),
+         "far_sd_diff": ("realised sd of the paired per-block top-1 differences", f"planned {PLANNED_SD_256:g} at 256 "
+                         "anchors"),
+         "far_mde": ("realised smallest top-1 rise detected with probability 0.9", f"margin {MARGIN:g}"),
+         "expansion_scale": ("expansion scale", "max(E[Z2/Z^2], E[m1/Z]) at phi_hat")}
+_RET = {"ce": "CE(M_hat, Q_hat)", "top1": "top-1 agreement", "recall10": "recall@10"}
+_JACK = "delete-one-block jackknife"
+_DIFF = "sd of paired block differences / sqrt(n_blocks)"
 
 #: every variable and coordinate of the dataset
 SCHEMA = {
@@ -162,7 +144,7 @@ SCHEMA = {
     "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
     **{f"raw_ret_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training",
                           "at a database of k_ret atoms, the same anchors and database at every checkpoint"
-                          + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1", "recall10")},
+                          + ("; in nats" if n == "ce" else "")) for n in _RET},
     "prep_atoms": _v(("setting", "atoms_dim0", "atoms_dim1"), "atoms of pi_N on S^2", "N draws from the vMF mixture (prepare rng)"),
     "prep_theta": _v(("setting", "theta_dim0", "theta_dim1"), "encoder parameters at each checkpoint",
                      "flat parameter vector (simkit.embeddings.embedding), zero-padded to the longest"),
@@ -174,76 +156,40 @@ SCHEMA = {
     **{f"prep_{n}": _v(("setting", f"{n}_dim0"), d, "prepare stage; one value per checkpoint (ckpt)") for n, d in (
         ("train_risk", "empirical InfoNCE risk at the checkpoint, in nats"),
         ("ce_ckpt", "exact CE(M, Q) of (pi_N, M_N) at the checkpoint, in nats"),
-        ("c1_ckpt", "exact c1 at the checkpoint, in nats"),
-        ("iterations", "L-BFGS iterations actually made"))},
-    "gap": _v(K, "finite-k gap R_k - log k - CE, in nats", "block mean of the control-variate estimator G_k"),
-    "gap_mcse": _v(K, "Monte Carlo standard error of gap, in nats", "sd over blocks / sqrt(n_blocks)"),
-    "gap_plain": _v(K, "gap without control variates, in nats", "block mean of D_k"),
-    "gap_plain_mcse": _v(K, "MCSE of gap_plain, in nats", "sd over blocks / sqrt(n_blocks)"),
+        ("c1_ckpt", "exact c1 at the checkpoint, in nats"), ("iterations", "L-BFGS iterations actually made"))},
+    **estimate_vars("gap", K, "finite-k gap R_k - log k - CE", "block mean of the control-variate estimator G_k", nats=True),
+    **estimate_vars("gap_plain", K, "gap without control variates", "block mean of D_k", nats=True),
+    **estimate_vars("k_gap", K, "k times gap", "approaches c1 as k grows", nats=True, mcse="k * gap_mcse"),
+    **estimate_vars("loss", K, "InfoNCE risk R_k at phi_hat", "block mean of l_k", nats=True),
+    **estimate_vars("dgap", K, "gap_k - gap_2k", "Z-free: D_k - D_2k with an exactly centred control variate (k <= K/4)",
+                    nats=True),
+    **estimate_vars("d2", K, "C2 curve D_k = R_k - E CE(M_hat_k, Q_hat_k)", "block mean, same tuples as gap (CRN), of "
+                    "l_k - CE(M_hat_k, Q_hat_k) minus three exactly centred control variates (block_terms)", nats=True),
+    **estimate_vars("ce_estimate", S, "Monte Carlo CE at phi_hat", "block mean of l_inf", nats=True),
+    **estimate_vars("c1_estimate", S, "estimated c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min", nats=True,
+                    mcse=_JACK),
+    **estimate_vars("c2_estimate", S, "estimated c2", "coefficient of 1/k^2", nats=True, mcse=_JACK),
     "gap_exact": _v(K, "exact gap at phi_hat, in nats", "expected_log_sum_parts at every atom"),
     "dgap_exact": _v(K, "exact gap_k - gap_2k, in nats", "from gap_exact; NaN where 2k is off the grid"),
-    "k_gap": _v(K, "k times gap, in nats", "approaches c1 as k grows"),
-    "k_gap_mcse": _v(K, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "loss": _v(K, "InfoNCE risk R_k at phi_hat, in nats", "block mean of l_k"),
-    "loss_mcse": _v(K, "MCSE of loss, in nats", "sd over blocks / sqrt(n_blocks)"),
-    "dgap": _v(K, "gap_k - gap_2k, in nats", "Z-free: D_k - D_2k with an exactly centred control variate (k <= K/4)"),
-    "dgap_mcse": _v(K, "MCSE of dgap, in nats", "sd over blocks / sqrt(n_blocks)"),
-    "d2": _v(K, "C2 curve D_k = R_k - E CE(M_hat_k, Q_hat_k), in nats", "block mean, same tuples as gap (CRN), of "
-             "l_k - CE(M_hat_k, Q_hat_k) minus three exactly centred control variates (block_terms)"),
-    "d2_mcse": _v(K, "MCSE of d2, in nats", "sd over blocks / sqrt(n_blocks)"),
     "fit_gap": _v(K, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k"),
     "resid_rate": _v(K, "standardised residual of the rate fit", "only k >= k_min enter the fit"),
     "ce_exact": _v(S, "exact cross-entropy CE(M, Q) at phi_hat, in nats", "finite sum over pi_N and M_N"),
-    "ce_estimate": _v(S, "Monte Carlo CE at phi_hat, in nats", "block mean of l_inf"),
-    "ce_estimate_mcse": _v(S, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
     "c1_exact": _v(S, "exact c1 at phi_hat, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2], finite sums (MCSE 0)"),
     "c2_exact": _v(S, "exact c2 at phi_hat, in nats", "second-order constant (simkit.diagnose formula), finite sums"),
-    "expansion_scale": _v(S, "expansion scale", "max(E[Z2/Z^2], E[m1/Z]) at phi_hat"),
-    "slope": _v(S, "log-log slope of gap_k", "WLS of log gap on log k and 1/k over k >= k_min"),
-    "slope_se": _v(S, "jackknife standard error of slope", "delete-one-block jackknife"),
-    "slope_ci_low": _v(S, "95% interval for slope, lower", "Student t, n_blocks - 1 df, jackknife SE"),
-    "slope_ci_high": _v(S, "95% interval for slope, upper", "Student t, n_blocks - 1 df, jackknife SE"),
-    "slope_p_half": _v(S, "p-value of slope = -1/2 (the 1/sqrt(k) alternative)", "two-sided t test, jackknife SE"),
-    "slope_p_one": _v(S, "p-value of slope = -1", "two-sided t test, jackknife SE"),
-    "slope_verdict_low": _v(S, "verdict interval for slope, lower", f"level 1 - {ALPHA:g}"),
-    "slope_verdict_high": _v(S, "verdict interval for slope, upper", f"level 1 - {ALPHA:g}"),
-    "c1_estimate": _v(S, "estimated c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-    "c1_estimate_mcse": _v(S, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
-    "c2_estimate": _v(S, "estimated c2, in nats", "coefficient of 1/k^2"),
-    "c2_estimate_mcse": _v(S, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
-    "c1_z": _v(S, "standardised difference of c1_estimate from c1_exact", "Student t on n_blocks - 1 df"),
-    "k_min": _v(S, "smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
-    "c2_t": _v(S, "standardised difference of c2_estimate from c2_exact", "Student t on n_blocks - 1 df"),
-    "curve_max_t": _v(S, "largest studentised deviation of the Monte Carlo gap curve from the exact curve",
-                      "simkit.stats.truth_tests.max_t_test"),
-    "curve_p": _v(S, "p-value of curve_max_t", "Efron bootstrap of the blocks, 9999 resamples (simkit.stats.analysis.truth_rng)"),
-    "dgap_max_t": _v(S, "largest studentised deviation of dgap from the exact dgap", "simkit.stats.truth_tests.dgap_test"),
-    "dgap_p": _v(S, "p-value of dgap_max_t", "as curve_p"),
-    "verdict": _v(S, "verdict for C1 at phi_hat", f"pass when the level-{1 - ALPHA:g} slope interval contains -1, "
-                  f"slope = -1/2 is rejected at {ALPHA:g}, c1 and c2 agree with exact, and the curve and dgap "
-                  f"agree with the exact ones (each at {ALPHA:g})"),
-    "verdict_reason": _v(S, "why C1 failed in a setting", "empty when it passed"),
-    "d2_slope": _v(S, "log-log slope of D_k", "rate_verdict on the D_k blocks (no constant tested)"),
-    "d2_slope_se": _v(S, "jackknife SE of d2_slope", "delete-one-block jackknife"),
-    "d2_slope_p_half": _v(S, "p-value of D_k slope = -1/2", "two-sided t test, jackknife SE"),
-    "d2_k_min": _v(S, "smallest k in the D_k fit", "as k_min"),
-    "d2_verdict": _v(S, "verdict for the C2 rate of D_k", "rate_verdict: -1 in the level-(1 - alpha) interval, "
-                     "-1/2 rejected"),
-    "d2_verdict_reason": _v(S, "why the D_k rate failed", "empty when it passed"),
-    **{f"ret_{n}": _v(C, f"retrieval {d} along training", "mean over blocks" + ("; in nats" if n == "ce" else ""))
-       for n, d in (("ce", "CE(M_hat, Q_hat)"), ("top1", "top-1 agreement"), ("recall10", "recall@10"))},
-    **{f"ret_{n}_mcse": _v(C, f"MCSE of ret_{n}", "sd over blocks / sqrt(n_blocks)") for n in ("ce", "top1", "recall10")},
-    **{f"ret_{n}_diff": _v(S, f"last minus first checkpoint of retrieval {n}", "paired over blocks"
-                           + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1", "recall10")},
-    **{f"ret_{n}_diff_mcse": _v(S, f"MCSE of ret_{n}_diff", "sd of paired block differences / sqrt(n_blocks)")
-       for n in ("ce", "top1", "recall10")},
-    "ret_top1_p": _v(S, "one-sided p-value of no top-1 improvement", "paired t, n_blocks - 1 df"),
-    "ret_ce_p": _v(S, "one-sided p-value of no fall of CE(M_hat, Q_hat)", "paired t, n_blocks - 1 df"),
-    "ret_spearman": _v(S, "Spearman correlation of training risk and top-1 over checkpoints", "descriptive; "
-                       "-1 when top-1 rises exactly as the risk falls"),
-    "ret_verdict": _v(S, "verdict for 'InfoNCE learns retrieval'", f"pass when the training risk fell and both "
-                      f"one-sided paired tests (top-1, CE) reject at {ALPHA:g}"),
-    "ret_verdict_reason": _v(S, "why the retrieval test failed", "empty when it passed"),
+    **{name: _v(S, long, desc) for name, (long, desc) in _RATE.items()},
+    **verdict_vars("verdict", S, "verdict for C1 at phi_hat", f"pass when the level-{1 - ALPHA:g} slope interval contains "
+                   f"-1, slope = -1/2 is rejected at {ALPHA:g}, c1 and c2 agree with exact, and the curve and dgap agree "
+                   f"with the exact ones (each at {ALPHA:g})", reason_long_name="why C1 failed in a setting"),
+    **verdict_vars("d2_verdict", S, "verdict for the C2 rate of D_k", "rate_verdict: -1 in the level-(1 - alpha) "
+                   "interval, -1/2 rejected", reason_long_name="why the D_k rate failed"),
+    **{k: v for n, d in _RET.items() for k, v in {
+        **estimate_vars(f"ret_{n}", C, f"retrieval {d} along training", "mean over blocks" + ("; in nats" if n == "ce"
+                                                                                               else "")),
+        **estimate_vars(f"ret_{n}_diff", S, f"last minus first checkpoint of retrieval {n}", "paired over blocks"
+                        + ("; in nats" if n == "ce" else ""), mcse=_DIFF)}.items()},
+    **verdict_vars("ret_verdict", S, "verdict for 'InfoNCE learns retrieval'", f"pass when the training risk fell and "
+                   f"both one-sided paired tests (top-1, CE) reject at {ALPHA:g}",
+                   reason_long_name="why the retrieval test failed"),
     **{f"raw_ret_far_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training from the "
                               "collapsed start", "rule L (protocols/encoders.md); same anchors and database as raw_ret"
                               + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1")},
@@ -255,30 +201,16 @@ SCHEMA = {
     "r_a_se": _v(S, "jackknife SE of r_a, in nats", "delete-one-block jackknife, weights fixed"),
     "r_c": _v(S, "coefficient c of 1/sqrt(k) in the fit of D_k, in nats", "rule R; 0 under C2"),
     "r_c_se": _v(S, "jackknife SE of r_c, in nats", "delete-one-block jackknife, weights fixed"),
-    "r_t": _v(S, "t of c = 0", "r_c / r_c_se, Student t on n_blocks - 1 df, two-sided at alpha"),
-    "r_mde": _v(S, "smallest |c| detected with probability 0.9, in nats", "(t_{1-alpha/2} + t_0.9) r_c_se"),
-    "r_c_match": _v(S, "size of a 1/sqrt(k) term as large as D_k at k_min, in nats", "sqrt(k_min) |D_kmin|; the "
-                    "setting is assessed only if r_mde <= r_c_match"),
-    "r_verdict": _v(S, "verdict of rule R", "pass, fail, not assessed (no power) or error"),
-    "r_reason": _v(S, "why rule R did not pass", "empty when it passed"),
-    **{f"far_{n}": _v(C, f"retrieval {d} along training from the collapsed start", "mean over blocks; rule L"
-                      + ("; in nats" if n == "ce" else "")) for n, d in (("ce", "CE(M_hat, Q_hat)"), ("top1", "top-1 agreement"))},
-    **{f"far_{n}_mcse": _v(C, f"MCSE of far_{n}", "sd over blocks / sqrt(n_blocks)") for n in ("ce", "top1")},
-    **{f"far_{n}_diff": _v(S, f"last minus first checkpoint of far_{n}", "paired over blocks"
-                           + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1")},
-    **{f"far_{n}_diff_mcse": _v(S, f"MCSE of far_{n}_diff", "sd of paired block differences / sqrt(n_blocks)")
-       for n in ("ce", "top1")},
-    "far_top1_p": _v(S, "one-sided p-value of no top-1 rise from the collapsed start", "paired t, n_blocks - 1 df"),
-    "far_ce_p": _v(S, "one-sided p-value of no CE(M_hat, Q_hat) fall from the collapsed start", "paired t; "
-                   "secondary, no verdict"),
-    "far_risk_fall": _v(S, "fall of the empirical training risk from the collapsed start, in nats",
-                        f"first minus last checkpoint; rule L needs >= {MIN_RISK_FALL:g}"),
-    "far_sd_diff": _v(S, "realised sd of the paired per-block top-1 differences", f"planned {PLANNED_SD_256:g} at "
-                      "256 anchors"),
-    "far_mde": _v(S, "realised smallest top-1 rise detected with probability 0.9", f"margin {MARGIN:g}"),
-    "far_verdict": _v(S, "verdict of rule L", "pass, fail, not assessed (risk did not fall), not tested (rotated "
-                      "kernel: representability limit) or error"),
-    "far_reason": _v(S, "why rule L did not pass", "empty when it passed"),
+    **verdict_vars("r_verdict", S, "verdict of rule R", "pass, fail, not assessed (no power) or error",
+                   reason_name="r_reason", reason_long_name="why rule R did not pass"),
+    **{k: v for n in ("ce", "top1") for k, v in {
+        **estimate_vars(f"far_{n}", C, f"retrieval {_RET[n]} along training from the collapsed start", "mean over "
+                        "blocks; rule L" + ("; in nats" if n == "ce" else "")),
+        **estimate_vars(f"far_{n}_diff", S, f"last minus first checkpoint of far_{n}", "paired over blocks"
+                        + ("; in nats" if n == "ce" else ""), mcse=_DIFF)}.items()},
+    **verdict_vars("far_verdict", S, "verdict of rule L", "pass, fail, not assessed (risk did not fall), not tested "
+                   "(rotated kernel: representability limit) or error", reason_name="far_reason",
+                   reason_long_name="why rule L did not pass"),
     "ckpt": _v(("ckpt",), "L-BFGS iterations at the checkpoint", "maximum iterations of train() from the same start"),
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
     "setting": _v(S, "design setting", "<encoder>-d<d>-<kernel>: lin/mlp, output dimension, vmf/rot kernel"),
@@ -289,118 +221,93 @@ SCHEMA = {
 }
 
 
+def _rows(ds, kernel=None) -> np.ndarray:
+    return np.array([i for i, k in enumerate(ds["kernel"].values) if kernel is None or str(k) == kernel], dtype=int)
+
+
+def _over(ds, rows, est: str, worst: int, verdict: str, text, reason: str | None = None, empty="error") -> dict:
+    """A check over the settings ``rows``: the estimate (and MCSE) of setting ``worst``, the combined verdict
+    and one clause per setting (``text(i)`` -> verdict (reason))."""
+    if len(rows) == 0:
+        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": empty, "detail": "no such setting here"}
+    v = [str(ds[verdict].values[i]) for i in rows]
+    why = [str(ds[reason].values[i]) for i in rows] if reason else None
+    return {"estimate": ds[est].values[worst], "estimate_mcse": ds[f"{est}_mcse" if f"{est}_mcse" in ds else
+                                                                  f"{est}_se"].values[worst],
+            "verdict": combine_verdicts(v), "detail": cell_detail(ds["setting"].values[rows], [text(i) for i in rows],
+                                                                  v, why)}
+
+
 def _c1_check(ds, rows=None) -> dict:
-    sel = np.arange(ds.sizes["setting"]) if rows is None else rows
-    slope, se = ds["slope"].values[sel], ds["slope_se"].values[sel]
-    worst = worst_slope(slope, se)
-    v = [str(ds["verdict"].values[i]) for i in sel]
-    detail = "; ".join(f"{ds['setting'].values[i]}: slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f},"
-                       f" c1 z {ds['c1_z'].values[i]:+.2f} -> {ds['verdict'].values[i]}"
-                       + (f" ({ds['verdict_reason'].values[i]})" if str(ds["verdict_reason"].values[i]) else "")
-                       for i in sel)
-    return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(v), "detail": detail}
-
-
-def _rot(ds) -> np.ndarray:
-    return np.array([i for i, k in enumerate(ds["kernel"].values) if str(k) == "rot"], dtype=int)
+    rows = _rows(ds) if rows is None else rows
+    return _over(ds, rows, "slope", rows[worst_slope(ds["slope"].values[rows], ds["slope_se"].values[rows])],
+                 "verdict", lambda i: f"slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, c1 z "
+                 f"{ds['c1_z'].values[i]:+.2f}", "verdict_reason")
 
 
 def _c2_check(ds) -> dict:
-    slope, se = ds["d2_slope"].values, ds["d2_slope_se"].values
-    worst = worst_slope(slope, se)
-    v = [str(x) for x in ds["d2_verdict"].values]
-    detail = "; ".join(f"{s}: D_k slope {slope[i]:.4f} ± {se[i]:.4f} -> {v[i]}"
-                       for i, s in enumerate(ds["setting"].values))
-    return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(v), "detail": detail}
+    return _over(ds, _rows(ds), "d2_slope", worst_slope(ds["d2_slope"].values, ds["d2_slope_se"].values), "d2_verdict",
+                 lambda i: f"D_k slope {ds['d2_slope'].values[i]:.4f} ± {ds['d2_slope_se'].values[i]:.4f}")
+
+
+def _min_t(ds, rows, est) -> int:
+    t = ds[est].values[rows] / ds[f"{est}_mcse"].values[rows]
+    return int(rows[np.nanargmin(t)]) if np.any(np.isfinite(t)) else int(rows[0])
 
 
 def _ret_check(ds) -> dict:
-    d, se = ds["ret_top1_diff"].values, ds["ret_top1_diff_mcse"].values
-    worst = int(np.nanargmin(d / se)) if np.any(np.isfinite(d / se)) else 0
-    v = [str(x) for x in ds["ret_verdict"].values]
-    detail = "; ".join(f"{s}: top-1 {ds['ret_top1'].values[i, 0]:.3f} -> {ds['ret_top1'].values[i, -1]:.3f} "
-                       f"(p {ds['ret_top1_p'].values[i]:.2g}), CE p {ds['ret_ce_p'].values[i]:.2g} -> {v[i]}"
-                       for i, s in enumerate(ds["setting"].values))
-    return {"estimate": d[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(v), "detail": detail}
+    rows = _rows(ds)
+    return _over(ds, rows, "ret_top1_diff", _min_t(ds, rows, "ret_top1_diff"), "ret_verdict",
+                 lambda i: f"top-1 {ds['ret_top1'].values[i, 0]:.3f} -> {ds['ret_top1'].values[i, -1]:.3f} (p "
+                 f"{ds['ret_top1_p'].values[i]:.2g}), CE p {ds['ret_ce_p'].values[i]:.2g}")
 
 
 def _c7_check(ds) -> dict:
-    rows = _rot(ds)
-    if rows.size == 0:
-        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": "error", "detail": "no rotated-kernel setting"}
-    out = _c1_check(ds, rows)
-    v = [out["verdict"], *(str(ds["d2_verdict"].values[i]) for i in rows), *(str(ds["ret_verdict"].values[i])
-                                                                               for i in rows)]
-    out["verdict"] = combine_verdicts(v)
+    rows = _rows(ds, "rot")
+    out = _c1_check(ds, rows) if rows.size else _over(ds, rows, "slope", 0, "verdict", str)
+    v = [out["verdict"], *(str(ds[n].values[i]) for n in ("d2_verdict", "ret_verdict") for i in rows)]
+    out["verdict"] = combine_verdicts(v) if rows.size else "error"
     out["detail"] += "; D_k and retrieval: " + ", ".join(
         f"{ds['setting'].values[i]} {ds['d2_verdict'].values[i]}/{ds['ret_verdict'].values[i]}" for i in rows)
     return out
 
 
 def _c1_pvalues(ds) -> dict:
-    n = ds.sizes["block"]
-    out = {}
-    for i, s in enumerate(ds["setting"].values):
-        t = (ds["slope"].values[i] + 1.0) / ds["slope_se"].values[i]
-        for name, z in (("slope", t), ("c1", ds["c1_z"].values[i]), ("c2", ds["c2_t"].values[i])):
-            out[f"{s}:{name}"] = (float(2 * stats.t.sf(abs(z), n - 1)), ALPHA)
-        out[f"{s}:curve"] = (float(ds["curve_p"].values[i]), ALPHA)
-        out[f"{s}:dgap"] = (float(ds["dgap_p"].values[i]), ALPHA)
-    return out
+    return setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t"),
+                                       "curve": ("p", "curve_p"), "dgap": ("p", "dgap_p")})
 
 
 def _r_check(ds, rows=None) -> dict:
-    sel = np.arange(ds.sizes["setting"]) if rows is None else rows
-    if len(sel) == 0:
-        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": "not assessed",
-                "detail": "no setting of this kind in this design"}
-    v = [str(ds["r_verdict"].values[i]) for i in sel]
-    t = np.abs(ds["r_t"].values[sel])
-    worst = int(sel[np.nanargmax(t)]) if np.any(np.isfinite(t)) else int(sel[0]) if len(sel) else 0
-    detail = "; ".join(f"{ds['setting'].values[i]}: c {ds['r_c'].values[i]:+.3g} ± {ds['r_c_se'].values[i]:.2g} "
-                       f"(t {ds['r_t'].values[i]:+.2f}, MDE {ds['r_mde'].values[i]:.2g} vs {ds['r_c_match'].values[i]:.2g}),"
-                       f" d1 {ds['r_a'].values[i]:+.3f} ± {ds['r_a_se'].values[i]:.3f} -> {v[j]}" for j, i in enumerate(sel))
-    return {"estimate": ds["r_c"].values[worst], "estimate_mcse": ds["r_c_se"].values[worst],
-            "verdict": combine_verdicts(v) if v else "error", "detail": detail}
+    rows = _rows(ds) if rows is None else rows
+    t = np.abs(ds["r_t"].values[rows])
+    worst = int(rows[np.nanargmax(t)]) if np.any(np.isfinite(t)) else int(rows[0]) if len(rows) else 0
+    return _over(ds, rows, "r_c", worst, "r_verdict", lambda i: (
+        f"c {ds['r_c'].values[i]:+.3g} ± {ds['r_c_se'].values[i]:.2g} (t {ds['r_t'].values[i]:+.2f}, MDE "
+        f"{ds['r_mde'].values[i]:.2g} vs {ds['r_c_match'].values[i]:.2g}), d1 {ds['r_a'].values[i]:+.3f} ± "
+        f"{ds['r_a_se'].values[i]:.3f}"), empty="not assessed")
 
 
 def _r_rate(ds, rows=None) -> float:
-    sel = np.arange(ds.sizes["setting"]) if rows is None else rows
-    n = sum(str(ds["r_verdict"].values[i]) in ("pass", "fail") for i in sel)
-    return 1.0 - (1.0 - ALPHA) ** n
-
-
-def _vmf(ds) -> np.ndarray:
-    return np.array([i for i, k in enumerate(ds["kernel"].values) if str(k) == "vmf"], dtype=int)
+    rows = _rows(ds) if rows is None else rows
+    return 1.0 - (1.0 - ALPHA) ** sum(str(ds["r_verdict"].values[i]) in ("pass", "fail") for i in rows)
 
 
 def _l_check(ds) -> dict:
-    sel = _vmf(ds)
-    if sel.size == 0:
-        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": "not assessed",
-                "detail": "no vMF-kernel setting in this design"}
-    v = [str(ds["far_verdict"].values[i]) for i in sel]
-    d, se = ds["far_top1_diff"].values[sel], ds["far_top1_diff_mcse"].values[sel]
-    worst = int(sel[np.nanargmin(d / se)]) if np.any(np.isfinite(d / se)) else int(sel[0])
-    detail = "; ".join(f"{ds['setting'].values[i]}: top-1 {ds['far_top1'].values[i, 0]:.3f} -> "
-                       f"{ds['far_top1'].values[i, -1]:.3f} (rise {ds['far_top1_diff'].values[i]:+.3f} ± "
-                       f"{ds['far_top1_diff_mcse'].values[i]:.3f}, p {ds['far_top1_p'].values[i]:.2g}; risk fall "
-                       f"{ds['far_risk_fall'].values[i]:.3f}) -> {ds['far_verdict'].values[i]}"
-                       for i in range(ds.sizes["setting"]))
-    return {"estimate": ds["far_top1_diff"].values[worst], "estimate_mcse": ds["far_top1_diff_mcse"].values[worst],
-            "verdict": combine_verdicts(v), "detail": detail}
+    rows = _rows(ds, "vmf")
+    return _over(ds, rows, "far_top1_diff", _min_t(ds, rows, "far_top1_diff") if rows.size else 0, "far_verdict",
+                 lambda i: f"top-1 {ds['far_top1'].values[i, 0]:.3f} -> {ds['far_top1'].values[i, -1]:.3f} (rise "
+                 f"{ds['far_top1_diff'].values[i]:+.3f} ± {ds['far_top1_diff_mcse'].values[i]:.3f}, p "
+                 f"{ds['far_top1_p'].values[i]:.2g}; risk fall {ds['far_risk_fall'].values[i]:.3f})",
+                 empty="not assessed")
 
 
 def _l_rate(ds) -> float:
-    n = int(_vmf(ds).size)
-    if n == 0:
-        return math.nan
-    return 1.0 - planned_power(ds.sizes["block"], _anchors(ds), ALPHA) ** n
+    n = int(_rows(ds, "vmf").size)
+    return 1.0 - planned_power(ds.sizes["block"], _anchors(ds), ALPHA) ** n if n else math.nan
 
 
 def _anchors(ds) -> int:
-    import json
-    return int(json.loads(str(ds.attrs.get("config", "{}"))).get("block_anchors", 256))
+    return int(dataset_config(ds).get("block_anchors", 256))
 
 
 def _sha(ds) -> str:
@@ -426,7 +333,7 @@ CHECKS = (
     Check("C7", lambda ds: ("C1 (as above), the D_k rate and retrieval at trained encoders under the non-reversible "
                             "rotated kernel vMF(Rx, kappa); stated rate: the C1 and D_k tests only (retrieval must "
                             "reject, so it has a false-pass rate and no stated false-failure rate)"),
-          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rot(ds).size)),
+          _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rows(ds, "rot").size)),
           label="rotated cells: C1, earlier D_k and retrieval rules"),
     Check("C2", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…): D_k = a/k + b/k^2 + "
                             f"c/sqrt(k) over k >= k_min at trained encoders, {ds.sizes['setting']} settings; two-sided t "
@@ -440,7 +347,7 @@ CHECKS = (
           _l_check, _l_rate, protocol=PROTOCOL_PATH, label="L: top-1 rise from a collapsed start"),
     Check("C7", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…) in the rotated-kernel "
                             f"settings: D_k = a/k + b/k^2 + c/sqrt(k), two-sided t of c = 0 at {ALPHA:g}"),
-          lambda ds: _r_check(ds, _rot(ds)), lambda ds: _r_rate(ds, _rot(ds)), protocol=PROTOCOL_PATH,
+          lambda ds: _r_check(ds, _rows(ds, "rot")), lambda ds: _r_rate(ds, _rows(ds, "rot")), protocol=PROTOCOL_PATH,
           label="R in the rotated cells"),
 )
 
@@ -510,30 +417,18 @@ class Encoders(Study):
         risk = EmpiricalRisk(TrainingSample(atoms[ix], atoms[ipos], atoms[ineg]), TAU)
         init = make_embedding(cell["encoder"], cell["dim"], rng=rng)
         thetas, risks, ces, c1s, iters = [], [], [], [], []
-        phi = init
-        for c in CHECKPOINTS:
-            if c == 0:
-                phi, it = init, 0
-            else:
-                res = train(risk, init, maxiter=c)
-                phi, it = res.embedding, res.report.iterations
-            th = np.zeros(N_PARAMS_MAX)
-            th[: phi.n_params] = phi.params
-            thetas.append(th)
+        for phi, it in checkpoints(risk, init, CHECKPOINTS):
+            thetas.append(padded_params(phi, N_PARAMS_MAX))
             risks.append(risk.value(phi))
             ex = exact_constants(phi(atoms), log_w, TAU)
             ces.append(ex["ce"])
             c1s.append(ex["c1"])
             iters.append(it)
         ex = exact_constants(phi(atoms), log_w, TAU, k_grid(cfg["k_max"]))
-        far = collapsed_start(init, rng)  # rule L: a second run from a collapsed start (drawn last)
-        far_thetas, far_risks = [], []
-        for c in CHECKPOINTS:
-            phi_f = far if c == 0 else train(risk, far, maxiter=c).embedding
-            th = np.zeros(N_PARAMS_MAX)
-            th[: phi_f.n_params] = phi_f.params
-            far_thetas.append(th)
-            far_risks.append(risk.value(phi_f))
+        far = collapse_output(init, FAR_NOISE, rng=rng)  # rule L: a second run from a collapsed start (drawn last)
+        far_run = checkpoints(risk, far, CHECKPOINTS)
+        far_thetas = [padded_params(phi_f, N_PARAMS_MAX) for phi_f, _ in far_run]
+        far_risks = [risk.value(phi_f) for phi_f, _ in far_run]
         out = {"atoms": atoms, "theta": np.array(thetas), "log_z": ex["log_z"], "log_z2": ex["log_z2"],
                "log_m1": ex["log_m1"], "c1_exact": ex["c1"], "c2_exact": ex["c2"], "ce_exact": ex["ce"],
                "rho": ex["rho"], "mbar": ex["mbar"], "gap_exact": ex["gap_exact"], "train_risk": np.array(risks),
@@ -581,16 +476,10 @@ class Encoders(Study):
         out["dgap_exact"] = np.full((n_s, k.size), np.nan)
         out["dgap_exact"][:, :-1] = out["gap_exact"][:, :-1] - out["gap_exact"][:, 1:]
         failed = [bool(str(raw["cell_error"].values[i])) for i in range(n_s)]
-        renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
-                   "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z",
-                   "fit_abs": "fit_gap", "reason": "verdict_reason"}
         rows = [rate_verdict(k, raw["raw_gap_cv"].values[i], float(scale[i]), cfg["k_min_factor"],
                              float(out["c1_exact"][i]), 0.0, alpha=ALPHA, test_constant=True,
                              failed_blocks=failed[i]) for i in range(n_s)]
-        for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "verdict", "reason"):
-            name = renamed.get(field, field)
-            if name in SCHEMA:
-                out[name] = [r[field] for r in rows]
+        out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit_gap", "reason": "verdict_reason"}))
         for name in TRUTH_FIELDS_MAX_T:
             out[name] = np.full(n_s, np.nan)
         for i, r in enumerate(rows):
@@ -608,12 +497,10 @@ class Encoders(Study):
             out["verdict_reason"][i] = "; ".join(problems)
         d2rows = [rate_verdict(k, raw["raw_d2"].values[i], float(scale[i]), cfg["k_min_factor"], math.nan, 0.0,
                                alpha=ALPHA, test_constant=False, failed_blocks=failed[i]) for i in range(n_s)]
-        for field, name in (("slope", "d2_slope"), ("slope_se", "d2_slope_se"), ("slope_p_half", "d2_slope_p_half"),
-                            ("k_min", "d2_k_min"), ("verdict", "d2_verdict"), ("reason", "d2_verdict_reason")):
-            out[name] = [r[field] for r in d2rows]
+        out.update(rate_columns(d2rows, SCHEMA, prefix="d2_", names={"reason": "d2_verdict_reason"}))
         self._retrieval(raw, out)
-        rr = [sqrt_k_rule(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
-                          else math.inf, ALPHA) for i in range(n_s)]
+        rr = [sqrt_k_term_test(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
+                               else math.inf, alpha=ALPHA, power=R_POWER) for i in range(n_s)]
         for field in ("a", "a_se", "c", "c_se", "t", "mde", "c_match", "verdict", "reason"):
             out[f"r_{field}"] = [r[field] for r in rr]
         self._far(raw, out, cfg)
@@ -623,19 +510,15 @@ class Encoders(Study):
     def _far(raw, out, cfg) -> None:
         """Rule L (protocols/encoders.md section 4): top-1 rise from the collapsed start, vMF cells."""
         n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
-        for name in ("ce", "top1"):
+        for name, alt in (("ce", "less"), ("top1", "greater")):
             blocks = raw[f"raw_ret_far_{name}"].values
             out[f"far_{name}"], out[f"far_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"] = mean_mcse(blocks[:, :, -1] - blocks[:, :, 0],
-                                                                              axis=1)
-        p1 = lambda d, se: float(stats.t.sf(d / se, n_b - 1)) if se > 0 else (0.0 if d > 0 else 1.0)  # noqa: E731
-        out["far_top1_p"] = np.array([p1(out["far_top1_diff"][i], out["far_top1_diff_mcse"][i]) for i in range(n_s)])
-        out["far_ce_p"] = np.array([p1(-out["far_ce_diff"][i], out["far_ce_diff_mcse"][i]) for i in range(n_s)])
+            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"], out[f"far_{name}_p"] = paired_change(
+                blocks, alternative=alt)
         risk = raw["prep_train_risk_far"].values
         out["far_risk_fall"] = risk[:, 0] - risk[:, -1]
         out["far_sd_diff"] = out["far_top1_diff_mcse"] * math.sqrt(n_b)
-        crit = stats.t.ppf(1 - ALPHA, n_b - 1) + stats.t.ppf(0.9, n_b - 1)
-        out["far_mde"] = crit * out["far_top1_diff_mcse"]
+        out["far_mde"] = detectable_t(stats.t.ppf(1 - ALPHA, n_b - 1), n_b - 1, 0.9, out["far_top1_diff_mcse"])
         verdicts, reasons = [], []
         for i in range(n_s):
             if str(raw["kernel"].values[i]) != "vmf":
@@ -660,14 +543,13 @@ class Encoders(Study):
     @staticmethod
     def _retrieval(raw, out) -> None:
         """The pre-stated retrieval test (module docstring; docs/design.md, "studies/encoders")."""
-        n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
-        for name in ("ce", "top1", "recall10"):
+        n_s = raw.sizes["setting"]
+        for name, alt in (("ce", "less"), ("top1", "greater"), ("recall10", "greater")):
             blocks = raw[f"raw_ret_{name}"].values  # (setting, block, ckpt)
             out[f"ret_{name}"], out[f"ret_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"ret_{name}_diff"], out[f"ret_{name}_diff_mcse"] = mean_mcse(blocks[:, :, -1] - blocks[:, :, 0], axis=1)
-        tcdf = lambda d, se: stats.t.sf(d / se, n_b - 1) if se > 0 else (0.0 if d > 0 else 1.0)  # noqa: E731
-        out["ret_top1_p"] = np.array([tcdf(out["ret_top1_diff"][i], out["ret_top1_diff_mcse"][i]) for i in range(n_s)])
-        out["ret_ce_p"] = np.array([tcdf(-out["ret_ce_diff"][i], out["ret_ce_diff_mcse"][i]) for i in range(n_s)])
+            out[f"ret_{name}_diff"], out[f"ret_{name}_diff_mcse"], p = paired_change(blocks, alternative=alt)
+            if name != "recall10":
+                out[f"ret_{name}_p"] = p
         risk = raw["prep_train_risk"].values
         out["ret_spearman"] = np.array([stats.spearmanr(risk[i], out["ret_top1"][i]).statistic
                                         if np.ptp(out["ret_top1"][i]) > 0 else np.nan for i in range(n_s)])
@@ -702,18 +584,6 @@ class Encoders(Study):
     def report_sections(self, doc, ds):
         from simkit.report.encoders import encoders_sections
         encoders_sections(doc, ds, study=self)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'setting':<14}{'slope':>16}{'p(-1/2)':>10}{'c1 est':>18}{'c1 exact':>10}{'curve p':>9}"
-                 f"{'dgap p':>9}{'D_k slope':>18}{'top1 first->last':>20}{'p':>9}  C1/C2/ret"]
-        for i, s in enumerate(ds["setting"].values):
-            g = lambda n: ds[n].values[i]  # noqa: E731
-            lines.append(f"{s:<14}{g('slope'):>8.3f} ± {g('slope_se'):<5.3f}{g('slope_p_half'):>10.1e}"
-                         f"{g('c1_estimate'):>9.3f} ± {g('c1_estimate_mcse'):<6.3f}{g('c1_exact'):>10.3f}"
-                         f"{g('curve_p'):>9.3f}{g('dgap_p'):>9.3f}{g('d2_slope'):>10.3f} ± {g('d2_slope_se'):<5.3f}"
-                         f"{ds['ret_top1'].values[i, 0]:>11.3f} -> {ds['ret_top1'].values[i, -1]:.3f}"
-                         f"{g('ret_top1_p'):>9.1e}  {g('verdict')}/{g('d2_verdict')}/{g('ret_verdict')}")
-        return "\n".join(lines)
 
 
 STUDY = Encoders()

@@ -26,19 +26,18 @@ import copy
 import math
 
 import numpy as np
-import statsmodels.api as sm
 from scipy import stats
 
 from simkit import VMFKernel, exact
 from simkit.stats.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
 from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
-from simkit.estimators.infonce import GapEstimator, k_grid
+from simkit.estimators.infonce import GapEstimator, control_variate_means, k_grid
+from simkit.stats.sensitivity import block_groups, exact_fit_bias, k_min_sensitivity, pilot_sensitivity
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, block_of
+from simkit.runner import Check, Param, Study, Var, block_of, estimate_vars
 
-__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict",
-           "block_groups", "pilot_gap", "exact_fit_bias"]
+__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict"]
 
 #: level of each of the five component tests of the rule (as rate_k): slope interval, slope = -1/2,
 #: c1 t, and via the exact-curve tests c2 t, the exact curve and the exact dgap
@@ -90,13 +89,11 @@ SCHEMA = {
     "prep_gap_exact_cov": _v(("cell", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the exact gap's "
                              "Monte Carlo error across k (nats squared)", "zero: the curve is exact where computed"),
     # per-cell summaries
-    "gap": _v(CK, "finite-k gap R_k - log k - CE, in nats", "mean over the cell's (sub-)blocks of G_k"),
-    "gap_mcse": _v(CK, "Monte Carlo standard error of gap, in nats", "sd over (sub-)blocks / sqrt(their number)"),
-    "k_gap": _v(CK, "k times gap, in nats", "approaches c1 as k grows"),
-    "k_gap_mcse": _v(CK, "MCSE of k_gap, in nats", "k * gap_mcse"),
-    "gap_exact": _v(CK, "exact gap, in nats", "simkit.exact.curve.gap_curve (Frullani integral, no expansion); NaN "
-                    "where not computed"),
-    "gap_exact_mcse": _v(CK, "MCSE of gap_exact, in nats", "0 where exact"),
+    **estimate_vars("gap", CK, "finite-k gap R_k - log k - CE", "mean over the cell's (sub-)blocks of G_k",
+                    nats=True, mcse="sd over (sub-)blocks / sqrt(their number)"),
+    **estimate_vars("k_gap", CK, "k times gap", "approaches c1 as k grows", nats=True, mcse="k * gap_mcse"),
+    **estimate_vars("gap_exact", CK, "exact gap", "simkit.exact.curve.gap_curve (Frullani integral, no expansion); NaN "
+                    "where not computed", nats=True, mcse="0 where exact"),
     "fit_gap": _v(CK, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k (k >= k_min)"),
     "resid_rate": _v(CK, "standardised residual of the rate fit", "(log gap - fit) / (gap_mcse / gap)"),
     "n_units": _v(C, "independent blocks in the cell's analysis", "finished (sub-)blocks"),
@@ -108,19 +105,17 @@ SCHEMA = {
                 "factor; see rate_k's dataset for the definitions") for name in
        ("slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low",
         "slope_verdict_high", "curvature", "slope_se_wls", "k_min")},
-    "c1_estimate": _v(C, "estimated c1, in nats", "WLS of gap on 1/k and 1/k^2 over k >= k_min"),
-    "c1_estimate_mcse": _v(C, "MCSE of c1_estimate, in nats", "delete-one-block jackknife"),
-    "c2_estimate": _v(C, "estimated c2, in nats", "coefficient of 1/k^2"),
-    "c2_estimate_mcse": _v(C, "MCSE of c2_estimate, in nats", "delete-one-block jackknife"),
+    **estimate_vars("c1_estimate", C, "estimated c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min",
+                    nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c2_estimate", C, "estimated c2", "coefficient of 1/k^2",
+                    nats=True, mcse="delete-one-block jackknife"),
     "c1_z": _v(C, "standardised difference of c1_estimate from c1_exact", "Student t on n_units - 1 df"),
-    "c1_exact": _v(C, "exact c1, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
-                   "+ 1)/2 for the hard cell"),
-    "c1_exact_mcse": _v(C, "MCSE of c1_exact, in nats", "0 where exact (Monte Carlo over x for the mixture)"),
-    "c2_exact": _v(C, "exact c2, in nats", "simkit.exact.curve.second_order_constant (docs/theory.md §8)"),
-    "c2_exact_mcse": _v(C, "MCSE of c2_exact, in nats", "0 where exact"),
+    **estimate_vars("c1_exact", C, "exact c1", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
+                   "+ 1)/2 for the hard cell", nats=True, mcse="0 where exact (Monte Carlo over x for the mixture)"),
+    **estimate_vars("c2_exact", C, "exact c2", "simkit.exact.curve.second_order_constant (docs/theory.md §8)",
+                    nats=True, mcse="0 where exact"),
     "ce_exact": _v(C, "exact cross-entropy CE(M, Q), in nats", "simkit.exact.cross_entropy"),
-    "ce_estimate": _v(C, "Monte Carlo CE, in nats", "block mean of l_inf (256-anchor cells)"),
-    "ce_estimate_mcse": _v(C, "MCSE of ce_estimate, in nats", "sd over blocks / sqrt(n_blocks)"),
+    **estimate_vars("ce_estimate", C, "Monte Carlo CE", "block mean of l_inf (256-anchor cells)", nats=True),
     **{name: _v(C, f"exact-curve test: {name}", "simkit.stats.analysis.truth_verdict_standardised (the tests of "
                 "truth_verdict on columns divided by their between-block sd; the confirmatory cell only, NaN elsewhere): "
                 "c2_t Student t, curve and dgap Hotelling T^2 with p-values") for name in TRUTH_FIELDS},
@@ -207,33 +202,20 @@ def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap
     return ("pass" if not problems else "fail"), "; ".join(problems), fields
 
 
-# ----------------------------------------------------------------------------------------------
-# analysis helpers (exploratory tables)
-
-def block_groups(raw_gap_cv: np.ndarray) -> np.ndarray:
-    """Independent (sub-)blocks of one cell: ``(block, sub, k)`` -> ``(units, k)``, all-NaN rows dropped."""
-    a = np.asarray(raw_gap_cv, dtype=float).reshape(-1, raw_gap_cv.shape[-1])
-    return a[np.any(np.isfinite(a), axis=1)]
-
-
-def pilot_gap(gap_plain: np.ndarray, means: tuple[np.ndarray, np.ndarray, np.ndarray], coef: np.ndarray) -> np.ndarray:
-    """Per-block gap estimate ``mean D - c_A mean A - c_B mean B - c_C mean C`` under coefficients ``coef`` (G, >=3)."""
-    ma, mb, mc = means
-    return gap_plain - coef[:, 0] * ma - coef[:, 1] * mb - coef[:, 2] * mc
+#: dataset name -> rate_verdict field of the sensitivity tables
+_KMF_FIELDS = {**{n: n for n in ("slope", "slope_se", "k_min", "slope_p_half", "slope_exact_fit", "c1_exact_fit",
+                                 "verdict")}, "c1_z": "const_z", "c1_estimate": "const_estimate",
+               "c1_estimate_mcse": "const_estimate_mcse", "reason": "reason"}
+_PILOT_FIELDS = {"slope": "slope", "slope_se": "slope_se", "c1_z": "const_z", "c1_estimate": "const_estimate",
+                 "c1_estimate_mcse": "const_estimate_mcse", "gap_mcse_kmax": "gap_mcse_kmax", "verdict": "verdict",
+                 "reason": "reason"}
 
 
-def exact_fit_bias(k: np.ndarray, gap_exact: np.ndarray, gap_mcse: np.ndarray, k_min: float) -> tuple[float, float]:
-    """The rate fit (log gap on 1, log k, 1/k) and the constant fit (gap on 1/k, 1/k^2), with the Monte Carlo
-    weights of :func:`simkit.stats.analysis.fit_rate` / ``fit_inverse_powers``, applied to the exact curve over
-    k >= k_min: ``(slope, c1)`` that the method would report without Monte Carlo error."""
-    sel = (k >= k_min) & np.isfinite(gap_exact) & np.isfinite(gap_mcse) & (gap_mcse > 0)
-    if sel.sum() < 4 or np.any(gap_exact[sel] <= 0):
-        return math.nan, math.nan
-    ks, g, se = k[sel].astype(float), gap_exact[sel], gap_mcse[sel]
-    x = np.column_stack([np.ones_like(ks), np.log(ks), 1.0 / ks])
-    slope = sm.WLS(np.log(g), x, weights=(g / se) ** 2).fit().params[1]
-    c1 = sm.WLS(g, np.column_stack([1.0 / ks, 1.0 / ks**2]), weights=1.0 / se**2).fit().params[0]
-    return float(slope), float(c1)
+def _put(out: dict, prefix: str, i: int, rows: list[dict], fields: dict) -> None:
+    """Row i of the table ``<prefix>_<name>``: the field ``fields[name]`` of each of ``rows``."""
+    for name, field in fields.items():
+        for j, r in enumerate(rows):
+            out[f"{prefix}_{name}"][i][j] = r[field]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,23 +425,15 @@ class HardRegime(Study):
         out = {"gap_cv": np.full((n_sub, n_full), np.nan), "ell_inf": np.array(np.nan),
                **{n: np.full(n_full, np.nan) for n in ("gap_plain", "dgap_cv", "cv_a", "cv_b", "cv_c")}}
         if cell["role"] != "block_size":
-            r_b, r_c = copy.deepcopy(rng), copy.deepcopy(rng)  # copies before any draw: the same draws
+            start = copy.deepcopy(rng)  # the block's draws, replayed for the control-variate means
             res = est.block(BLOCK_ANCHORS, rng, coef)
             out["gap_cv"][0, :n_k] = res["gap_cv"]
             for name in ("gap_plain", "dgap_cv"):
                 out[name][:n_k] = res[name]
             out["ell_inf"] = np.asarray(res["ell_inf"], dtype=float)
-            if block_of(rng) >= cfg["sens_pilot_blocks"]:
-                return out
-            # the same draws twice more, with coefficients e_B and e_C: gap_plain - gap_cv is then the block mean
-            # of B_k, resp. C_k, and that of A_k follows from the estimate itself (its b_A is the pilot's, > 0)
-            unit_b, unit_c = np.zeros_like(coef), np.zeros_like(coef)
-            unit_b[:, 1], unit_c[:, 2] = 1.0, 1.0
-            mb = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_b, unit_b)["gap_cv"]
-            mc = res["gap_plain"] - est.block(BLOCK_ANCHORS, r_c, unit_c)["gap_cv"]
-            ma = (res["gap_plain"] - res["gap_cv"] - coef[:, 1] * mb - coef[:, 2] * mc) / coef[:, 0]
-            for name, v in (("cv_a", ma), ("cv_b", mb), ("cv_c", mc)):
-                out[name][:n_k] = v
+            if block_of(rng) < cfg["sens_pilot_blocks"]:
+                for name, v in zip(("cv_a", "cv_b", "cv_c"), control_variate_means(est, BLOCK_ANCHORS, start, coef, res)):
+                    out[name][:n_k] = v
             return out
         b = int(cell["block_size"])
         per_task = cfg["sens_total"] // cfg["n_blocks"]
@@ -487,15 +461,9 @@ class HardRegime(Study):
         out.update({n: nan_c() for n in scalars})
         for n in ("rate_verdict", "verdict", "verdict_reason"):
             out[n] = [""] * n_cell
-        for n in ("slope", "slope_se", "k_min", "c1_z", "c1_estimate", "c1_estimate_mcse", "slope_p_half",
-                  "slope_exact_fit", "c1_exact_fit"):
-            out[f"kmf_{n}"] = np.full((n_cell, len(kmfs)), np.nan)
-        out["kmf_verdict"] = [[""] * len(kmfs) for _ in range(n_cell)]
-        out["kmf_reason"] = [[""] * len(kmfs) for _ in range(n_cell)]
-        for n in ("slope", "slope_se", "c1_z", "c1_estimate", "c1_estimate_mcse", "gap_mcse_kmax"):
-            out[f"pilot_{n}"] = np.full((n_cell, len(pilots)), np.nan)
-        out["pilot_verdict"] = [["n/a"] * len(pilots) for _ in range(n_cell)]
-        out["pilot_reason"] = [[""] * len(pilots) for _ in range(n_cell)]
+        for pre, fields, m, text in (("kmf", _KMF_FIELDS, len(kmfs), ""), ("pilot", _PILOT_FIELDS, len(pilots), "n/a")):
+            out.update({f"{pre}_{n}": (np.full((n_cell, m), np.nan) if n not in ("verdict", "reason") else
+                                       [[text if n == "verdict" else ""] * m for _ in range(n_cell)]) for n in fields})
         renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
                    "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z"}
 
@@ -536,30 +504,14 @@ class HardRegime(Study):
             out["verdict_reason"][i] = r["reason"]
             if np.isfinite(r["k_min"]):
                 out["slope_exact_fit"][i], out["c1_exact_fit"][i] = exact_fit_bias(k, gx, mcse, r["k_min"])
-            for j, f in enumerate(kmfs):
-                rj = verdict(units, f)
-                for n in ("slope", "slope_se", "k_min", "slope_p_half"):
-                    out[f"kmf_{n}"][i, j] = rj[n]
-                out["kmf_c1_z"][i, j] = rj["const_z"]
-                out["kmf_c1_estimate"][i, j], out["kmf_c1_estimate_mcse"][i, j] = (rj["const_estimate"],
-                                                                                   rj["const_estimate_mcse"])
-                out["kmf_verdict"][i][j], out["kmf_reason"][i][j] = rj["verdict"], rj["reason"]
-                if np.isfinite(rj["k_min"]):
-                    out["kmf_slope_exact_fit"][i, j], out["kmf_c1_exact_fit"][i, j] = exact_fit_bias(
-                        k, gx, mcse, rj["k_min"])
+            _put(out, "kmf", i, k_min_sensitivity(verdict, units, kmfs, k, gx, mcse), _KMF_FIELDS)
             if role == "block_size":
                 continue
             rows = np.all(np.isfinite(raw["raw_cv_a"].values[i][:, :n_k]), axis=1)  # the first sens_pilot_blocks
-            plain = raw["raw_gap_plain"].values[i][rows, :n_k]
             means = tuple(raw[f"raw_cv_{n}"].values[i][rows, :n_k] for n in ("a", "b", "c"))
-            for j in range(len(pilots)):
-                g = pilot_gap(plain, means, raw["prep_pilot_coef"].values[i][j][:n_k])
-                rj = verdict(g, cfg["k_min_factor"])
-                for n, f in (("slope", "slope"), ("slope_se", "slope_se"), ("c1_z", "const_z"),
-                             ("c1_estimate", "const_estimate"), ("c1_estimate_mcse", "const_estimate_mcse")):
-                    out[f"pilot_{n}"][i, j] = rj[f]
-                out["pilot_gap_mcse_kmax"][i, j] = mean_mcse(g[:, -1])[1]
-                out["pilot_verdict"][i][j], out["pilot_reason"][i][j] = rj["verdict"], rj["reason"]
+            _put(out, "pilot", i, pilot_sensitivity(verdict, raw["raw_gap_plain"].values[i][rows, :n_k], means,
+                                                    raw["prep_pilot_coef"].values[i][:, :n_k], cfg["k_min_factor"]),
+                 _PILOT_FIELDS)
             if role == "confirmatory":
                 v, reason, fields = confirmatory_verdict(
                     r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,
@@ -580,17 +532,6 @@ class HardRegime(Study):
     def report_sections(self, doc, ds):
         from simkit.report.hard_regime import hard_regime_sections
         hard_regime_sections(doc, ds)
-
-    def summary_text(self, ds) -> str:
-        lines = [f"{'cell':<22}{'units':>6}{'k_min':>8}{'slope':>10}{'SE':>9}{'c1 est':>10}{'c1 exact':>10}{'t':>7}"
-                 "  verdict"]
-        for i, c in enumerate(ds["cell"].values):
-            g = lambda n: float(ds[n].values[i])  # noqa: E731
-            lines.append(f"{str(c):<22}{g('n_units'):>6.0f}{g('k_min'):>8.0f}{g('slope'):>10.4f}{g('slope_se'):>9.4f}"
-                         f"{g('c1_estimate'):>10.4f}{g('c1_exact'):>10.4f}{g('c1_z'):>+7.2f}  {ds['verdict'].values[i]}")
-        for row in self.claim_rows(ds):
-            lines.append(f"{row['claim']} [{row['analysis']}]: {row['verdict']} -- {row['detail']}")
-        return "\n".join(lines)
 
 
 STUDY = HardRegime()

@@ -17,25 +17,24 @@ Run it: ``simkit run rademacher`` (or ``python -m simkit run rademacher``).
 from __future__ import annotations
 
 import itertools
-import json
-import math
 import warnings
 
 import numpy as np
 import xarray as xr
 from numpy.typing import NDArray
-from scipy import optimize, stats
-from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
 from simkit import Uniform, VMFKernel
-from simkit.stats.analysis import fit_rate, mean_mcse
 from simkit.embeddings.embedding import LinearEmbedding
-from simkit.estimators.infonce import k_grid
-from simkit.runner import Check, Param, Study, Var
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample
+from simkit.estimators.infonce import k_grid
+from simkit.estimators.rademacher import OPTIMISER, PairwiseSumRisk, box_bounds, rademacher_sup
+from simkit.runner import (Check, Param, Study, Var, cell_errors, check_result, dataset_config, estimate_vars,
+                           verdict)
+from simkit.stats.analysis import mean_mcse
+from simkit.stats.exponents import exponent_test
 
-__all__ = ["LOSSES", "ALPHA", "SCHEMA", "C3_CHECK", "PairwiseSumRisk", "box_bounds", "rademacher_sup", "STUDY"]
+__all__ = ["LOSSES", "ALPHA", "SCHEMA", "C3_CHECK", "STUDY"]
 
 #: level of every test of this study
 ALPHA = 1e-3
@@ -44,126 +43,6 @@ IMPROVE_TOL = 1e-7
 #: the loss classes: name -> role
 LOSSES = {"infonce": "claim C3: InfoNCE l_k (log-sum-exp average over the negatives)",
           "pairsum": "negative control: sum over the negatives of log(1 + e^{s_j - s_0})"}
-#: L-BFGS-B settings of every run (projected-gradient tolerance, relative reduction, iterations)
-OPTIMISER = {"gtol": 1e-7, "ftol": 1e-10, "maxiter": 300}
-
-
-# ----------------------------------------------------------------------------------------------
-# the negative-control loss class
-
-class PairwiseSumRisk:
-    """``(1/n) sum_i w_i L_i`` with ``L_i = sum_{j<=k} log(1 + e^{s_ij - s_i0})`` (negative control).
-
-    The same interface as :class:`simkit.embeddings.training.EmpiricalRisk` where this study needs it
-    (``losses``, ``value``, ``objective``); NumPy, gradient through :meth:`Embedding.vjp`.
-    ``dL/ds_j = sigmoid(s_j - s_0)``, ``dL/ds_0 = -sum_j sigmoid(s_j - s_0)``.
-    """
-
-    def __init__(self, sample: TrainingSample, tau: float, *, weights=None):
-        if not isinstance(sample, TrainingSample) or sample.shared:
-            raise ValueError("'sample' must be a TrainingSample with one set of negatives per tuple")
-        if not (isinstance(tau, (int, float, np.floating)) and math.isfinite(tau) and tau > 0):
-            raise ValueError(f"'tau' must be a finite number > 0, got {tau!r}")
-        self.sample, self.tau = sample, float(tau)
-        w = np.ones(sample.n) if weights is None else np.asarray(weights, dtype=float)
-        if w.shape != (sample.n,) or not np.all(np.isfinite(w)):
-            raise ValueError(f"'weights' must be a finite array of shape ({sample.n},), got shape {w.shape}")
-        self.weights = w
-
-    @staticmethod
-    def _embed(phi, pts):
-        """phi at validated points with what the backward pass needs (Embedding's own forward pieces;
-        the sample was validated once at construction, so the per-call input checks are skipped)."""
-        h, cache = phi._hidden(pts)
-        out = phi._normalise(h)  # keeps the domain guard (raises where h = 0)
-        norm = np.sqrt(np.einsum("nd,nd->n", h, h))[:, None]
-        return out, (pts, cache, out, norm)
-
-    @staticmethod
-    def _pullback(phi, saved, g):
-        """``sum_i (d phi(x_i)/d theta)^T g_i`` (as :meth:`Embedding.vjp`, from the saved forward pass)."""
-        pts, cache, out, norm = saved
-        g_h = (g - np.einsum("nd,nd->n", out, g)[:, None] * out) / norm
-        return phi._backward(pts, cache, g_h)
-
-    def _parts(self, phi):
-        s = self.sample
-        n, k, p = s.n, s.k, s.p
-        u, su = self._embed(phi, s.x)
-        v, sv = self._embed(phi, s.x_pos)
-        w, sw = self._embed(phi, s.negatives.reshape(-1, p))
-        w = w.reshape(n, k, -1)
-        r = (np.einsum("nd,nkd->nk", u, w) - np.einsum("nd,nd->n", u, v)[:, None]) / self.tau
-        return u, v, w, r, (su, sv, sw)
-
-    def losses(self, phi) -> NDArray[np.float64]:
-        """Per-tuple losses ``L_i`` (unweighted), shape (n,)."""
-        return np.sum(np.logaddexp(0.0, self._parts(phi)[3]), axis=1)
-
-    def value(self, phi) -> float:
-        return float(np.mean(self.weights * self.losses(phi)))
-
-    def value_and_grad(self, phi) -> tuple[float, NDArray[np.float64]]:
-        n = self.sample.n
-        u, v, w, r, (su, sv, sw) = self._parts(phi)
-        a = self.weights / n
-        g = expit(r) * a[:, None]  # w_i/n dL_i/ds_ij
-        g0 = -g.sum(axis=1)  # w_i/n dL_i/ds_i0
-        g_u = (g0[:, None] * v + np.einsum("nk,nkd->nd", g, w)) / self.tau
-        g_v = g0[:, None] * u / self.tau
-        g_w = (g[:, :, None] * u[:, None, :]).reshape(-1, u.shape[1]) / self.tau
-        grad = self._pullback(phi, su, g_u) + self._pullback(phi, sv, g_v) + self._pullback(phi, sw, g_w)
-        return float(np.mean(self.weights * np.sum(np.logaddexp(0.0, r), axis=1))), grad
-
-    def objective(self, template):
-        def fun(theta):
-            return self.value_and_grad(template.with_params(theta))
-        return fun
-
-
-# ----------------------------------------------------------------------------------------------
-# the supremum of the Rademacher process
-
-def box_bounds(p: int, radius: float) -> tuple[NDArray, NDArray]:
-    """Lower and upper bounds of the flat parameters of ``W = I + A``, ``|A_ij| <= radius``."""
-    eye = np.eye(p).ravel()
-    return eye - radius, eye + radius
-
-
-def rademacher_sup(risk, template, starts: list[NDArray], lo: NDArray, hi: NDArray
-                   ) -> tuple[NDArray[np.float64], float, int, int]:
-    """Best-of-r excess ``sup_theta (1/n) sum_i sigma_i [l_i(theta) - l_i(theta_0)]`` for r = 1..R.
-
-    Parameters
-    ----------
-    risk : EmpiricalRisk or PairwiseSumRisk
-        With weights ``-sigma``, so that its minimum is minus the supremum.
-    template : Embedding
-        theta_0 (the centring point and the family).
-    starts : list of ndarray
-        Starting parameter vectors, the first normally ``template.params``.
-    lo, hi : ndarray
-        The box.
-
-    Returns
-    -------
-    best, ref, n_evaluations, n_not_converged
-        ``best[r-1]`` = largest excess over the first r starts (non-decreasing; >= 0 when the first
-        start is theta_0, as L-BFGS-B never ends above its start); ``ref`` =
-        ``(1/n) sum_i sigma_i l_i(theta_0)`` (mean zero over sigma: the uncentred supremum is
-        ``best + ref``). Every value is a lower bound on the true supremum.
-    """
-    fun = risk.objective(template)
-    f0 = float(fun(template.params)[0])
-    bounds = list(zip(lo, hi))
-    vals, nfev, bad = [], 0, 0
-    for th in starts:
-        res = optimize.minimize(fun, np.clip(th, lo, hi), jac=True, method="L-BFGS-B", bounds=bounds,
-                                options=dict(OPTIMISER))
-        vals.append(f0 - float(res.fun))
-        nfev += int(res.nfev)
-        bad += int(not res.success)
-    return np.maximum.accumulate(np.array(vals)), -f0, nfev, bad
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,8 +60,7 @@ def _v(dims, long_name, description, units="1"):
 
 def _with_mcse(name, dims, long_name, description):
     """``name`` and ``name_mcse`` (a block mean in nats and its MCSE)."""
-    return {name: _v(dims, f"{long_name}, in nats", description),
-            f"{name}_mcse": _v(dims, f"MCSE of {name}, in nats", SE)}
+    return estimate_vars(name, dims, long_name, description, nats=True)
 
 
 #: every variable and coordinate of the dataset
@@ -273,21 +151,17 @@ def _mean_mcse(out: dict, name: str, blocks: NDArray) -> None:
 def _k_slopes(k: NDArray, blk: NDArray, kmin: int) -> dict:
     """The k-exponent of every loss (best of all starts, with its one-sided test) and per number of starts."""
     L, R = blk.shape[0], blk.shape[-1]
-    out = {n: np.full(L, np.nan) for n in ("slope", "slope_se", "slope_df", "slope_upper", "slope_p",
-                                           "slope_detect50", "slope_detect80")}
+    fields = {"slope": "slope", "slope_se": "se", "slope_df": "df", "slope_upper": "upper", "slope_p": "p",
+              "slope_detect50": "detect50", "slope_detect80": "detect80"}
+    out = {n: np.full(L, np.nan) for n in fields}
     out["slope_by_restart"], out["slope_by_restart_se"] = np.full((L, R), np.nan), np.full((L, R), np.nan)
     for i in range(L):
-        fit = fit_rate(k, blk[i, ..., -1], kmin, with_inverse=False)
-        out["slope"][i], out["slope_se"][i], out["slope_df"][i] = fit.slope, fit.slope_se, fit.df
-        if np.isfinite(fit.slope) and fit.slope_se > 0:
-            q = stats.t.isf(ALPHA, fit.df)
-            out["slope_upper"][i] = fit.slope + q * fit.slope_se
-            out["slope_p"][i] = stats.t.sf(fit.slope / fit.slope_se, fit.df)
-            out["slope_detect50"][i] = q * fit.slope_se
-            out["slope_detect80"][i] = (q + stats.norm.isf(0.2)) * fit.slope_se
+        t = exponent_test(k, blk[i, ..., -1], kmin, alpha=ALPHA)
+        for name, f in fields.items():
+            out[name][i] = getattr(t, f)
         for r in range(R):
-            fr = fit_rate(k, blk[i, :, :, r], kmin, with_inverse=False)
-            out["slope_by_restart"][i, r], out["slope_by_restart_se"][i, r] = fr.slope, fr.slope_se
+            tr = exponent_test(k, blk[i, :, :, r], kmin, alpha=ALPHA)
+            out["slope_by_restart"][i, r], out["slope_by_restart_se"][i, r] = tr.slope, tr.se
     return out
 
 
@@ -296,18 +170,15 @@ def _n_slopes(ns: NDArray, exn: NDArray) -> dict:
     L, KN = exn.shape[0], exn.shape[-1]
     out = {n: np.full((L, KN), np.nan) for n in ("n_slope", "n_slope_se", "n_slope_p")}
     for i, j in itertools.product(range(L), range(KN)):
-        if not np.isfinite(exn[i, :, :, j]).any():
-            continue
-        fit = fit_rate(ns, exn[i, :, :, j], int(ns[0]), with_inverse=False)
-        out["n_slope"][i, j], out["n_slope_se"][i, j] = fit.slope, fit.slope_se
-        if np.isfinite(fit.slope) and fit.slope_se > 0:
-            out["n_slope_p"][i, j] = stats.t.sf((fit.slope + 0.5) / fit.slope_se, fit.df)
+        if np.isfinite(exn[i, :, :, j]).any():
+            t = exponent_test(ns, exn[i, :, :, j], int(ns[0]), alpha=ALPHA, bound=-0.5)
+            out["n_slope"][i, j], out["n_slope_se"][i, j], out["n_slope_p"][i, j] = t.slope, t.se, t.p
     return out
 
 
 def _verdict(losses: list[str], out: dict, kn: NDArray, errors: list[str]) -> tuple[str, str]:
     """C3: InfoNCE not flagged, every n-slope not slower than -1/2, the control flagged."""
-    problems = ["a task failed (see cell_error)"] if any(errors) else []
+    problems = []
     for i, name in enumerate(losses):
         p, b = out["slope_p"][i], out["slope"][i]
         if not np.isfinite(p):
@@ -326,8 +197,7 @@ def _verdict(losses: list[str], out: dict, kn: NDArray, errors: list[str]) -> tu
                                     f"(slope {out['n_slope'][i, j]:.3f}, p = {pj:.2g})")
     if "infonce" not in losses:
         problems.append("the InfoNCE loss class was not run")
-    verdict = "error" if any(errors) else ("pass" if not problems else "fail")
-    return verdict, "; ".join(problems)
+    return verdict(problems, errors)
 
 
 def _c3_check(ds: xr.Dataset) -> dict:
@@ -340,42 +210,18 @@ def _c3_check(ds: xr.Dataset) -> dict:
              for j, name in enumerate(losses)]
     parts += [f"n-exponent at k = {int(kk)}: {ds['n_slope'].values[i, j]:.3f} ± {ds['n_slope_se'].values[i, j]:.3f}"
               for j, kk in enumerate(ds["kn"].values)]
-    reason = str(ds["verdict_reason"].values)
-    return {"estimate": ds["slope"].values[i], "estimate_mcse": ds["slope_se"].values[i],
-            "verdict": str(ds["verdict"].values),
-            "detail": "; ".join(parts) + (f" -> {ds['verdict'].values} ({reason})" if reason else "")}
+    return check_result(ds["slope"].values[i], ds["slope_se"].values[i], str(ds["verdict"].values), "; ".join(parts),
+                        str(ds["verdict_reason"].values))
 
 
 C3_CHECK = Check(
     claim="C3",
-    statistic=lambda ds: (f"exponent b of hat R_n ~ k^b (InfoNCE, k >= {int(json_cfg(ds).get('k_fit_min', 16))}), "
+    statistic=lambda ds: (f"exponent b of hat R_n ~ k^b (InfoNCE, k >= {int(dataset_config(ds).get('k_fit_min', 16))}), "
                           f"one-sided test of b <= 0 at {ALPHA:g}; negative control (sum over negatives) must be "
                           f"flagged; n-exponent not above -1/2 (one-sided, {ALPHA:g}); hat R_n is a lower bound"),
     evaluate=_c3_check,
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** (1 + ds.sizes["kn"]),
 )
-
-
-def json_cfg(ds: xr.Dataset) -> dict:
-    """The configuration recorded in a dataset (empty dict if absent)."""
-    try:
-        cfg = json.loads(ds.attrs.get("config", "{}"))
-    except (TypeError, ValueError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
-
-
-
-def _int_list(name: str, text: str, *, power_of_two: bool = False) -> list[int]:
-    try:
-        vals = [int(t) for t in str(text).split(",")]
-    except ValueError:
-        raise ValueError(f"'{name}' must be comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):
-        raise ValueError(f"'{name}' must be distinct integers >= 1, got {text!r}")
-    if power_of_two and any(v & (v - 1) for v in vals):
-        raise ValueError(f"'{name}' must hold powers of two, got {text!r}")
-    return sorted(vals)
 
 
 class Rademacher(Study):
@@ -411,10 +257,10 @@ class Rademacher(Study):
                        low=16, high=1 << 14, power_of_two=True, quick=256),
         "k_fit_min": Param("k_fit_min", int, 16, "smallest k of the k-slope fit (power of two)", low=1,
                            high=1 << 14, power_of_two=True),
-        "n_grid": Param("n_grid", str, "16,32,64,128", "comma-separated n of the n-curve (InfoNCE only)",
-                        quick="16,32,64"),
-        "k_for_n": Param("k_for_n", str, "4,128", "comma-separated k (powers of two <= k_max) of the n-curve",
-                         quick="4,64"),
+        "n_grid": Param("n_grid", int, "16,32,64,128", "comma-separated n of the n-curve (InfoNCE only)",
+                        quick="16,32,64", multi=True, min_items=3, low=4, items_doc="integers >= 4"),
+        "k_for_n": Param("k_for_n", int, "4,128", "comma-separated k (powers of two <= k_max) of the n-curve",
+                         quick="4,64", multi=True, low=1, power_of_two=True, items_doc="powers of two"),
         "restarts": Param("restarts", int, 4, "optimiser starts per supremum (theta_0, then uniform in the box)",
                           low=2, high=64, quick=3),
         "draws": Param("draws", int, 1, "Rademacher sign vectors sigma per sample (block)", low=1, high=1000),
@@ -426,12 +272,11 @@ class Rademacher(Study):
         if cfg["k_fit_min"] * 8 > cfg["k_max"]:
             raise ValueError(f"'k_fit_min' must be <= k_max / 8 = {cfg['k_max'] // 8} (at least 4 grid points in "
                              f"the fit), got {cfg['k_fit_min']}")
-        ns = _int_list("n_grid", cfg["n_grid"])
-        if len(ns) < 3 or ns[0] < 4:
-            raise ValueError(f"'n_grid' must hold at least 3 values >= 4, got {cfg['n_grid']!r}")
-        kn = _int_list("k_for_n", cfg["k_for_n"], power_of_two=True)
-        if kn[-1] > cfg["k_max"]:
+        if self._grid("k_for_n", cfg)[-1] > cfg["k_max"]:
             raise ValueError(f"'k_for_n' must be <= k_max = {cfg['k_max']}, got {cfg['k_for_n']!r}")
+
+    def _grid(self, name: str, cfg: dict) -> list[int]:
+        return self.params[name].values(cfg[name])
 
     def cells(self, cfg):
         return [{"loss": name, "tau": float(cfg["tau"]), "kappa_m": float(cfg["kappa_m"]),
@@ -439,8 +284,8 @@ class Rademacher(Study):
 
     def block_dims(self, cfg):
         coords = {"draw": np.arange(cfg["draws"]), "k": k_grid(cfg["k_max"]),
-                  "restart": np.arange(1, cfg["restarts"] + 1), "n": np.array(_int_list("n_grid", cfg["n_grid"])),
-                  "kn": np.array(_int_list("k_for_n", cfg["k_for_n"]))}
+                  "restart": np.arange(1, cfg["restarts"] + 1), "n": np.array(self._grid("n_grid", cfg)),
+                  "kn": np.array(self._grid("k_for_n", cfg))}
         dims = {"excess": ("draw", "k", "restart"), "ref": ("draw", "k"),
                 "excess_n": ("draw", "n", "kn", "restart"), "ref_n": ("draw", "n", "kn"),
                 "nfev": ("k",), "not_converged": ("k",)}
@@ -452,8 +297,7 @@ class Rademacher(Study):
         Draw order: anchors, positives, negatives; then per draw the signs and the random starts.
         """
         ks = k_grid(cfg["k_max"])
-        ns = _int_list("n_grid", cfg["n_grid"])
-        kn = _int_list("k_for_n", cfg["k_for_n"])
+        ns, kn = self._grid("n_grid", cfg), self._grid("k_for_n", cfg)
         n_main, R, D = cfg["n_main"], cfg["restarts"], cfg["draws"]
         do_n = cell["loss"] == "infonce"
         n_max = max(ns + [n_main]) if do_n else n_main
@@ -520,7 +364,7 @@ class Rademacher(Study):
         _mean_mcse(out, "complexity_n", exn)
         out.update(_n_slopes(raw["n"].values.astype(float), exn))
         out["verdict"], out["verdict_reason"] = _verdict([str(v) for v in raw["loss"].values], out, raw["kn"].values,
-                                                         [str(e) for e in raw["cell_error"].values])
+                                                         cell_errors(raw))
         return out
 
     def attrs(self, cfg):

@@ -5,7 +5,8 @@
 * positive-pair kernels M: :class:`VMFKernel`, :class:`RotatedVMFKernel`, :class:`GeodesicRandomWalk`
   (:mod:`simkit.distributions.kernels`), :class:`BrownianKernel` (:mod:`simkit.distributions.heat`);
 * the softmax similarity-search kernel Q and its KL to π (:mod:`simkit.distributions.softmax_kernel`);
-* the named settings the studies share (:mod:`simkit.distributions.designs`).
+* the named settings the studies share (:mod:`simkit.distributions.designs`);
+* scikit-learn's digits as a finite law on S^63 with an augmentation kernel (:mod:`simkit.distributions.digits`).
 
 Points are on the last axis, shape ``(..., d)``; every sampler takes a keyword-only ``rng``.
 """

@@ -37,7 +37,7 @@ from simkit.exact.formulas import unit_anchors, check_pi, check_tau, log_partiti
 from simkit.distributions.sphere import Discrete, SphereDistribution, VMFMixture
 
 __all__ = ["q_components", "q_distribution", "q_mean_cosine", "kl_q_pi", "sample_q", "kl_importance",
-           "kl_direct"]
+           "kl_direct", "kl_estimates"]
 
 
 def _components(pi: SphereDistribution, x: NDArray, tau: float):
@@ -289,3 +289,16 @@ def kl_direct(pi: SphereDistribution, x: ArrayLike, y_q: ArrayLike, tau: float) 
         raise ValueError(f"'y_q' must hold at least 2 draws per anchor, got {n}")
     log_q = np.einsum("id,ind->in", x, y_q) / tau - log_partition(pi, x, tau)[:, None]
     return log_q.mean(axis=1), log_q.std(axis=1, ddof=1) / np.sqrt(n)
+
+
+def kl_estimates(pi: SphereDistribution, tau: float, n_anchors: int, n_samples: int, *, rng) -> dict[str, NDArray]:
+    """KL(Q(x,.) || pi) at ``n_anchors`` anchors x ~ pi: the closed form (``kl_exact``), the importance
+    estimate from ``n_samples`` draws y ~ pi shared by the anchors (``kl_is``, its MCSE and effective
+    sample size ``kl_is_ess``; :func:`kl_importance`) and the direct estimate from ``n_samples`` draws
+    y ~ Q(x,.) per anchor (``kl_q`` and its MCSE; :func:`kl_direct`). Draws: x, then y ~ pi, then y ~ Q."""
+    x = pi.rvs(n_anchors, rng=rng)
+    y = pi.rvs(n_samples, rng=rng)
+    kl_is, kl_is_se, ess = kl_importance(pi, x, y, tau)
+    kl_q, kl_q_se = kl_direct(pi, x, sample_q(pi, x, tau, n_samples, rng=rng), tau)
+    return {"kl_exact": kl_q_pi(pi, x, tau), "kl_q": kl_q, "kl_q_mcse": kl_q_se, "kl_is": kl_is,
+            "kl_is_mcse": kl_is_se, "kl_is_ess": ess}

@@ -3,7 +3,8 @@ InfoNCE risk (claims C3–C6).
 
 * :mod:`simkit.embeddings.embedding`: :class:`LinearEmbedding`, :class:`TwoLayerEmbedding`;
 * :mod:`simkit.embeddings.lifted`: :class:`FourierEmbedding`, whose size does not depend on d;
-* :mod:`simkit.embeddings.training`: the empirical risk, its analytic gradient and :func:`train`.
+* :mod:`simkit.embeddings.training`: the empirical risk, its analytic gradient and :func:`train`;
+* :mod:`simkit.embeddings.perturbation`, :mod:`simkit.embeddings.random_features`: perturbed and fixed embeddings.
 """
 
 from __future__ import annotations

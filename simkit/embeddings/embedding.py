@@ -34,7 +34,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from simkit._checks import Frozen, check_int, check_points, check_rng
 
-__all__ = ["Embedding", "LinearEmbedding", "TwoLayerEmbedding", "NORM_FLOOR", "COND_MAX"]
+__all__ = ["Embedding", "LinearEmbedding", "TwoLayerEmbedding", "NORM_FLOOR", "COND_MAX", "FAMILIES", "family_embedding",
+           "padded_params"]
 
 #: ``||h(x)||`` at or below this fraction of its a-priori bound counts as ``h(x) = 0`` (phi undefined)
 NORM_FLOOR = 1e-12
@@ -425,3 +426,32 @@ class TwoLayerEmbedding(Embedding):
         g_w1 = g_a.T @ x
         g_b1 = g_a.sum(axis=0)
         return np.concatenate([g_w1.reshape(-1), g_b1, g_w2.reshape(-1)])
+
+
+#: names of the parametric families of :func:`family_embedding`
+FAMILIES = ("linear", "two_layer")
+
+
+def family_embedding(family: str, p: int, d: int, hidden: int = 0, theta: ArrayLike | None = None, *,
+                     rng=None) -> Embedding:
+    """An embedding S^{p-1} -> S^{d-1} of ``family`` ("linear" or "two_layer" with ``hidden`` units): from the
+    first ``n_params`` entries of ``theta`` (a longer vector, e.g. zero-padded by :func:`padded_params`, is
+    cut), or a random start from ``rng`` when ``theta`` is None."""
+    if family == "linear":
+        return LinearEmbedding.random(p, d, rng=rng) if theta is None else \
+            LinearEmbedding.from_vector(np.asarray(theta)[: p * d], p, d)
+    if family == "two_layer":
+        if theta is None:
+            return TwoLayerEmbedding.random(p, d, hidden, rng=rng)
+        return TwoLayerEmbedding.from_vector(np.asarray(theta)[: TwoLayerEmbedding.n_params_for(p, d, hidden)], p, d,
+                                             hidden)
+    raise ValueError(f"'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
+
+
+def padded_params(phi: Embedding, size: int) -> NDArray[np.float64]:
+    """``phi.params`` zero-padded to length ``size`` (to store embeddings of different sizes in one array)."""
+    if size < phi.n_params:
+        raise ValueError(f"'size' must be >= n_params = {phi.n_params}, got {size}")
+    out = np.zeros(size)
+    out[: phi.n_params] = phi.params
+    return out

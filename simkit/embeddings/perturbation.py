@@ -1,6 +1,7 @@
 """Perturbations of an embedding: its parameters moved in a random direction (:func:`perturb`), or the
 embedding displaced only on a small spherical cap of the input sphere (:class:`CapBump`, with the cap's
-cosine radius for a given mass from :func:`cap_cosine`). Used to compare the loss-difference bounds of
+cosine radius for a given mass from :func:`cap_cosine`), or its output layer collapsed to nearly rank one
+(:func:`collapse_output`, a far start for training). Used to compare the loss-difference bounds of
 :mod:`simkit.exact.loss_bounds` on parametric and on localised changes (claim C4).
 """
 
@@ -12,7 +13,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-__all__ = ["perturb", "cap_cosine", "CapBump"]
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
+
+__all__ = ["perturb", "collapse_output", "cap_cosine", "CapBump"]
 
 
 def perturb(phi, eps: float, *, rng):
@@ -26,6 +29,21 @@ def perturb(phi, eps: float, *, rng):
     e = rng.standard_normal(phi.n_params)
     e /= np.linalg.norm(e)
     return phi.with_params(phi.params + eps * np.linalg.norm(phi.params) * e)
+
+
+def collapse_output(phi, noise: float, *, rng):
+    """phi with its output layer W (``W`` of a linear, ``W2`` of a two-layer embedding) replaced by
+    ``u a^T + noise W``: u a uniform random unit vector, a i.i.d. N(0, 1/columns), drawn in that order
+    from ``rng``. Nearly rank one: most points map near +u or -u, a far start for training."""
+    if not (isinstance(noise, (int, float, np.floating)) and math.isfinite(noise) and noise >= 0):
+        raise ValueError(f"'noise' must be a finite number >= 0, got {noise!r}")
+    if not isinstance(phi, (LinearEmbedding, TwoLayerEmbedding)):
+        raise ValueError(f"'phi' must be a LinearEmbedding or a TwoLayerEmbedding, got {type(phi).__name__}")
+    w = phi.W if isinstance(phi, LinearEmbedding) else phi.W2
+    u = rng.standard_normal(w.shape[0])
+    a = rng.standard_normal(w.shape[1]) / math.sqrt(w.shape[1])
+    out = np.outer(u / np.linalg.norm(u), a) + noise * w
+    return LinearEmbedding(out) if isinstance(phi, LinearEmbedding) else TwoLayerEmbedding(phi.W1, phi.b1, out)
 
 
 def cap_cosine(p: int, fraction: float) -> float:

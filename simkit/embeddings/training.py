@@ -42,7 +42,7 @@ from simkit.embeddings.embedding import Embedding
 from simkit.distributions.kernels import MarkovKernel
 from simkit.distributions.sphere import SphereDistribution
 
-__all__ = ["TrainingSample", "EmpiricalRisk", "ConvergenceReport", "TrainResult", "train"]
+__all__ = ["TrainingSample", "EmpiricalRisk", "ConvergenceReport", "TrainResult", "train", "checkpoints"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -448,3 +448,17 @@ def _run_once(fun, init: Embedding, start: Embedding, restart: int, *, maxiter: 
                             value=float(res.fun), start_value=float(f0), grad_norm=float(np.max(np.abs(res.jac))),
                             message=str(res.message), restart=restart, seconds=time.perf_counter() - t0)
     return emb, rep
+
+
+def checkpoints(risk: EmpiricalRisk, init: Embedding, maxiters) -> list[tuple[Embedding, int]]:
+    """The embedding along training: for each iteration limit c of ``maxiters`` (0 = ``init`` itself),
+    ``(embedding, iterations made)`` of :func:`train` from ``init`` with ``maxiter=c``. Each checkpoint is
+    its own deterministic run from the same start, so it equals that run stopped after c iterations."""
+    out = []
+    for c in maxiters:
+        if c == 0:
+            out.append((init, 0))
+        else:
+            res = train(risk, init, maxiter=c)
+            out.append((res.embedding, res.report.iterations))
+    return out

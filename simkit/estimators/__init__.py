@@ -5,7 +5,9 @@
 * :mod:`simkit.estimators.population`: population risk and generalisation of a trained embedding (C3);
 * :mod:`simkit.estimators.norms`: the gap's sensitivity to the norms of unnormalised embeddings (C5);
 * :mod:`simkit.estimators.population`: also the paired R_k(phi) - R_k(reference) on fresh tuples;
-* :mod:`simkit.estimators.finite`: the gap and retrieval estimators on a finite population.
+* :mod:`simkit.estimators.finite`: the gap and retrieval estimators on a finite population;
+* :mod:`simkit.estimators.labelled`: gap_k and D_k on a finite labelled population (same-class kernel);
+* :mod:`simkit.estimators.loss_difference`: block means of |l_k(psi) - l_k(phi)| and its bounds (C4).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ built from the remaining, independent negatives.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numba
@@ -41,7 +42,8 @@ from simkit._checks import check_int, check_points, check_rng, check_scalar
 from simkit.distributions.kernels import MarkovKernel
 from simkit.distributions.sphere import SphereDistribution
 
-__all__ = ["TAU_MIN", "k_grid", "infonce_losses", "GapEstimator", "BLOCK_STATS"]
+__all__ = ["TAU_MIN", "k_grid", "infonce_losses", "GapEstimator", "BLOCK_STATS", "gap_with_coefficients",
+           "control_variate_means"]
 
 #: smallest temperature the streaming estimator accepts: exp(+-2/tau) must stay far from overflow
 TAU_MIN = 0.005
@@ -354,3 +356,32 @@ class GapEstimator:
             z_rest = (s[:, -1] - s[:, i + 1]) / (k_all - kf[i + 1])
             e[:, i] = (s[:, i] / kf[i] - s[:, i + 1] / kf[i + 1]) / z_rest
         return {"D": d_k, "A": a, "B": b, "C": c, "loss": loss, "dD": dd, "E": e, "ell_inf": log_z - s0}
+
+
+def gap_with_coefficients(gap_plain: ArrayLike, means: tuple[ArrayLike, ArrayLike, ArrayLike],
+                          coef: ArrayLike) -> NDArray[np.float64]:
+    """The control-variate gap estimate ``mean D - c_A mean A - c_B mean B - c_C mean C`` under other
+    coefficients ``coef`` (shape (G, >= 3), as :meth:`GapEstimator.calibrate` returns), from a block's mean
+    plain gap and the block means (A_k, B_k, C_k) of the control variates: what :meth:`GapEstimator.block`
+    would give on the same draws with those coefficients."""
+    ma, mb, mc = means
+    coef = np.asarray(coef, dtype=float)
+    return np.asarray(gap_plain) - coef[:, 0] * ma - coef[:, 1] * mb - coef[:, 2] * mc
+
+
+def control_variate_means(est: GapEstimator, n_anchors: int, rng, coef: ArrayLike,
+                          result: dict) -> tuple[NDArray, NDArray, NDArray]:
+    """Block means (A_k, B_k, C_k) of the control variates behind ``result = est.block(n_anchors, g, coef)``,
+    ``rng`` a copy of the generator g taken before that call (it is not advanced).
+
+    The same draws run twice more, with coefficients e_B and e_C: ``gap_plain - gap_cv`` is then the block
+    mean of B_k, resp. C_k, and that of A_k follows from ``result`` itself (its b_A must be non-zero). With
+    :func:`gap_with_coefficients` they give the block's estimate under any other coefficients.
+    """
+    coef = np.asarray(coef, dtype=float)
+    unit_b, unit_c = np.zeros_like(coef), np.zeros_like(coef)
+    unit_b[:, 1], unit_c[:, 2] = 1.0, 1.0
+    mb = result["gap_plain"] - est.block(n_anchors, copy.deepcopy(rng), unit_b)["gap_cv"]
+    mc = result["gap_plain"] - est.block(n_anchors, copy.deepcopy(rng), unit_c)["gap_cv"]
+    ma = (result["gap_plain"] - result["gap_cv"] - coef[:, 1] * mb - coef[:, 2] * mc) / coef[:, 0]
+    return ma, mb, mc

@@ -31,10 +31,12 @@ from scipy import optimize
 from scipy.special import logsumexp
 
 from simkit._checks import check_scalar
+from simkit.distributions.kernels import VMFKernel
+from simkit.distributions.sphere import Uniform
 from simkit.embeddings.embedding import LinearEmbedding
 from simkit.embeddings.training import TrainingSample
 
-__all__ = ["NormProfile", "ScaledRisk", "MODES", "loss_derivative", "train_scaled", "GapSensitivity",
+__all__ = ["norm_block", "NORM_BLOCK_STATS", "NormProfile", "ScaledRisk", "MODES", "loss_derivative", "train_scaled", "GapSensitivity",
            "gap_sensitivity", "FD_STEP"]
 
 #: perturbation modes: scale the negatives' embeddings, or change their norms in a score-ignored component
@@ -259,3 +261,56 @@ def gap_sensitivity(phi: LinearEmbedding, train: ScaledRisk, fresh: ScaledRisk, 
                           sens_fd=float(ff.mean() - ft.mean()) / (2.0 * h),
                           sens_eval_mcse=float(df.std(ddof=1) / math.sqrt(nf)),
                           gap_eval_mcse=float(lf.std(ddof=1) / math.sqrt(nf)))
+
+
+#: per-block outputs of :func:`norm_block`: name -> (long name, in nats, description)
+NORM_BLOCK_STATS = {
+    "gap": ("G of phi_hat, plain", True, "mean l_k over the fresh tuples - mean over the training tuples, at the "
+            "trained phi_hat (psi = r u_W)"),
+    "gap_ref": ("G of the fixed reference", True, "the same for psi = r(x) x (u = identity, not trained): zero mean"),
+    "gap_cv": ("G, control variate", True, "gap - gap_ref (exactly zero-mean control): the estimate of G"),
+    "sens": ("S of phi_hat, plain", True, "dG^eps/deps at 0 under psi(y_j) -> e^eps psi(y_j) for the negatives, "
+             "pathwise: mean sum_j p_j s_j (fresh) - mean (train) (simkit.estimators.norms.gap_sensitivity)"),
+    "sens_fd": ("S of phi_hat by finite difference", True, f"(G^h - G^-h) / 2h, h = {FD_STEP:g}, common random "
+                "numbers (same phi_hat, same tuples)"),
+    "sens_ref": ("null control: S of the fixed reference", True, "zero mean exactly (the reference does not depend "
+                 "on the training sample)"),
+    "sens_cv": ("S, control variate", True, "sens - sens_ref: the primary estimate of the sensitivity"),
+    "sens_ignored": ("control: S with the norms changed in a score-ignored component", True,
+                     "mode 'ignored' of simkit.estimators.norms: the negatives' norms change by e^eps as in 'sens', the score "
+                     "does not see it; 0 up to rounding"),
+    "sens_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of dl/deps", True, "sd / sqrt(norm_eval)"),
+    "gap_eval_mcse": ("evaluation MCSE of the fresh-tuple mean of l_k", True, "sd / sqrt(norm_eval)"),
+    "train_risk": ("R_hat(phi_hat)", True, "empirical risk of the trained embedding"),
+    "converged": ("L-BFGS-B converged", False, "1 if the success flag was set"),
+    "iterations": ("L-BFGS-B iterations", False, "one start"),
+    "grad_norm": ("final gradient norm", False, "max abs component"),
+    "skipped": ("norms block not run", False, "1 for a block >= norm_blocks (all other values NaN)"),
+}
+
+
+def norm_block(kappa_m: float, tau: float, beta: float, n: int, k: int, n_eval: int, seeds, *, dim: int = 3,
+               maxiter: int = 2000) -> dict[str, float]:
+    """One replicate of the norms design (claim C5) at temperature ``tau``: train u_W on a sample of ``n``
+    tuples (``k`` negatives, pi uniform on S^(dim-1), vMF(kappa_m) positives) under psi = r u_W with
+    ``NormProfile.axis(beta, dim)``, then G and S (:func:`gap_sensitivity`) of phi_hat on ``n_eval`` fresh
+    tuples, of the fixed reference (identity) and with the score-ignored component.
+
+    ``seeds``: three seed sequences (training sample, initial W, fresh tuples); sharing them across tau
+    gives common random numbers. Returns the values named in :data:`NORM_BLOCK_STATS` (``skipped`` 0).
+    """
+    s_sample, s_init, s_eval = seeds
+    pi, kernel = Uniform(dim), VMFKernel(kappa_m)
+    sample = TrainingSample.draw(pi, kernel, n, k, rng=np.random.default_rng(s_sample))
+    init = LinearEmbedding.random(dim, dim, rng=np.random.default_rng(s_init))
+    fresh = TrainingSample.draw(pi, kernel, n_eval, k, rng=np.random.default_rng(s_eval))
+    profile = NormProfile.axis(beta, dim)
+    train_risk, fresh_risk = ScaledRisk(sample, tau, profile), ScaledRisk(fresh, tau, profile)
+    phi, rep = train_scaled(train_risk, init, maxiter=maxiter)
+    a = gap_sensitivity(phi, train_risk, fresh_risk)
+    ref = gap_sensitivity(LinearEmbedding.identity(dim), train_risk, fresh_risk)
+    ign = gap_sensitivity(phi, train_risk, fresh_risk, mode="ignored")
+    return dict(gap=a.gap, gap_ref=ref.gap, gap_cv=a.gap - ref.gap, sens=a.sens, sens_fd=a.sens_fd, sens_ref=ref.sens,
+                sens_cv=a.sens - ref.sens, sens_ignored=ign.sens_fd, sens_eval_mcse=a.sens_eval_mcse,
+                gap_eval_mcse=a.gap_eval_mcse, train_risk=rep["value"], converged=float(rep["converged"]),
+                iterations=float(rep["iterations"]), grad_norm=rep["grad_norm"], skipped=0.0)

@@ -17,7 +17,7 @@ from simkit.distributions.sphere import Uniform, VonMisesFisher
 from simkit.exact import formulas as exact
 from simkit.exact.special import log_vmf_norm, mean_resultant_length
 
-__all__ = ["entropy_h", "kl_sup", "N_SUP_GRID", "N_SUP_PROBES"]
+__all__ = ["entropy_h", "kl_sup", "temperature_constants", "N_SUP_GRID", "N_SUP_PROBES"]
 
 #: grid of mu.x for the exact supremum of the per-anchor KL over x (single-vMF pi)
 N_SUP_GRID = 2001
@@ -77,3 +77,25 @@ def kl_sup(pi, tau: float, *, rng=None) -> float:
     r = _mc_rng(rng, "kl_sup")
     x = np.concatenate([pi.rvs(N_SUP_PROBES // 2, rng=r), Uniform(d).rvs(N_SUP_PROBES // 2, rng=r)])
     return float(np.max(kl_q_pi(pi, x, tau)))
+
+
+def _value_mcse(v) -> tuple[float, float]:
+    return (float(v.value), float(v.mcse)) if isinstance(v, exact.Estimate) else (float(v), 0.0)
+
+
+def temperature_constants(pi, kappa_m: float, tau: float, grid, *, n_mc: int, rng) -> dict[str, np.ndarray]:
+    """The exact constants of claim C5 at phi = identity, M = vMF(kappa_m), for the k ``grid``:
+    ``c1``, ``ce``, ``kl_mean`` (E_x KL(Q(x,.) || pi)) and ``entropy`` (H) as (value, MCSE) pairs (MCSE 0
+    where exact, Monte Carlo over x from ``rng`` for mixtures, in that order), the expansion scales
+    ``rho`` = E[Z2/Z^2] and ``mbar`` = E[m1/Z], ``kl_sup`` (:func:`kl_sup`) and ``gap_exact`` on the
+    grid (uniform pi only; NaN otherwise)."""
+    kernel = VMFKernel(kappa_m)
+    c1 = _value_mcse(exact.bias_constant(pi, kernel, tau, n_mc=n_mc, rng=rng))
+    ce = _value_mcse(exact.cross_entropy(pi, kernel, tau, n_mc=n_mc, rng=rng))
+    rho, mbar = exact.expansion_scales(pi, kernel, tau, n_mc=n_mc, rng=rng)
+    klm = _value_mcse(exact.expectation(pi, lambda x: kl_q_pi(pi, x, tau), isotropic=True, n_mc=n_mc, rng=rng))
+    h = _value_mcse(entropy_h(pi, kappa_m, n_mc=n_mc, rng=rng))
+    gex = exact.gap_exact(kernel, pi.dim, tau, grid) if isinstance(pi, Uniform) else np.full(np.size(grid), np.nan)
+    return {"c1": np.array(c1), "ce": np.array(ce), "rho": np.array(rho), "mbar": np.array(mbar),
+            "kl_mean": np.array(klm), "kl_sup": np.array(kl_sup(pi, tau, rng=rng)), "entropy": np.array(h),
+            "gap_exact": gex}

@@ -4,7 +4,8 @@ For a tuple (x, x+, x-_1..K) embedded by phi and by psi, :func:`loss_difference_
 every k, ``|l_k(psi) - l_k(phi)|`` and three proved bounds on it: the score-level averaging bound (1),
 the averaging bound AVG (a softmax-weighted average of ``|phi(x-_j) - psi(x-_j)|`` over the negatives,
 which does not grow with k) and the max bound MAX (the largest displacement among the first k negatives,
-which does). :func:`violations` flags tuples where a bound fails beyond rounding.
+which does). :func:`violations` flags tuples where a bound fails beyond rounding; :func:`bound_tallies`
+sums a batch of tuples per k (means, violation counts, tightness).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["loss_difference_bounds", "violations", "TOL_ABS", "TOL_REL"]
+__all__ = ["loss_difference_bounds", "violations", "bound_tallies", "TOL_ABS", "TOL_REL", "BOUNDS"]
 
 #: a bound counts as violated when |dl| > B + TOL_ABS + TOL_REL |l_k| (rounding of the loss difference
 #: is ~1e-15 |l_k|; the allowance is ~1000 times that)
@@ -94,3 +95,31 @@ def loss_difference_bounds(u: ArrayLike, v: ArrayLike, w: ArrayLike, u2: ArrayLi
 def violations(delta: NDArray, bound: NDArray, loss: NDArray) -> NDArray[np.bool_]:
     """True where |delta| exceeds ``bound`` by more than the rounding allowance TOL_ABS + TOL_REL |loss|."""
     return np.abs(delta) > bound + TOL_ABS + TOL_REL * np.abs(loss)
+
+
+#: the three bounds of :func:`loss_difference_bounds`: score-level averaging (1), AVG and MAX
+BOUNDS = ("score", "avg", "max")
+
+
+def bound_tallies(b: dict, w: ArrayLike, w2: ArrayLike) -> dict[str, NDArray[np.float64]]:
+    """Per-k tallies over a batch of tuples from :func:`loss_difference_bounds` (``b``; ``w``, ``w2`` the
+    negatives' embeddings under phi and psi, shape (N, K, d)).
+
+    Returns sums over the tuples of ``dl`` (= |delta|), ``bound_<t>``, ``neg_avg`` and ``neg_max`` (shape (G,)),
+    ``viol_<t>`` the number of tuples violating bound t (:func:`violations`), ``tight_<t>`` the largest
+    ``(|dl| - rounding allowance)_+ / B_t`` (at most 1 exactly when the bound holds; 0 where B_t = 0: rounding
+    over rounding is no information), and the scalars ``anchor_term`` (its sum) and ``neg_plain`` (the sum over
+    tuples of the mean over all K negatives of ``|phi(x-) - psi(x-)|``).
+    """
+    dl = np.abs(b["delta"])
+    out = {name: b[name].sum(axis=0) for name in ("bound_score", "bound_avg", "bound_max", "neg_avg", "neg_max")}
+    out["dl"] = dl.sum(axis=0)
+    slack = np.maximum(dl - TOL_ABS - TOL_REL * np.abs(b["loss"]), 0.0)
+    for tag in BOUNDS:
+        bound = b[f"bound_{tag}"]
+        out[f"viol_{tag}"] = violations(b["delta"], bound, b["loss"]).sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"tight_{tag}"] = np.where(bound > 0, slack / bound, 0.0).max(axis=0)
+    out["anchor_term"] = b["anchor_term"].sum()
+    out["neg_plain"] = np.sqrt(np.sum((np.asarray(w2) - np.asarray(w)) ** 2, axis=-1)).mean(axis=1).sum()
+    return out

@@ -210,7 +210,10 @@ class Study:
         return 0
 
     def summary_text(self, ds: xr.Dataset) -> str:
-        return ""
+        """The text printed after a run: by default one line per claim row
+        (:func:`simkit.runner.verdicts.claim_summary`)."""
+        from simkit.runner.verdicts import claim_summary
+        return claim_summary(self.claim_rows(ds))
 
     def report_sections(self, doc, ds: xr.Dataset) -> None:
         """Add this study's pages (all but provenance) to a :class:`simkit.report.ReportDocument`."""

@@ -32,6 +32,8 @@ __all__ = [
     "combine_verdicts",
     "worst_slope",
     "RATE_FIELDS",
+    "C1_NAMES",
+    "rate_columns",
     "rate_verdict",
     "TRUTH_FIELDS",
     "truth_verdict",
@@ -407,6 +409,19 @@ def rate_verdict(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: 
                            "to retry")
     out["reason"] = "; ".join(problems)
     return out
+
+
+#: dataset names of :func:`rate_verdict`'s constant fields when the curve is gap_k (its constant is c1)
+C1_NAMES = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse", "const2_estimate": "c2_estimate",
+            "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z"}
+
+
+def rate_columns(rows: list[dict], keep, *, prefix: str = "", names: dict | None = None) -> dict[str, list]:
+    """The fields of several :func:`rate_verdict` results as columns (one entry per row), named
+    ``names.get(field, prefix + field)`` and kept when that name is in ``keep`` (e.g. a study's schema)."""
+    fields = (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason")
+    cols = {(names or {}).get(f, prefix + f): f for f in fields}
+    return {name: [r[f] for r in rows] for name, f in cols.items() if name in keep}
 
 
 def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]], *,

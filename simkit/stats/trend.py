@@ -15,7 +15,8 @@ uses ``n_blocks - 1`` degrees of freedom.
   (the run's SEs, central t): two definitions of its miss rate at zero growth; :func:`union_bound`;
 * :func:`log_sd_slope`, :func:`relative_trend_se`: jackknife slopes of derived curves;
 * over a fit range k >= k_min and for ratio curves: :func:`log2_slope`, :func:`fit_range_non_inferiority`,
-  :func:`growth_test` (one-sided growth), :func:`wls_slope_test` (log-log WLS slope against 0).
+  :func:`growth_test` (one-sided growth), :func:`wls_slope_test` (log-log WLS slope against 0);
+* :func:`sqrt_k_term_test` (a 1/sqrt(k) term beside 1/k), :func:`paired_change`, :func:`paired_t_power`.
 
 Detectable effect. :func:`trend_test` and :func:`one_sided_rate` state the effect detected with
 probability ``power`` as ``(t_crit + t_power) SE`` (:func:`detectable_t`), with ``t_crit`` the
@@ -33,13 +34,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from simkit.stats.analysis import fit_rate, jackknife
+from simkit.stats.analysis import fit_rate, jackknife, mean_mcse
 
 __all__ = ["TrendTest", "trend_test", "Equivalence", "equivalence_test", "RateCheck", "one_sided_rate",
            "NonInferiority", "growth_non_inferiority", "non_inferiority", "non_inferiority_miss_rate",
            "non_inferiority_plugin_miss_rate", "union_bound", "log_sd_slope",
            "relative_trend_se", "detectable_t", "log2_slope", "fit_range_non_inferiority", "growth_test",
-           "wls_slope_test", "GrowthRule", "growth_rule"]
+           "wls_slope_test", "GrowthRule", "growth_rule", "sqrt_k_term_test", "paired_t_power",
+           "paired_change"]
 
 _ALTERNATIVES = ("greater", "less", "two-sided")
 
@@ -536,3 +538,79 @@ def growth_rule(taus: ArrayLike, blocks: ArrayLike, *, b0: float, alpha: float) 
         why.append(f"mean at tau_min {level:.4g} ± {level_se:.2g}: > 0 not shown (p = {level_p:.3g} >= {alpha:g})")
     return GrowthRule(b, se, float(t), p, level, level_se, float(level_t), level_p, ratio, not why, True, n,
                       "; ".join(why))
+
+
+# ----------------------------------------------------------------------------------------------
+# a 1/sqrt(k) term beside the 1/k expansion, and paired changes along an axis (protocols/encoders.md)
+
+def sqrt_k_term_test(k: ArrayLike, blocks: ArrayLike, k_min: float, *, alpha: float, power: float) -> dict:
+    """Two-sided t test of c = 0 in the fit ``D_k = a/k + b/k^2 + c/sqrt(k)`` over k >= k_min, with a power condition.
+
+    WLS of the block-mean curve on (1/k, 1/k^2, 1/sqrt(k)) (weights 1/MCSE^2 of the block means, fixed in the
+    jackknife), delete-one-block jackknife SE, t of c on n_blocks - 1 df (blocks with a NaN dropped). The
+    smallest |c| detected with probability ``power`` is ``mde = (t_{1-alpha/2} + t_power) SE(c)``; a 1/sqrt(k)
+    term as large as the curve at k_min is ``c_match = sqrt(k_min) |mean at k_min|``. Verdict: "not assessed"
+    when ``mde > c_match`` (no power), else "fail" when |t| > t_{1-alpha/2}, else "pass"; "error" with fewer
+    than 3 blocks or 4 levels, or a zero block-mean variance. Returns a dict of ``a, a_se, c, c_se, t, mde,
+    c_match, verdict, reason``.
+    """
+    out = {"a": math.nan, "a_se": math.nan, "c": math.nan, "c_se": math.nan, "t": math.nan, "mde": math.nan,
+           "c_match": math.nan, "verdict": "error", "reason": "no finite blocks"}
+    b = np.asarray(blocks, dtype=float)
+    b = b[np.all(np.isfinite(b), axis=1)]
+    n = b.shape[0]
+    sel = np.asarray(k, dtype=float) >= k_min
+    if n < 3 or sel.sum() < 4:
+        out["reason"] = f"{n} finished blocks, {int(sel.sum())} grid points >= k_min {k_min:g}: too few"
+        return out
+    kk = np.asarray(k, dtype=float)[sel]
+    x = np.column_stack([1 / kk, 1 / kk ** 2, 1 / np.sqrt(kk)])
+    mean, mcse = mean_mcse(b[:, sel], axis=0)
+    if np.any(~(mcse > 0)):
+        out["reason"] = "a block-mean variance is zero in the fit range"
+        return out
+    sw = 1.0 / mcse
+
+    def coef(curve):
+        return np.linalg.lstsq(x * sw[:, None], curve * sw, rcond=None)[0]
+
+    full, se, _ = jackknife(coef, b[:, sel])
+    t = full[2] / se[2]
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    mde = (crit + stats.t.ppf(power, n - 1)) * se[2]
+    c_match = math.sqrt(kk[0]) * abs(mean[0])
+    out.update(a=full[0], a_se=se[0], c=full[2], c_se=se[2], t=t, mde=mde, c_match=c_match)
+    if not mde <= c_match:
+        out.update(verdict="not assessed", reason=f"no power: MDE of c {mde:.3g} > sqrt(k_min)|D_kmin| {c_match:.3g}")
+    elif abs(t) > crit:
+        out.update(verdict="fail", reason=f"1/sqrt(k) term c = {full[2]:.3g} ± {se[2]:.2g} (t {t:+.2f}, |t| > {crit:.2f})")
+    else:
+        out.update(verdict="pass", reason="")
+    return out
+
+
+def paired_t_power(n_blocks: int, sd: float, margin: float, alpha: float) -> float:
+    """Power of the one-sided paired t test at level ``alpha`` (``n_blocks - 1`` df) when the mean paired
+    difference is ``margin`` and its per-block sd is ``sd`` (noncentral t, noncentrality margin sqrt(n) / sd)."""
+    n = int(n_blocks)
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, n - 1), n - 1, margin * math.sqrt(n) / sd))
+
+
+def paired_change(blocks: ArrayLike, *, alternative: str) -> tuple[NDArray, NDArray, NDArray]:
+    """Change from the first to the last level, paired over blocks, with a one-sided t test.
+
+    ``blocks`` has shape ``(..., n_blocks, J)``. Returns ``(diff, mcse, p)`` over the leading axes: the
+    block mean of ``last - first``, its MCSE (:func:`simkit.stats.analysis.mean_mcse`), and the p-value of the
+    one-sided paired t test on n_blocks - 1 df of H1 "rises" (``alternative="greater"``) or "falls"
+    ("less"). A zero MCSE gives p = 0 when the change is in the direction of H1, else 1.
+    """
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"'alternative' must be 'greater' or 'less', got {alternative!r}")
+    b = np.asarray(blocks, dtype=float)
+    if b.ndim < 2:
+        raise ValueError(f"'blocks' must have shape (..., n_blocks, levels), got {b.shape}")
+    diff, mcse = mean_mcse(b[..., -1] - b[..., 0], axis=-1)
+    sign, df = (1.0 if alternative == "greater" else -1.0), b.shape[-2] - 1
+    p = np.array([float(stats.t.sf(sign * d / se, df)) if se > 0 else (0.0 if sign * d > 0 else 1.0)
+                  for d, se in zip(np.ravel(diff), np.ravel(mcse))]).reshape(np.shape(diff))
+    return diff, mcse, p

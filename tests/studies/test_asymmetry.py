@@ -40,7 +40,8 @@ from simkit.distributions.designs import build_kernel, build_pi
 from simkit.distributions.heat import BrownianKernel, _log_h_exact
 from simkit.runner import read_dataset, resolve_config, run_study
 from simkit.estimators.search import SearchEstimator, _heat_profile, search_statistics
-from studies.asymmetry import ALPHA, SCHEMA, STUDY, asymmetry_exact
+from simkit.exact.moments import asymmetry_exact
+from studies.asymmetry import ALPHA, SCHEMA, STUDY
 from studies.rate_k import ALPHA as RATE_K_ALPHA
 from studies.rate_k import STUDY as RATE_K
 from studies.search_ce import ALPHA as SEARCH_CE_ALPHA

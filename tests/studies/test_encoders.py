@@ -30,6 +30,8 @@ from simkit.estimators.finite import retrieval_terms, sample_rows
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.exact.quadrature import log_partition
 from simkit.runner import read_dataset, resolve_config, run_study
+from simkit.embeddings.perturbation import collapse_output
+from simkit.stats.trend import sqrt_k_term_test
 from studies import encoders
 from studies.encoders import ALPHA, N_C1_TESTS, STUDY, TAU
 from _false_fail import below_floor, null_pvalues
@@ -298,24 +300,24 @@ def test_rule_r_passes_on_1_over_k_curves_with_a_large_second_order_term():
     1/2; its rejection of a real 1/sqrt(k) curve is the next test."""
     k = 2.0 ** np.arange(13)
     for a, b in ((0.0, -40.0), (2.0, -30.0)):
-        r = encoders.sqrt_k_rule(k, _blocks(a / k + b / k**2, k, noise=1e-3), 64, FLOOR)
+        r = sqrt_k_term_test(k, _blocks(a / k + b / k**2, k, noise=1e-3), 64, alpha=FLOOR, power=encoders.R_POWER)
         assert r["verdict"] in ("pass", "not assessed"), r
         assert abs(r["t"]) <= stats.t.ppf(1 - FLOOR / 2, 47)
-    r = encoders.sqrt_k_rule(k, _blocks(2.0 / k - 30 / k**2, k, noise=1e-3), 64, FLOOR)
+    r = sqrt_k_term_test(k, _blocks(2.0 / k - 30 / k**2, k, noise=1e-3), 64, alpha=FLOOR, power=encoders.R_POWER)
     assert r["verdict"] == "pass" and r["a"] == pytest.approx(2.0, abs=5 * r["a_se"])
 
 
 @pytest.mark.deterministic(reason="the fake curve's 1/sqrt(k) term is > 100 SE from 0")
 def test_rule_r_negative_control_a_1_over_sqrt_k_curve_fails():
     k = 2.0 ** np.arange(13)
-    r = encoders.sqrt_k_rule(k, _blocks(1.0 / np.sqrt(k) + 2.0 / k, k), 64, ALPHA)
+    r = sqrt_k_term_test(k, _blocks(1.0 / np.sqrt(k) + 2.0 / k, k), 64, alpha=ALPHA, power=encoders.R_POWER)
     assert r["verdict"] == "fail" and r["c"] == pytest.approx(1.0, rel=0.01)
 
 
 @pytest.mark.deterministic(reason="a curve at 1e-9 with noise 1e-4: the MDE is > 1000x the matched term")
 def test_rule_r_without_power_is_not_assessed():
     k = 2.0 ** np.arange(13)
-    r = encoders.sqrt_k_rule(k, _blocks(1e-9 / k, k, noise=1e-2), 64, ALPHA)
+    r = sqrt_k_term_test(k, _blocks(1e-9 / k, k, noise=1e-2), 64, alpha=ALPHA, power=encoders.R_POWER)
     assert r["verdict"] == "not assessed" and r["mde"] > r["c_match"]
 
 
@@ -342,7 +344,7 @@ def test_collapsed_start_maps_most_points_near_plus_or_minus_u():
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     for enc, d in (("lin", 8), ("mlp", 32)):
         init = encoders.make_embedding(enc, d, rng=np.random.default_rng(1))
-        far = encoders.collapsed_start(init, np.random.default_rng(2))
+        far = collapse_output(init, encoders.FAR_NOISE, rng=np.random.default_rng(2))
         f = far(x)
         g = np.abs(f @ f.T)
         # most pairs are nearly parallel or antiparallel: the scores barely separate points

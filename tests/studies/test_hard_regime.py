@@ -28,8 +28,9 @@ from simkit import VMFKernel, exact
 from simkit.estimators.infonce import GapEstimator, k_grid
 from simkit.runner import read_dataset, resolve_config, run_study
 from simkit.distributions.sphere import Uniform
-from studies.hard_regime import (ALPHA, PROTOCOL_PATH, SCHEMA, STUDY, block_groups, confirmatory_verdict, pilot_gap,
-                                 rate_rule)
+from simkit.estimators.infonce import gap_with_coefficients as pilot_gap
+from simkit.stats.sensitivity import block_groups
+from studies.hard_regime import ALPHA, PROTOCOL_PATH, SCHEMA, STUDY, confirmatory_verdict, rate_rule
 from _false_fail import below_floor, null_pvalues
 
 FLOOR = 1e-5  # the default suite's level for a test's own null comparisons (ALPHA is the rule's)
