@@ -1,6 +1,6 @@
 """Claim C3, complexity term: the Rademacher study (studies/rademacher.py).
 
-The loss class and the supremum are tested in tests/estimators/test_rademacher.py.
+The loss class and the supremum are tested in tests/estimators/test_rademacher_sup.py.
 
 * The study: the quick design passes (InfoNCE not flagged, control flagged, n-exponents); resume
   equals an uninterrupted run; deterministic edits of real blocks (InfoNCE curve tilted like sqrt k;
