@@ -93,7 +93,8 @@ def snis_bias(m: ArrayLike, s: ArrayLike, w: ArrayLike, ks: ArrayLike) -> NDArra
     Notes
     -----
     V/W is invariant to the scale of m, so m is divided by E m. With ``u(t) = E[m (s - mu)
-    (e^{-tm} - 1)]`` (the -1 costs nothing as ``E[m (s - mu)] = 0`` and makes u = O(t) as t -> 0) the
+    (e^{-tm} - 1)]`` (the -1 costs nothing as ``E[m (s - mu)] = 0`` and makes u = O(t) as t -> 0;
+    it is dropped where L(t) < 1/2, where it would only add rounding error) the
     bias is ``k int u(t) L(t)^{k-1} dt``, for k >= 2 by the trapezoidal rule in ``log t`` with step
     :data:`simkit.exact.curve.TRAPEZOID_STEP` (the integrand is entire in log t and bounded in the
     strip ``|Im log t| < pi/3``), and ``E s - mu`` at k = 1.
@@ -127,10 +128,12 @@ def snis_bias(m: ArrayLike, s: ArrayLike, w: ArrayLike, ks: ArrayLike) -> NDArra
         for i in range(0, t.size, step):
             e = np.expm1(-t[i:i + step, None] * ma[None, :])
             mean_e = e @ wa  # L - 1, without cancellation while L is near 1
+            near = mean_e > -0.5
             with np.errstate(divide="ignore"):
-                log_l[i:i + step] = np.where(mean_e > -0.5, np.log1p(np.maximum(mean_e, -0.5)),
-                                             np.log((e + 1.0) @ wa))
-            ut[i:i + step] = e @ dev
+                log_l[i:i + step] = np.where(near, np.log1p(np.maximum(mean_e, -0.5)), np.log((e + 1.0) @ wa))
+            # E[m (s - mu) e^{-tm}]: with the -1 while L is near 1 (u = O(t), no cancellation), without it
+            # beyond (there the -1 would leave the rounding of E[m (s - mu)] = 0 times a long range of t)
+            ut[i:i + step] = np.where(near, e @ dev, (e + 1.0) @ dev)
         for j, k in enumerate(kf):
             if k == 1:
                 out[a, j] = np.dot(wa, sa) - mu
