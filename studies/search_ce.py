@@ -19,7 +19,8 @@ Methods    One streaming pass per block gives every k (common random numbers; si
            WLS of D_k on 1/k, 1/k^2 for d1; jackknife over independent blocks (the shared rate
            rule simkit.stats.analysis.rate_verdict, as for C1 and C7).
 Performance  Slope with 95% and 99.9% intervals, tests of slope = -1/2 and -1; d1 against its
-           derived value (z-score, diagnostic); retrieval metrics with MCSE; every D_k with its
+           derived value (t test) and the D_k curve against the exact one (max-t), both in the
+           verdict (protocols/search_ce.md); retrieval metrics with MCSE; every D_k with its
            MCSE; variance-reduction factors; residuals.
 
 Run it: ``simkit run search_ce`` (or ``python -m simkit run search_ce``).
@@ -240,7 +241,8 @@ class SearchCE(Study):
                    "positive's score replaced by its exact conditional mean; six control variates with exactly zero "
                    "conditional mean, pilot coefficients; WLS of log|D_k| on log k and 1/k for k >= k_min; WLS of D_k "
                    "on 1/k, 1/k^2; jackknife over independent blocks",
-        "performance": "slope with 95% CI, p-values of slope = -1/2 and -1, d1 z-score (diagnostic), MCSE of every "
+        "performance": "slope with 95% CI, p-values of slope = -1/2 and -1, d1 t test and D_k curve against exact D_k "
+                       "(max-t; uniform and vMF pi), MCSE of every "
                        "estimate, retrieval metrics with MCSE",
     }
     params = {
