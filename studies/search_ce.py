@@ -200,9 +200,10 @@ def _n_null_tests(ds) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _exact_curve(family: str, dim: int, kappa_pi: float, kappa_m: float, tau: float, k_max: int) -> np.ndarray:
-    """d_exact of a cell (deterministic: cached across the seeds of a process); NaN for a mixture pi."""
+    """d_exact of a cell (deterministic: cached across the seeds of a process); NaN for a mixture pi and on
+    the circle (simkit.exact.search_curve.search_d_curve needs d >= 3)."""
     grid = k_grid(k_max)
-    if family == "mixture":
+    if family == "mixture" or dim < 3:
         return np.full(grid.size, np.nan)
     pi = build_pi({"pi": family, "dim": dim, "kappa_pi": kappa_pi})
     return search_d_curve(pi, VMFKernel(kappa_m), tau, grid).d
