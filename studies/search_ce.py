@@ -19,7 +19,8 @@ Methods    One streaming pass per block gives every k (common random numbers; si
            WLS of D_k on 1/k, 1/k^2 for d1; jackknife over independent blocks (the shared rate
            rule simkit.stats.analysis.rate_verdict, as for C1 and C7).
 Performance  Slope with 95% and 99.9% intervals, tests of slope = -1/2 and -1; d1 against its
-           derived value (z-score, diagnostic); retrieval metrics with MCSE; every D_k with its
+           derived value (t test) and the D_k curve against the exact one (max-t), both in the
+           verdict (protocols/search_ce.md); retrieval metrics with MCSE; every D_k with its
            MCSE; variance-reduction factors; residuals.
 
 Run it: ``simkit run search_ce`` (or ``python -m simkit run search_ce``).
@@ -27,18 +28,26 @@ Run it: ``simkit run search_ce`` (or ``python -m simkit run search_ce``).
 
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 
 from simkit import VMFKernel, exact
-from simkit.stats.analysis import RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues, worst_slope
+from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, mean_mcse, rate_verdict, setting_pvalues, truth_rng,
+                                   worst_slope)
+from simkit.stats.truth_tests import max_t_test
+from simkit.exact.search_curve import search_d_curve
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi
 from simkit.estimators.infonce import k_grid
+from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
 from simkit.estimators.search import N_TOP, SEARCH_STATS, SearchEstimator, search_constants
 
-#: false-failure rate of each per-setting slope check
+#: false-failure rate of each per-setting null test (slope, d1, D_k curve)
 ALPHA = 1e-3
+
+#: the pre-registered rule that the C2 check applies (d1 and the exact curve inside the verdict)
+PROTOCOL_PATH = "protocols/search_ce.md"
 
 #: the design catalogue (simkit.distributions.designs.SEARCH_SETTINGS): name -> (pi family, dim, kappa_pi, kappa_m, tau)
 SETTINGS = SEARCH_SETTINGS
@@ -90,6 +99,15 @@ SCHEMA = {
              "block mean of the control-variate estimator (simkit.estimators.search.SearchEstimator)"),
     "d_mcse": Var(K, "Monte Carlo standard error of d, in nats", "1", MCSE),
     "d_abs": Var(K, "|D_k|, in nats", "1", "absolute value of d (the log-log fit uses d_sign * d)"),
+    "prep_d_exact": Var(("setting", "d_exact_dim0"), "exact D_k, in nats", "1", "prepare stage (simkit.exact.search_curve.search_d_curve)"),
+    "d_exact": Var(K, "exact D_k, in nats", "1", "simkit.exact.search_curve.search_d_curve: Gauss rules in the "
+                   "cosines and on the disk, no Monte Carlo (relative error < 1e-8); NaN where pi has no "
+                   "low-dimensional reduction (mixture)"),
+    "d_z": Var(K, "standardised difference of d from d_exact", "1", "(d - d_exact) / d_mcse"),
+    "d_curve_max_t": Var(S, "largest studentised deviation of the Monte Carlo D_k curve from d_exact", "1",
+                         "simkit.stats.truth_tests.max_t_test of the control-variate blocks over every k of the grid"),
+    "d_curve_p": Var(S, "p-value of d_curve_max_t", "1", "Efron bootstrap of the blocks (9999 resamples; "
+                     "simkit.stats.analysis.truth_rng); NaN where d_exact is NaN"),
     "k_d": Var(K, "k times D_k, in nats", "1", "approaches d1 as k grows"),
     "k_d_mcse": Var(K, "MCSE of k_d, in nats", "1", "k * d_mcse"),
     "fit_d_abs": Var(K, "fitted |D_k|, in nats", "1", "exp of the WLS fit of log|D_k| on log k and 1/k"),
@@ -127,15 +145,17 @@ SCHEMA = {
     "d2_estimate": Var(S, "estimated d2, in nats", "1", "coefficient of 1/k^2"),
     "d2_estimate_mcse": Var(S, "MCSE of d2_estimate, in nats", "1", "delete-one-block jackknife"),
     "d1_z": Var(S, "z-score of d1_estimate against d1_exact", "1",
-                "(d1_estimate - d1_exact) / sqrt(d1_estimate_mcse^2 + d1_exact_mcse^2); diagnostic, not part "
-                "of the verdict (d1 is derived here, not in the paper)"),
+                "(d1_estimate - d1_exact) / sqrt(d1_estimate_mcse^2 + d1_exact_mcse^2); in the verdict: "
+                "|d1_z| within the two-sided Student t critical value at alpha on n_blocks - 1 df"),
     "k_min": Var(S, "smallest k in the fits", "1", "smallest grid k >= k_min_factor * expansion_scale"),
     "d_sign": Var(S, "sign of D_k in the fit range", "1", "+1 or -1; 0 if the means change sign for k >= k_min"),
     "k_sign": Var(S, "grid k from which mean D_k keeps its sign", "1",
                   "diagnostic: D_1 > 0 always, so a negative d1 implies one sign change"),
     "verdict": Var(S, "verdict for C2", "1", f"pass, fail or error (a task failed); pass when D_k keeps one sign "
-                   f"for k >= k_min, the level-{1 - ALPHA:g} interval of the slope of log|D_k| contains -1 and "
-                   f"slope = -1/2 is rejected at {ALPHA:g} (simkit.stats.analysis.rate_verdict)"),
+                   f"for k >= k_min, the level-{1 - ALPHA:g} interval of the slope of log|D_k| contains -1, "
+                   f"slope = -1/2 is rejected at {ALPHA:g}, d1_z is not rejected at {ALPHA:g} "
+                   f"(simkit.stats.analysis.rate_verdict) and, where d_exact exists, d_curve_p >= {ALPHA:g} "
+                   f"(protocols/search_ce.md)"),
     "verdict_reason": Var(S, "why a setting failed", "1", "empty when it passed"),
     "k": Var(("k",), "database size k", "1", "geometric grid 1, 2, 4, ..., k_max"),
     "setting": Var(S, "design setting", "1", "name of the setting in simkit.distributions.designs.SEARCH_SETTINGS"),
@@ -154,13 +174,15 @@ _RENAMED = {"const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate
 
 
 def _c2_check(ds) -> dict:
-    """The C2 check over every setting (one sign in the fit range, slope interval, -1/2 rejected);
-    its estimate is the slope of the setting farthest from -1 in standard errors."""
+    """The C2 check over every setting (one sign in the fit range, slope interval, -1/2 rejected, d1 against
+    its derived value, the D_k curve against d_exact); its estimate is the slope of the setting farthest
+    from -1 in standard errors."""
     slope, se = ds["slope"].values, ds["slope_se"].values
     verdicts = [str(v) for v in ds["verdict"].values]
     detail = "; ".join(
         f"{s}: slope {slope[i]:.4f} ± {se[i]:.4f}, d1 {ds['d1_estimate'].values[i]:.3f} ± "
-        f"{ds['d1_estimate_mcse'].values[i]:.3f} (predicted {ds['d1_exact'].values[i]:.3f}), top-1 "
+        f"{ds['d1_estimate_mcse'].values[i]:.3f} (predicted {ds['d1_exact'].values[i]:.3f}, z "
+        f"{ds['d1_z'].values[i]:+.2f}), D_k curve against exact p = {ds['d_curve_p'].values[i]:.3g}, top-1 "
         f"{ds['top1'].values[i][-1]:.3f}, recall@{N_TOP} {ds['recall'].values[i][-1]:.3f} at k = "
         f"{int(ds['k'].values[-1])} -> {verdicts[i]}"
         + (f" ({ds['verdict_reason'].values[i]})" if str(ds["verdict_reason"].values[i]) else "")
@@ -170,14 +192,36 @@ def _c2_check(ds) -> dict:
             "detail": detail}
 
 
+def _n_null_tests(ds) -> int:
+    """Null tests of the C2 verdict: slope and d1 per setting, the curve test per setting with d_exact."""
+    has_curve = np.all(np.isfinite(ds["d_exact"].values), axis=1) if "d_exact" in ds else np.zeros(ds.sizes["setting"])
+    return int(2 * ds.sizes["setting"] + np.sum(has_curve))
+
+
+@functools.lru_cache(maxsize=16)
+def _exact_curve(family: str, dim: int, kappa_pi: float, kappa_m: float, tau: float, k_max: int) -> np.ndarray:
+    """d_exact of a cell (deterministic: cached across the seeds of a process); NaN for a mixture pi and on
+    the circle (simkit.exact.search_curve.search_d_curve needs d >= 3)."""
+    grid = k_grid(k_max)
+    if family == "mixture" or dim < 3:
+        return np.full(grid.size, np.nan)
+    pi = build_pi({"pi": family, "dim": dim, "kappa_pi": kappa_pi})
+    return search_d_curve(pi, VMFKernel(kappa_m), tau, grid).d
+
+
 C2_CHECK = Check(
     claim="C2",
     statistic=lambda ds: (f"slope of log|D_k| on log k (with 1/k term), D_k = R_k - E CE(M_k, Q_k), "
-                          f"{ds.sizes['setting']} settings; -1 in the level-{1 - ALPHA:g} interval, -1/2 rejected"),
+                          f"{ds.sizes['setting']} settings; -1 in the level-{1 - ALPHA:g} interval, -1/2 rejected; "
+                          f"fitted d1 against derived d1 (t test) and the D_k curve against exact D_k (max-t) at "
+                          f"{ALPHA:g}"),
     evaluate=_c2_check,
-    false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
-    # the one null test per setting (slope = -1); "-1/2 rejected" and "one sign" are power conditions
-    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one")}),
+    false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** _n_null_tests(ds),
+    # the null tests per setting: slope = -1, d1 = derived d1, the curve where d_exact exists; "-1/2 rejected"
+    # and "one sign" are power conditions
+    pvalues=lambda ds: setting_pvalues(ds, ALPHA, {"slope": ("p", "slope_p_one"), "d1": ("t", "d1_z"),
+                                                   "curve": ("p", "d_curve_p")}),
+    protocol=PROTOCOL_PATH,
 )
 
 
@@ -198,7 +242,8 @@ class SearchCE(Study):
                    "positive's score replaced by its exact conditional mean; six control variates with exactly zero "
                    "conditional mean, pilot coefficients; WLS of log|D_k| on log k and 1/k for k >= k_min; WLS of D_k "
                    "on 1/k, 1/k^2; jackknife over independent blocks",
-        "performance": "slope with 95% CI, p-values of slope = -1/2 and -1, d1 z-score (diagnostic), MCSE of every "
+        "performance": "slope with 95% CI, p-values of slope = -1/2 and -1, d1 t test and D_k curve against exact D_k "
+                       "(max-t; uniform and vMF pi), MCSE of every "
                        "estimate, retrieval metrics with MCSE",
     }
     params = {
@@ -257,7 +302,9 @@ class SearchCE(Study):
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
         const = search_constants(est.pi, est.kernel, est.tau, n_mc=cfg["n_mc"], rng=rng)
         rho, mbar = exact.expansion_scales(est.pi, est.kernel, est.tau, n_mc=cfg["n_mc"], rng=rng)
-        out = {"coef": coef, "rho": np.array(rho), "mbar": np.array(mbar)}
+        out = {"coef": coef, "rho": np.array(rho), "mbar": np.array(mbar),
+               "d_exact": _exact_curve(cell["pi"], cell["dim"], cell["kappa_pi"], cell["kappa_m"], cell["tau"],
+                                       cfg["k_max"]).copy()}
         for name, (v, se) in const.items():
             out[f"{name}_exact"] = np.array(v)
             out[f"{name}_exact_mcse"] = np.array(se)
@@ -276,8 +323,11 @@ class SearchCE(Study):
         scale = np.maximum.reduce([raw["prep_rho"].values, raw["prep_mbar"].values, raw["prep_w2_exact"].values])
         rows = [rate_verdict(k, raw["raw_d_cv"].values[i], float(scale[i]), cfg["k_min_factor"],
                              float(raw["prep_d1_exact"].values[i]), float(raw["prep_d1_exact_mcse"].values[i]),
-                             alpha=ALPHA, test_constant=False, failed_blocks=bool(str(raw["cell_error"].values[i])))
+                             alpha=ALPHA, test_constant=True, failed_blocks=bool(str(raw["cell_error"].values[i])))
                 for i in range(raw.sizes["setting"])]
+        for r in rows:
+            r["reason"] = r["reason"].replace("c1 z-score", "d1 z-score")
+        self._truth(raw, k, out, rows, cfg["seed"])
         for field in (*RATE_FIELDS, "fit_abs", "resid_rate", "resid_const", "verdict", "reason"):
             out[_RENAMED.get(field, field)] = [r[field] for r in rows]
         for name in (f"{n}_exact{s}" for n in _CONSTANTS for s in ("", "_mcse")):
@@ -285,8 +335,27 @@ class SearchCE(Study):
         out["expansion_scale"] = scale
         return out
 
+    @staticmethod
+    def _truth(raw, k, out, rows, seed) -> None:
+        """d_exact, d_z and the max-t test of the D_k blocks against d_exact; a rejection fails the setting."""
+        n = raw.sizes["setting"]
+        out["d_exact"] = raw["prep_d_exact"].values.reshape(n, k.size)
+        out["d_z"] = (out["d"] - out["d_exact"]) / out["d_mcse"]
+        out["d_curve_max_t"], out["d_curve_p"] = np.full(n, np.nan), np.full(n, np.nan)
+        for i, r in enumerate(rows):
+            blocks = raw["raw_d_cv"].values[i]
+            blocks = blocks[np.all(np.isfinite(blocks), axis=1)]
+            if not np.all(np.isfinite(out["d_exact"][i])) or blocks.shape[0] < 3:
+                continue
+            test = max_t_test(blocks, out["d_exact"][i], rng=truth_rng(seed, str(raw["setting"].values[i])))
+            out["d_curve_max_t"][i], out["d_curve_p"][i] = test.statistic, test.p_value
+            if r["verdict"] != "error" and not test.p_value >= ALPHA:
+                r["reason"] = "; ".join(p for p in (r["reason"], f"D_k curve against d_exact rejected (max-t "
+                                                                 f"{test.statistic:.2f}, p = {test.p_value:.2g})") if p)
+                r["verdict"] = "fail"
+
     def attrs(self, cfg):
-        return {"alpha": ALPHA, "n_top": N_TOP}
+        return {"alpha": ALPHA, "n_top": N_TOP, **protocol_attrs(PROTOCOL_PATH)}
 
     def report_sections(self, doc, ds):
         from simkit.report.search_ce import search_ce_sections

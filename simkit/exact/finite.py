@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from scipy.special import logsumexp
 
 from simkit.exact.curve import expected_log_sum_parts
+from simkit.exact.search_curve import positive_term
 
 __all__ = ["log_weights", "exact_constants", "class_members", "exact_d_curve"]
 
@@ -98,7 +99,7 @@ def class_members(labels: NDArray) -> tuple[NDArray, NDArray]:
 
 def exact_d_curve(s: NDArray, idx: NDArray, mask: NDArray, anchors: NDArray, grid: NDArray) -> NDArray:
     """Exact D_k(x) = E log(e^{S0} + S_k) - E log S_k of the label kernel for the given anchors,
-    shape (len(anchors), G), by simkit.exact.curve.expected_log_sum_parts.
+    shape (len(anchors), G), by simkit.exact.search_curve.positive_term.
 
     S0 ~ M(x) (uniform over x's class), S_k = sum of k i.i.d. e^{s(x, y)}, y ~ pi. With the
     convention V_k/W_k := E_M s the self-normalised term of R_k - E CE(M_k, Q_k) has mean exactly 0,
@@ -106,18 +107,8 @@ def exact_d_curve(s: NDArray, idx: NDArray, mask: NDArray, anchors: NDArray, gri
     and k - 1 negatives (k >= 2) and E_pi s(x, y) at k = 1; each part is split as log-mean plus
     centred remainder, whose difference is taken part by part (no cancellation of large terms).
     """
-    n = s.shape[1]
     rows = s[anchors]
     pos = np.take_along_axis(rows, idx[anchors], axis=1)
     pos = np.where(mask[anchors], pos, pos[:, :1])  # zero-weight padding
     pw = mask[anchors] / mask[anchors].sum(axis=1, keepdims=True)
-    flat = np.full(n, 1.0 / n)
-    lm1, c1 = expected_log_sum_parts(pos, pw, rows, flat, grid)
-    out = np.empty((anchors.size, grid.size))
-    big = grid > 1
-    if np.any(big):
-        lm2, c2 = expected_log_sum_parts(rows, flat, rows, flat, grid[big] - 1)
-        out[:, big] = (lm1[:, big] - lm2) + (c1[:, big] - c2)
-    if not np.all(big):
-        out[:, ~big] = lm1[:, ~big] + c1[:, ~big] - rows.mean(axis=1)[:, None]
-    return out
+    return positive_term(pos, pw, rows, None, grid)

@@ -536,9 +536,16 @@ def test_setting_pvalues_reproduce_the_verdict_rules():
 
     sc = xr.open_dataset("data/search_ce.nc").load()
     pv = search_ce.C2_CHECK.pvalues(sc)
+    zcrit_sc = stats.t.isf(search_ce.ALPHA / 2, sc.sizes["block"] - 1)
     for i, s in enumerate(str(x) for x in sc["setting_label"].values):
         lo, hi = sc["slope_verdict_low"].values[i], sc["slope_verdict_high"].values[i]
         assert (pv[f"{s}:slope"][0] < search_ce.ALPHA) == (not lo <= -1.0 <= hi)
+        assert (pv[f"{s}:d1"][0] < search_ce.ALPHA) == (abs(sc["d1_z"].values[i]) > zcrit_sc)
+        cp = sc["d_curve_p"].values[i]
+        assert pv[f"{s}:curve"][0] == cp or (np.isnan(cp) and np.isnan(pv[f"{s}:curve"][0]))
+    bad = sc.copy(deep=True)
+    bad["d1_z"].values[0] = 1.01 * zcrit_sc
+    assert search_ce.C2_CHECK.pvalues(bad)[f"{sc['setting_label'].values[0]}:d1"][0] < search_ce.ALPHA
 
 
 @pytest.mark.deterministic(reason="file lookup; no sampling")

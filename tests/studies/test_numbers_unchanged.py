@@ -6,7 +6,9 @@ The reference files were written by ``simkit validate`` (quick designs, each stu
 the library was reorganised into subpackages; moving code must not move a number. Two references
 were rewritten since, for a change of method rather than a move (CHANGELOG.md): ``digits`` takes its
 exact curve and constants from :func:`simkit.diagnose`, whose anchor sample became label-stratified;
-``encoders`` gained the variables of its pre-registered rules R and L, its other variables identical.
+``encoders`` gained the variables of its pre-registered rules R and L, its other variables identical;
+``search_ce`` gained its exact D_k curve and the curve test (``prep_d_exact``, ``d_exact``, ``d_z``,
+``d_curve_max_t``, ``d_curve_p``; protocols/search_ce.md), its other variables identical.
 Every data variable and coordinate is compared (values and dims); attributes that record the run
 (times, host, versions, commit) are not.
 """
