@@ -276,7 +276,7 @@ class Minimiser(Study):
     def block_dims(self, cfg):
         coords = {"k_emp": np.array(self.params["k_emp"].values(cfg["k_emp"]), dtype=float),
                   "n": np.array(self.params["ns"].values(cfg["ns"]), dtype=float),
-                  "param": np.arange(self._p_max(cfg))}
+                  "param": np.arange(self._p_max(cfg)), "param_b": np.arange(self._p_max(cfg)), "k": self._ks(cfg)}
         return {"emp_excess": ("k_emp", "n"), "emp_theta": ("k_emp", "n", "param")}, coords
 
     def prepare(self, cell, cfg, rng):
@@ -386,7 +386,6 @@ class Minimiser(Study):
         out["emp_verdict"] = [e[0] for e in emp]
         out["verdict"] = [combine_verdicts([out["exact_verdict"][i], emp[i][0]]) for i in range(n_set)]
         out["verdict_reason"] = ["; ".join(r for r in (out["exact_reason"][i], emp[i][1]) if r) for i in range(n_set)]
-        out["param_b"] = np.arange(pm)
         return out
 
     @staticmethod
