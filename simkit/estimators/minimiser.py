@@ -22,6 +22,10 @@ from simkit.exact.minimiser import ScoreClass
 
 __all__ = ["Tuples", "sample_tuples", "empirical_risk", "empirical_minimiser"]
 
+#: smallest Hessian eigenvalue of a minimum: the class's curvature at θ_k is of order 1e-4 or more; a
+#: runaway's Hessian shrinks with its gradient (both e^{-θ·margin})
+_FLAT = 1e-8
+
 
 @dataclass(frozen=True)
 class Tuples:
@@ -79,20 +83,21 @@ def empirical_minimiser(c: ScoreClass, t: Tuples, theta0: ArrayLike, *, tol: flo
     Converged means ``max |∇R̂(θ̂)| <= tol`` or a Newton decrement ``∇R̂ᵀ(∇²R̂)⁻¹∇R̂`` below 1e-24 (the
     risk is then flat to rounding). The empirical risk can have no minimiser (its infimum at
     infinity when the positives separate from the negatives in a direction of F); then the iterates run
-    away and ``converged`` is False, θ̂ NaN.
+    away, where the gradient and the Hessian both vanish: a point whose Hessian has an eigenvalue below
+    1e-8 is not a minimum, ``converged`` is False and θ̂ NaN.
     """
     th = np.atleast_1d(np.asarray(theta0, dtype=float)).copy()
     for _ in range(max_iter):
         val, grad, hess = empirical_risk(c, t, th)
         if not np.all(np.isfinite(grad)) or np.max(np.abs(th)) > 1e6:
             break
-        if np.max(np.abs(grad)) <= tol:
-            return th, True
         try:
             step = np.linalg.solve(hess, grad)
         except np.linalg.LinAlgError:
             break
-        if 0.0 <= float(grad @ step) < 1e-24:
+        if np.max(np.abs(grad)) <= tol or 0.0 <= float(grad @ step) < 1e-24:
+            if np.min(np.linalg.eigvalsh(hess)) < _FLAT:
+                break  # flat to rounding: the iterates ran away (no minimiser), not a minimum
             return th, True
         lam = 1.0
         while empirical_risk(c, t, th - lam * step)[0] > val + 1e-15 * abs(val) and lam > 1e-10:
