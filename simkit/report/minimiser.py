@@ -153,7 +153,7 @@ def _crossover_page(doc, ds: xr.Dataset) -> None:
             ax.errorbar(ns[ok], y[ok], yerr=np.minimum(2 * se[ok], 0.95 * y[ok]), fmt="o-", color=c, ms=3, lw=1,
                         capsize=2)
             b = ds["emp_bias"].values[idx, j]
-            if b > 0:
+            if b > 0 and not int(ds["well_specified"].values[idx]):
                 ax.axhline(b, color=c, ls="--", lw=1)
             if j == 0 and ok.any():
                 first = int(np.nonzero(ok)[0][0])
