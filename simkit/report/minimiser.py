@@ -82,7 +82,8 @@ def _crossover_table(doc, ds: xr.Dataset) -> None:
     header = ["class", "k", "exact k-bias"] + [f"n = {int(n)}" for n in ns] + ["crossover n", "p (θ_k)", "p* (θ*)"]
     for i, s in enumerate(ds["setting"].values):
         for j, k in enumerate(ds["k_emp"].values):
-            rows_ds.append([str(s), str(int(k)), fin(ds["emp_bias"].values[i, j], ".3g")]
+            well = bool(int(ds["well_specified"].values[i]))
+            rows_ds.append([str(s), str(int(k)), "0 (well specified)" if well else fin(ds["emp_bias"].values[i, j], ".3g")]
                            + [format_pm(ds["emp_excess"].values[i, j, q], ds["emp_excess_mcse"].values[i, j, q])
                               for q in range(ns.size)]
                            + [format_pm(ds["emp_n_cross"].values[i, j], ds["emp_n_cross_mcse"].values[i, j]),
