@@ -207,8 +207,10 @@ def _emp_check(ds):
     p = ds["emp_p"].values
     est = float(np.nanmin(p)) if np.isfinite(p).any() else math.nan
     return {"estimate": est, "estimate_mcse": 0.0, "verdict": combine_verdicts(_rows(ds, "emp_verdict")),
-            "detail": f"smallest p {est:.3g} of {_n_tests(ds)} tests against α/m = {ALPHA / _n_tests(ds):.2g}; largest "
-                      f"p against θ* {float(np.nanmax(ds['emp_p_star'].values)):.3g}"}
+            "detail": f"smallest p {est:.3g} of {_n_tests(ds)} tests against α/m = {ALPHA / _n_tests(ds):.2g}; p against "
+                      f"θ* (power), misspecified classes: " + ", ".join(
+                          f"{_names(ds)[i]} {' '.join(format(p, '.2g') for p in ds['emp_p_star'].values[i])}"
+                          for i in np.nonzero(~ds["well_specified"].values.astype(bool))[0])}
 
 
 def _emp_pvalues(ds):
