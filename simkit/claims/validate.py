@@ -37,6 +37,8 @@ CLAIMS = {
     "C5": "higher tau keeps Q close to pi (KL <= 2/tau); small tau inflates the bias constant and the gap",
     "C6": "no explicit dependence on the embedding dimension d",
     "C7": "C1-C3 hold for non-reversible, asymmetric positive kernels",
+    "M1": "beyond the paper (theory §17): the R_k minimiser's excess CE is O(1/k^2) with constant g'H^-1 g/2; no shift "
+          "when the class is well specified",
 }
 NOT_STUDIED = "not yet studied"
 NOT_ASSESSED = "not assessed"
