@@ -316,7 +316,7 @@ class Onset(Study):
         rho = raw["prep_rho"].values
         at_k = np.searchsorted(ke, k)
         out = {"gap": gap, "gap_mcse": se, "k_gap_ratio": k * gap / c1[:, None], "k_gap_ratio_mcse": k * se / np.abs(c1)[:, None],
-               "gap_exact": ge, "gap_exact_mcse": np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None)),
+               "k_exact": ke.astype(np.int64), "gap_exact": ge, "gap_exact_mcse": np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None)),
                "gap_exact_k": ge[:, at_k], "ratio_exact_k": k * ge[:, at_k] / c1[:, None],
                "c1": c1, "c1_mcse": c1_se, "c2": c2, "c2_mcse": c2_se, "expansion_scale": rho,
                "crossover": np.abs(c2 / c1), "predicted_low": PREDICTED[0] * rho, "predicted_high": PREDICTED[1] * rho}
