@@ -206,7 +206,7 @@ class Onset(Study):
     checks = (CURVE_CHECK,)
     params = {
         "settings": Param("settings", str, ",".join(SETTINGS), "comma-separated settings", choices=tuple(SETTINGS),
-                          multi=True, quick="vmf-d8-t0.03,digits-pixels-t0.05"),
+                          multi=True, quick="digits-pixels-t0.05"),
         "k_max_cap": Param("k_max_cap", int, 1 << 18, "largest Monte Carlo k_max (each setting's own k_max below it)",
                            low=16, high=1 << 22, power_of_two=True, quick=1 << 10),
         "n_blocks": Param("n_blocks", int, 64, "replicate blocks per setting", low=8, high=100000, quick=16),

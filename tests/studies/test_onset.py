@@ -114,7 +114,8 @@ def test_quick_onsets_schema_and_report(quick, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.statistical
-@pytest.mark.false_fail(1 - (1 - ALPHA) ** 2, reason="the curve check: one max-t test at ALPHA in each of 2 settings")
+@pytest.mark.false_fail(ALPHA, reason="the curve check: one max-t test at ALPHA (digits, the quick design's only "
+                        "setting; 16 blocks of 64 anchors at vmf-d8-t0.03 over-rejected in calibration, so not here)")
 def test_quick_curve_tests_pass(quick):
     _, ds = quick
-    assert list(ds["verdict"].values) == ["pass", "pass"], ds["verdict_reason"].values
+    assert list(ds["verdict"].values) == ["pass"], ds["verdict_reason"].values
