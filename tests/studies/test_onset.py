@@ -30,6 +30,7 @@ def test_answer_rule():
     assert answer([]) == "undetermined"
 
 
+@pytest.mark.deterministic("the same draws evaluated twice; the two implementations agree to rounding")
 def test_digits_block_matches_a_second_implementation():
     tau, grid, n = 0.05, np.array([1, 2, 4, 8, 16]), 6
     got = STUDY._digits_block(tau, grid, n, np.random.default_rng(11))
