@@ -179,6 +179,9 @@ class Panel:
         A constant (or a scalar variable) drawn as a dashed horizontal line (e.g. equality, ratio 1, a margin), labelled ``level_label``.
     absolute : bool
         Draw ``|var|`` (hollow markers where ``var < 0``).
+    marks : tuple of str
+        Scalar variables drawn as vertical lines at ``x = value`` (labelled ``mark_labels``; e.g. an onset
+        and a scale), in the line styles dashed, dotted, dash-dot.
     """
 
     var: str
@@ -206,6 +209,8 @@ class Panel:
     title: Source = "{facet}"
     reason: str = "verdict_reason"
     color: str | None = None
+    marks: tuple[str, ...] = ()
+    mark_labels: tuple[str, ...] = ()
     ylabel: str | None = None
     label: str | None = None
     fit_label: str = "fit"
@@ -478,6 +483,11 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
             ax.plot(xx, np.abs(cv) if p.absolute else cv, ls, color=color, lw=lw, zorder=3)
             used.add((role, lab))
     lv = _level(ax, ds, p, facet, i, used)
+    for n, name in enumerate(p.marks):
+        xm = float(_at(ds, name, facet, i))
+        if math.isfinite(xm):
+            ax.axvline(xm, ls=_MARKS[n % 3], color=COLORS["exact"], lw=0.9, zorder=2)
+            used.add((f"mark{n % 3}", p.mark_labels[n] if n < len(p.mark_labels) else label(ds, name)))
     for n, name in enumerate(p.also):
         w = np.asarray(_at(ds, name, facet, i), dtype=float)
         ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
@@ -557,6 +567,7 @@ def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int 
     return used
 
 
+_MARKS = ("--", ":", "-.")
 _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "ref": ("-", COLORS["exact"], 0.8),
           "refc": ("--", COLORS["exact"], 0.9)}
 
@@ -579,6 +590,8 @@ def _handle(role: str, lab: str):
         return Line2D([], [], marker="o", color=role.split("|")[2], label=lab)
     if role == "level":
         return Line2D([], [], ls="--", color=COLORS["fit"], lw=0.9, label=lab)
+    if role.startswith("mark"):
+        return Line2D([], [], ls=_MARKS[int(role[4:])], color=COLORS["exact"], lw=0.9, label=lab)
     if role.startswith("also"):
         n = int(role[4:])
         return Line2D([], [], marker="s", mfc="white", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3],
