@@ -91,7 +91,8 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     one = ds.isel(cell=bases.index(base))
     title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
              else f"rate_k setting {base} (k_max {_fin(one['k_max'], '.0f')}; exploratory)")
-    cfg, text = config(ds), (f"π {one['pi'].values}, d = {one['dim'].values}, κ_π = {_fin(one['kappa_pi'], 'g')}, κ_M = "
+    cfg = config(ds)
+    text = (f"π {one['pi'].values}, d = {one['dim'].values}, κ_π = {_fin(one['kappa_pi'], 'g')}, κ_M = "
             f"{_fin(one['kappa_m'], 'g')}, τ = {_fin(one['tau'], 'g')}; expansion scale "
             f"{_fin(one['expansion_scale'], '.4g')}, c2/c1 = {_fin(one['c2_over_c1'], '.3g')}. Verdict = the rate rule "
             f"(slope interval, slope = −1/2 rejected, c1 t) at α = {ds.attrs.get('alpha', '?')}. The protocol's choices: "

@@ -434,8 +434,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     lv = _level(ax, ds, p, facet, i, used)
     for n, name in enumerate(p.also):
         w = np.asarray(_at(ds, name, facet, i), dtype=float)
-        ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
-                mfc="white", lw=0.8)
+        ax.plot(x[shown], w[shown], "s-", color=_ALSO[n % 3], ms=3, mfc="white", lw=0.8)
         used.add((f"also{n}", p.also_labels[n] if n < len(p.also_labels) else label(ds, name)))
     ok = shown & np.isfinite(v) & ((v > 0) if p.logy else True)
     lo, hi = v - 2 * se, v + 2 * se
@@ -514,29 +513,21 @@ def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int 
 _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "ref": ("-", COLORS["exact"], 0.8),
           "refc": ("--", COLORS["exact"], 0.9)}
 
-_HANDLES = {
-    "data": lambda lab: Line2D([], [], marker="o", ls="", color=COLORS["data"], label=lab),
-    "neg": lambda lab: Line2D([], [], marker="o", ls="", mfc="white", color=COLORS["data"], label=lab),
-    **{role: (lambda st: lambda lab: Line2D([], [], ls=st[0], color=st[1], lw=st[2], label=lab))(st)
-       for role, st in _STYLE.items()},
-    "hline": lambda lab: Patch(color=COLORS["band"], alpha=0.5, label=lab),
-    "span": lambda lab: Patch(color=COLORS["span"], label=lab),
-    "refband": lambda lab: Patch(color="0.8", label=lab),
-    **{f"slope{ls}": (lambda ls: lambda lab: Line2D([], [], color=COLORS["ref"], ls=ls, label=lab))(ls)
-       for ls in ("--", ":", "-.")},
-}
+_ALSO = (COLORS["plain"], COLORS["ref"], COLORS["band"])
+_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8")}
+_LINES = {"data": dict(marker="o", ls="", color=COLORS["data"]), "level": dict(ls="--", color=COLORS["fit"], lw=0.9),
+          "neg": dict(marker="o", ls="", mfc="white", color=COLORS["data"]),
+          **{role: dict(ls=ls, color=c, lw=lw) for role, (ls, c, lw) in _STYLE.items()}}
 
 
 def _handle(role: str, lab: str):
-    if role.startswith("series|"):
-        return Line2D([], [], marker="o", color=role.split("|")[2], label=lab)
-    if role == "level":
-        return Line2D([], [], ls="--", color=COLORS["fit"], lw=0.9, label=lab)
-    if role.startswith("also"):
-        n = int(role[4:])
-        return Line2D([], [], marker="s", mfc="white", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3],
-                      label=lab)
-    return _HANDLES[role](lab)
+    """The legend entry of a role recorded by :func:`draw_panel`."""
+    if role in _PATCHES:
+        return Patch(label=lab, **_PATCHES[role])
+    kw = (dict(marker="o", color=role.split("|")[2]) if role.startswith("series|") else
+          dict(marker="s", mfc="white", color=_ALSO[int(role[4:]) % 3]) if role.startswith("also") else
+          dict(color=COLORS["ref"], ls=role[5:]) if role.startswith("slope") else _LINES[role])
+    return Line2D([], [], label=lab, **kw)
 
 
 def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
