@@ -1,12 +1,5 @@
-"""PDF reports, read from a saved dataset alone (never from a re-run).
-
-:mod:`simkit.report.document` holds the page machinery — :class:`ReportDocument`, :func:`format_pm`,
-:func:`provenance_pages`, :func:`write_report`, :func:`study_report`; :mod:`simkit.report.spec` the
-declarative vocabulary a study's report is written in (:class:`Panel`, :class:`FigurePage`,
-:class:`Table`, :class:`ClaimTable`, :class:`TitlePage`, :class:`Failures`, :class:`Text`) and its
-renderer :func:`render`; one module per study holds that study's declarations
-(``simkit.report.rate_k``, …).
-"""
+"""PDF reports, read from a saved dataset alone: the page machinery (:mod:`simkit.report.document`), the
+declarative vocabulary (:mod:`simkit.report.spec`) and one module of declarations per study."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Pages of ``reports/calibration.pdf``: one section per calibrated study (``simkit calibrate``).
-
-Each section has the rejection table (empirical rate with its Clopper--Pearson 95% interval beside
-the nominal rate, the exact binomial test of the two, and the Kolmogorov--Smirnov p-value against
-Uniform(0, 1)) and QQ plots of every component test's p-values against Uniform(0, 1), on the
--log10 scale where the rejection region (p < alpha, alpha ~ 1e-3) is visible, with a pointwise
-95% band: the i-th smallest of n uniform p-values is Beta(i, n + 1 - i). Read from the datasets
-alone (simkit.claims.calibrate writes them).
-"""
+"""Pages of ``reports/calibration.pdf`` (``simkit calibrate``): per study, the rejection table (Clopper–Pearson
+interval, binomial test, KS p against Uniform(0, 1)) and −log10 QQ plots of every test's p-values."""
 
 from __future__ import annotations
 

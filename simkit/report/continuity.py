@@ -1,11 +1,5 @@
-"""Report of the C4 study (``continuity``), declared with :mod:`simkit.report.spec`.
-
-Pages: claim C4, the two bounds and their derivation, the pre-registered rule (protocols/continuity.md)
-with its per-cell results, controls, secondaries and conclusion, then the exploratory pre-protocol
-checks; growth per doubling of k against the margin; mean |Δℓ| and the three bounds against k; the
-negatives' term, softmax average against max; ratios of means; validity on every tuple. The
-provenance is added by :func:`simkit.report.study_report`.
-"""
+"""Report of the C4 study (``continuity``): the bounds, the pre-registered rule (protocols/continuity.md)
+with its cells, the exploratory checks, and the bound and growth figures."""
 
 from __future__ import annotations
 

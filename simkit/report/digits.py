@@ -165,8 +165,7 @@ def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     require(ds, _REQUIRED, "digits")
     ds = _derived(ds)
     n = ds.sizes["setting"]
-    claims = (ClaimTable("The study's claim checks (simkit validate)"),) if study is not None else ()
-    render(doc, ds, PAGES[:1] + claims + PAGES[1:], study=study)
+    render(doc, ds, PAGES[:1] + (ClaimTable(),) + PAGES[1:], study=study)
     lab = [i for i in range(n) if str(ds["d_verdict"].values[i]) != "n/a"]
     if lab:
         render(doc, ds.isel(setting=lab), (D_PAGE,))

@@ -1,9 +1,5 @@
-"""Report of the dimension study (``dimension``; claim C6, confirmatory), declared with :mod:`simkit.report.spec`.
-
-Pages: the claim, the protocol, the verdicts of the primary test and the positive control as the
-protocol's rule states them, the secondary trends; E[G] against d for both families with the fit;
-every design point. The provenance is added by :func:`simkit.report.study_report`.
-"""
+"""Report of the confirmatory C6 study (``dimension``): protocol, primary and control verdicts, secondary
+trends, E[G] against d with the fit, every design point."""
 
 from __future__ import annotations
 

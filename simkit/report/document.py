@@ -1,12 +1,7 @@
-"""PDF reports of simkit studies, read from a saved dataset alone (never from a re-run).
-
-Generic helpers any study can reuse: :class:`ReportDocument` (A4-landscape pages; flowing text and
-tables that wrap long text, break between rows and never overlap; figure pages with room reserved
-for a legend and a caption), :func:`format_pm` (every number with its MCSE), :func:`provenance_pages`
-and :func:`write_report` (atomic write). Studies declare their pages with :mod:`simkit.report.spec`, in a
-module of this package named for the study; :func:`study_report` assembles any study's PDF. Figures are
-plain :class:`matplotlib.figure.Figure` objects on an Agg canvas, written by ``PdfPages``: no pyplot state
-is touched.
+"""The page machinery of simkit reports: :class:`ReportDocument` (A4-landscape flowing text and tables that
+wrap and never overlap; figure pages with bands for a legend and a caption), :func:`format_pm`,
+:func:`provenance_pages`, :func:`write_report` (atomic) and :func:`study_report`. Figures are plain
+:class:`~matplotlib.figure.Figure` objects on an Agg canvas: no pyplot state is touched.
 """
 
 from __future__ import annotations
@@ -65,12 +60,8 @@ def _width_in(text: str, size: float, family: str = "sans-serif") -> float:
 
 
 def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") -> list[str]:
-    """Greedy word wrap of ``text`` into lines at most ``width`` inches wide at ``size`` points.
-
-    Explicit newlines are kept; a word wider than a line (a hash, a JSON token) is broken between
-    characters. A line's width is the sum of its words' and spaces' widths from the font metrics
-    (each word measured once), with a 3% safety margin.
-    """
+    """Greedy word wrap into lines at most ``width`` inches wide at ``size`` points (font metrics, 3% margin);
+    newlines are kept and a word wider than a line is broken between characters."""
     limit, space, out = 0.97 * width, _width_in(" ", size, family), []
     for para in str(text).split("\n"):
         line, used = [], 0.0
@@ -100,15 +91,9 @@ def _num(x: float, dec: int) -> str:
     return f"{x:.{dec}f}".replace("-", MINUS)
 
 
-def _decimals(se: float, sig: int = 2) -> int:
-    return int(min(12, max(0, sig - 1 - math.floor(math.log10(se)))))
-
-
 def format_pm(value: float, se: float, *, sig: int = 2) -> str:
-    """``value ± se``, the error rounded to ``sig`` significant figures and the value to match.
-
-    ``se == 0`` (an exact value) prints the value alone, ``(exact)``; a non-finite value prints ``n/a``.
-    """
+    """``value ± se``, the error to ``sig`` significant figures and the value to match; ``se == 0`` prints
+    ``value (exact)``, a non-finite value ``n/a``."""
     value, se = float(value), float(se)
     if not math.isfinite(value):
         return "n/a"
@@ -116,7 +101,7 @@ def format_pm(value: float, se: float, *, sig: int = 2) -> str:
         return f"{value:.4g} ± n/a".replace("-", MINUS)
     if se == 0:
         return f"{value:.6g} (exact)".replace("-", MINUS)
-    dec = _decimals(se, sig)
+    dec = int(min(12, max(0, sig - 1 - math.floor(math.log10(se)))))
     return f"{_num(value, dec)} ± {_num(se, dec)}"
 
 
@@ -124,21 +109,11 @@ def format_pm(value: float, se: float, *, sig: int = 2) -> str:
 # pages
 
 class ReportDocument:
-    """The pages of a PDF report: flowing text and tables, and figure pages.
+    """The pages of a PDF report (``pdf`` an open ``PdfPages``; ``footer`` on every page with the page number).
 
-    Flowing items (text, headings, tables) are queued and laid out top-down in inches when the flow
-    ends (a figure page, :meth:`new_page` or :meth:`finish_page`); a line or table row that would not
-    fit starts a new page (a table repeats its header), so nothing overlaps. If the last page of a
-    flow would hold only a few lines, the flow is set again slightly smaller (down to 80%) so that
-    they join the page before: no page holds a sentence alone. Every page gets the footer and a
-    page number.
-
-    Parameters
-    ----------
-    pdf : matplotlib.backends.backend_pdf.PdfPages
-        The open output.
-    footer : str
-        Left-hand footer of every page.
+    Flowing items (text, headings, tables) are queued and laid out top-down when the flow ends (a figure
+    page or :meth:`new_page`); what would not fit starts a new page (a table repeats its header). A last
+    page holding only a few lines is avoided by setting the flow slightly smaller (down to 80%).
     """
 
     #: a flow's last page holding less than this (inches of text) is merged into the page before
@@ -196,23 +171,13 @@ class ReportDocument:
                    + 0.1 for r in rows)
 
     def finish_page(self) -> None:
-        """Lay out and write the queued flowing text, if any."""
-        if not self._queue:
-            return
-        scale = 1.0
-        for s in self.SCALES:
-            fills = self._layout(s, dry=True)
-            if len(fills) == 1 or fills[-1] >= self.LONE:
-                scale = s
-                break
-        else:  # no scale joins the last lines to the page before: keep the full size
-            scale = 1.0
-        self._layout(scale, dry=False)
-        self._queue = []
+        """Lay out and write the queued flow, if any: what follows starts on a new page."""
+        if self._queue:
+            fits = (s for s in self.SCALES if (f := self._layout(s, dry=True)) and (len(f) == 1 or f[-1] >= self.LONE))
+            self._layout(next(fits, 1.0), dry=False)  # no scale joins the last lines: keep the full size
+            self._queue = []
 
-    def new_page(self) -> None:
-        """End the current flow: what follows starts on a new page."""
-        self.finish_page()
+    new_page = finish_page
 
     def _break(self) -> None:
         self._fills[-1] = self.y - MARGIN
@@ -251,20 +216,8 @@ class ReportDocument:
 
     def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]], widths: Sequence[float],
               **kw) -> None:
-        """A table whose cells wrap within their columns; a row never splits across pages.
-
-        Parameters
-        ----------
-        header : sequence of str or None
-            Column headings, repeated after a page break; None draws no header row.
-        rows : sequence of sequences of str
-            Cell texts (explicit newlines are kept).
-        widths : sequence of float
-            Relative column widths, scaled to the text width of the page.
-        size, colors, families, after
-            Font size (pt); background colour of cell ``(row, column)``; font family per column;
-            space below the table (inches).
-        """
+        """A table (``header`` repeated after a page break, or None) whose cells wrap within their relative
+        ``widths``; a row never splits. ``size``, ``colors`` of cell ``(row, column)``, ``families``, ``after``."""
         self._queue.append(("_table", (header, [list(r) for r in rows], widths), kw))
 
     def _text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
@@ -333,14 +286,8 @@ class ReportDocument:
 
     def figure(self, title: str, nrows: int, ncols: int, *, caption: str = "",
                subtitle: str = "") -> tuple[Figure, np.ndarray, float]:
-        """A figure page: a title band, a grid of axes, a legend band and a wrapped caption.
-
-        Returns
-        -------
-        fig, axes, legend_y
-            ``axes`` has shape ``(nrows, ncols)``; ``legend_y`` is the figure-fraction height of
-            the top of the legend band (see :func:`_legend`). Finish with :meth:`save`.
-        """
+        """A figure page: title band, ``(nrows, ncols)`` axes, legend band, caption. Returns ``fig, axes,
+        legend_y`` (figure-fraction top of the legend band, see :func:`_legend`); finish with :meth:`save`."""
         self.finish_page()
         fig = self._figure()
         tr = fig.dpi_scale_trans
@@ -366,11 +313,7 @@ class ReportDocument:
 
 def write_report(path: str | os.PathLike, build: Callable[[ReportDocument], None], *, footer: str = "",
                  metadata: dict | None = None) -> int:
-    """Build a report with ``build(doc)`` and write it atomically to ``path``; return its page count.
-
-    The PDF goes to a temporary file in the target directory and is renamed over ``path`` only
-    when complete (:func:`simkit.runner.storage.atomic_write`); on error nothing is left behind.
-    """
+    """Build a report with ``build(doc)``, write it atomically to ``path`` (nothing on error); return the page count."""
     pages = []
 
     def writer(tmp: str) -> None:
@@ -406,12 +349,8 @@ def _json_attr(ds: xr.Dataset, name: str, default):
 
 
 def provenance_pages(doc: ReportDocument, ds: xr.Dataset, *, claim_text: str = "") -> None:
-    """The provenance section of any simkit report, from the dataset's attributes alone.
-
-    Lists study, claim, title, creation time, wall time, git commit, simkit and package versions,
-    platform, engine, dimensions, seed and seed scheme, any further attributes, the ADEMP statement,
-    the full configuration and every recorded error (``attrs["errors"]`` and ``cell_error``).
-    """
+    """The provenance pages of any report from the dataset's attributes: run, versions, seeds, ADEMP,
+    configuration and every recorded error (``attrs["errors"]`` and ``cell_error``)."""
     a = ds.attrs
     get = lambda k: str(a.get(k, "not recorded"))  # noqa: E731
     versions = _json_attr(ds, "package_versions", "not recorded")
@@ -474,11 +413,8 @@ def _power_label(value: float, base: int = 10) -> str:
 
 
 def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
-    """Log axis over the grid ``k`` (base 2 for powers of 2) and, if arrays ``ys`` are given, a log value axis.
-
-    Limits are set explicitly, so a panel whose values are all NaN or non-positive (a fit that
-    failed) stays drawable and says so instead of breaking the log scale.
-    """
+    """Log axis over the grid ``k`` (base 2 for powers of 2) and, given ``ys``, a log value axis; explicit
+    limits keep a panel without positive values drawable."""
     k = np.asarray(k, dtype=float)
     ax.set_xlim(k[0] / 1.4, k[-1] * 1.4)
     if np.all(np.log2(k) == np.round(np.log2(k))):  # a grid of powers of 2: ticks at even powers
@@ -520,7 +456,6 @@ def _line(color: str, ls: str = "-", lw: float = 1.2, label: str = "") -> Line2D
     return Line2D([], [], color=color, ls=ls, lw=lw, label=label)
 
 
-
 def _v(ds: xr.Dataset, name: str, i: int):
     """Value of a per-setting variable (row ``i``); NaN when the dataset lacks it."""
     return ds[name].values[i] if name in ds.variables else np.nan
@@ -534,12 +469,8 @@ def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
 
 
 def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> str:
-    """Standardised residuals ``r`` against ``k`` on one panel: filled points in the fit (``sel``),
-    hollow grey points outside it, grey triangles at the edge for residuals beyond the axis range
-    (which covers the in-fit points), reference lines at 0, +-2 and +-3.
-
-    Returns the largest off-scale residual, formatted, or "" when every point is on scale.
-    """
+    """Standardised residuals ``r``: filled in the fit (``sel``), hollow grey outside, triangles off scale,
+    lines at 0, ±2, ±3. Returns the largest off-scale residual, formatted, or ""."""
     for lv, ls in ((2, "--"), (3, ":")):
         for sgn in (-1, 1):
             ax.axhline(sgn * lv, color=COLORS["ref"], ls=ls, lw=0.8)
@@ -565,8 +496,6 @@ def residual_legend(fig: Figure, y: float, extra: Sequence = ()) -> None:
                      _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
                      _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
                      _line(COLORS["ref"], ":", label="±3")])
-
-
 
 
 def study_report(study, ds: xr.Dataset, path: str | os.PathLike) -> int:

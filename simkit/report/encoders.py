@@ -88,8 +88,7 @@ TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a databa
 def encoders_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     """The pages of the encoders study (all but provenance), from its dataset alone."""
     require(ds, ("slope", "gap", "gap_exact", "d2", "ret_top1", "ret_verdict"), "encoders")
-    claims = (ClaimTable("The study's claim checks (simkit validate)"),) if study is not None else ()
     render(doc, _derived(ds), (
         TitlePage(texts=(TEXT,), then=(C1, Text(_reasons("verdict_reason")), C2,
-                                       Text(_reasons("ret_verdict_reason", "d2_verdict_reason"))) + claims),
+                                       Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
         CURVES, TRAINING), study=study)

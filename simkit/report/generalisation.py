@@ -1,13 +1,5 @@
-"""Report of the generalisation study (``generalisation``; claims C3, C5, C6), declared with
-:mod:`simkit.report.spec`.
-
-Pages: the claims, the method, the design and the checks with their verdicts, levels and power;
-the Fourier lift of the C6 sweep; one figure page per sweep present (E[G], its spread and E[E]
-against n, k, τ; the paired change, the excess risk, the score change and the effective dimension
-against d), each beside the Theorem-1 bound where it is evaluated; the pre-registered k rule
-(protocols/generalisation.md); the bound table; every design point. The provenance is added by
-:func:`simkit.report.study_report`.
-"""
+"""Report of the generalisation study (claims C3, C5, C6): checks, one figure page per sweep beside the
+Theorem-1 bound, the pre-registered k rule (protocols/generalisation.md), every design point."""
 
 from __future__ import annotations
 

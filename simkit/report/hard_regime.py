@@ -1,15 +1,7 @@
-"""PDF report of the hard-regime C1 study (``studies/hard_regime.py``; confirmatory cell ``hard``), from its dataset.
-
-Built from the generic pieces of :mod:`simkit.report.document`; nothing is recomputed. Pages: (1) the claim,
-the protocol (path, SHA-256, commit), the confirmatory verdict with every component test, the runtime;
-(2) gap_k and k * gap_k against the exact curve with the fit range, and the residuals of the rate fit;
-(3) the exploratory sensitivity tables of the rate verdict (k_min factor, block size, pilot size) for the
-hard regime and each rate_k setting; then the provenance pages (added by :meth:`simkit.runner.Study.report`).
-"""
+"""Report of the hard-regime C1 study (confirmatory cell ``hard``): protocol and verdict, the curves
+against the exact curve, and the exploratory sensitivity tables of the rate verdict."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import xarray as xr
@@ -28,26 +20,9 @@ C1_TEXT = (
     "pre-registered in protocols/hard_regime.md.")
 
 
-def _attr(ds: xr.Dataset, name: str, default="?"):
-    return ds.attrs.get(name, default)
-
-
-def _cells(ds: xr.Dataset) -> list[str]:
-    return [str(c) for c in ds["cell"].values]
-
-
-def _idx(ds: xr.Dataset, cell: str) -> int | None:
-    cells = _cells(ds)
-    return cells.index(cell) if cell in cells else None
-
-
-def _g(ds: xr.Dataset, name: str, i: int):
-    return ds[name].values[i] if name in ds.variables else np.nan
-
-
 def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
-    alpha = float(_attr(ds, "alpha", np.nan))
-    g = lambda n: _g(ds, n, i)  # noqa: E731
+    alpha = float(ds.attrs.get("alpha", np.nan))
+    g = lambda n: ds[n].values[i] if n in ds.variables else np.nan  # noqa: E731
     se = float(g("slope_se"))
     rows = [
         ["k_min (16 × expansion scale " + _fin(g("expansion_scale"), ".4g") + ")", _fin(g("k_min"), ".0f")],
@@ -113,8 +88,7 @@ PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/
 
 def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     bases = [str(b) for b in ds["base"].values]
-    i = bases.index(base)
-    one = ds.isel(cell=i)
+    one = ds.isel(cell=bases.index(base))
     title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
              else f"rate_k setting {base} (k_max {_fin(one['k_max'], '.0f')}; exploratory)")
     cfg = config(ds)
@@ -132,32 +106,25 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
 
 def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
-    quick = "quick" in str(_attr(ds, "analysis", ""))
+    quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
     doc.heading("Claim C1 in the hard regime (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
     doc.text(C1_TEXT)
-    try:
-        cfg = json.loads(_attr(ds, "config", "{}"))
-    except (TypeError, ValueError):
-        cfg = {}
     protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
                             f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
-                            f"{_attr(ds, 'seed')}")
-    i = _idx(ds, "hard")
-    if i is None:
+                            f"{ds.attrs.get('seed', '?')}")
+    cells = [str(c) for c in ds["cell"].values]
+    if "hard" not in cells:
         doc.text("The dataset has no 'hard' cell.", weight="bold")
         return
+    i = cells.index("hard")
     doc.heading("Confirmatory verdict (protocol section 5)")
     _verdict_table(doc, ds, i)
-    n_k = int(np.log2(float(_g(ds, "k_max", i)))) + 1
+    n_k = int(np.log2(float(ds["k_max"].values[i]))) + 1
     render(doc, ds.isel({"cell": i, "k": slice(0, n_k)}), (_curves(ds.isel(cell=i)),))
     doc.new_page()
     doc.text("The tables below are exploratory (descriptive): they show how the rate verdict moves with the "
              "analyst's choices — the k_min factor (re-analysis of the same blocks), the block size at a fixed total "
              "number of anchors (separate cells, their own blocks) and the pilot size of the control-variate "
              "coefficients (the same blocks re-weighted) — and are not part of the confirmatory rule.", size=8)
-    seen = []
-    for c in ds["base"].values:
-        if str(c) not in seen:
-            seen.append(str(c))
-    for base in seen:
+    for base in dict.fromkeys(map(str, ds["base"].values)):
         _sensitivity(doc, ds, base)

@@ -1,10 +1,5 @@
-"""Report of the C3 complexity study (``rademacher``), declared with :mod:`simkit.report.spec`.
-
-Pages: claim C3 (complexity term), the estimator and why it is a lower bound, the k- and
-n-exponents with their tests, power and verdict; R̂_n against k per loss class with the restart
-sensitivity; R̂_n against n; the centred estimator's variance reduction and the optimiser's work.
-The provenance is added by :func:`simkit.report.study_report`.
-"""
+"""Report of the C3 complexity study (``rademacher``): the k- and n-exponents with tests, power and
+verdict; R̂_n against k and n; the centred estimator's variance reduction and the optimiser's work."""
 
 from __future__ import annotations
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import xarray as xr
 from scipy import stats
 
-from simkit.report.document import provenance_pages, write_report
-from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, render, require,
-                                verdict_heading)
+from simkit.report.document import study_report
+from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, config, render,
+                                require, verdict_heading)
 
 __all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
 
@@ -106,10 +107,7 @@ PAGES = (
         (Panel("resid_rate", kind="residual", title="{facet}: rate fit", **_K),
          Panel("resid_c1", kind="residual", title="{facet}: c1 fit", **_K)),
         caption="Standardised residuals (estimate − fit)/MCSE of the rate fit (top, on the log scale) and of the c1 "
-                "fit (bottom). Filled points: k ≥ k_min, in the fit; hollow grey points: k < k_min, outside it, where "
-                "the O(1/k²) remainder dominates and residuals are large by design; grey triangles at the edge: "
-                "residuals beyond the axis range (the largest is given in the panel title). Dashed lines: ±2; "
-                "dotted: ±3."),
+                "fit (bottom). " + RESIDUAL_KEY),
     FigurePage(
         "Variance reduction by the control variates",
         (Panel("gap_mcse", also=("gap_plain_mcse",), logy=True, label="with control variates (gap_mcse)"),
@@ -145,21 +143,7 @@ def rate_k_sections(doc, ds: xr.Dataset, study=None) -> None:
 
 
 def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
-    """Write the PDF report of the C1 study from its dataset alone; return the page count.
-
-    A title page (claim C1, method, the results and verdict of every setting, the verdict rule and
-    its false-failure rate, failures), four figure pages per group of up to three settings (gap_k on
-    log–log axes with the fit and reference slopes; k·gap_k against c1; residuals; MCSE with and
-    without the control variates) and the provenance. Raises ValueError if ``ds`` is not a rate_k
-    dataset. See docs/theory.md, claim C1.
-    """
+    """Write the C1 study's PDF (its pages, then the provenance) from its dataset alone; return the page count."""
     require(ds, _REQUIRED, "rate_k")
-
-    def build(doc) -> None:
-        rate_k_sections(doc, ds)
-        provenance_pages(doc, ds, claim_text="the finite-k InfoNCE bias decays as c1/k")
-
-    footer = (f"simkit · {ds.attrs.get('study', 'rate_k')} · claim {ds.attrs.get('claim', 'C1')} · dataset created "
-              f"{ds.attrs.get('created', '?')}")
-    meta = {"Title": str(ds.attrs.get("title", "simkit rate_k report")), "Subject": "simkit claim C1"}
-    return write_report(path, build, footer=footer, metadata=meta)
+    return study_report(SimpleNamespace(name="rate_k", claim="C1", title="the finite-k InfoNCE bias decays as c1/k",
+                                        report_sections=rate_k_sections), ds, path)

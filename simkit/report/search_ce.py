@@ -1,10 +1,5 @@
-"""Report of the C2 study (``search_ce``), declared with :mod:`simkit.report.spec`.
-
-Pages: claim C2, method, regression results and verdicts, verdict rule and false-failure rate,
-retrieval quality; |D_k| on log–log axes with the fit and reference slopes; k·D_k and its two
-parts against the derived d1; top-1 agreement and recall@10; residuals; MCSE with and without the
-control variates. The provenance is added by :func:`simkit.report.study_report`.
-"""
+"""Report of the C2 study (``search_ce``): results and rule, retrieval quality, |D_k| with its fit, k·D_k
+against d1, residuals and the control-variate gain."""
 
 from __future__ import annotations
 
@@ -14,8 +9,8 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import format_pm
-from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, render, require,
-                                verdict_heading)
+from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, config, render,
+                                require, verdict_heading)
 
 __all__ = ["search_ce_sections"]
 
@@ -166,10 +161,7 @@ PAGES = (
         (Panel("resid_rate", kind="residual", title="{facet}: rate fit", **_K),
          Panel("resid_d1", kind="residual", title="{facet}: d1 fit", **_K)),
         caption="Standardised residuals (estimate − fit)/MCSE of the rate fit (top, on the log scale) and of the d1 "
-                "fit (bottom). Filled points: k ≥ k_min, in the fit; hollow grey points: k < k_min, outside it, where "
-                "higher orders of the expansion dominate and residuals are large by design; grey triangles at the "
-                "edge: residuals beyond the axis range (the largest is given in the panel title). Dashed lines: ±2; "
-                "dotted: ±3."),
+                "fit (bottom). " + RESIDUAL_KEY),
     FigurePage(
         "Variance reduction: conditional mean of the positive's score and control variates",
         (Panel("d_mcse", also=("d_rb_mcse", "d_plain_mcse"), logy=True, label="control variates (d_mcse)"),

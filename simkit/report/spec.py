@@ -1,21 +1,8 @@
-"""A declarative vocabulary for report pages, drawn by one renderer from the saved dataset alone.
+"""A declarative vocabulary for report pages, drawn by :func:`render` from the saved dataset alone.
 
-A study's report module declares what to show and :func:`render` draws it with
-:class:`~simkit.report.document.ReportDocument`:
-
-* :class:`TitlePage`: the title, provenance line, claim and method text, and the ADEMP statement
-  from the dataset's attributes;
-* :class:`Table`: one row per value of a dimension, one column per template (``{a±b}`` prints
-  ``a ± b`` with :func:`format_pm`), and a verdict column coloured by outcome;
-* :class:`ClaimTable`: the study's checks (``Study.claim_rows``), each estimate with its MCSE;
-* :class:`Failures`: the cells that did not pass, with their reasons and task errors;
-* :class:`FigurePage` of :class:`Panel` s: a variable against a coordinate with its ±2 MCSE band,
-  the exact reference, the fit and the fit range, faceted by a dimension; axis labels come from
-  each variable's ``long_name`` (and ``units`` when not ``"1"``).
-
-Templates (panel titles, table cells, text) name dataset variables in braces: ``{slope±slope_se}``
-is a value with its MCSE, ``{k_min}`` a value, ``{facet}`` the facet's label; a variable over the
-facet dimension is read at the current facet.
+Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is a value with its MCSE
+(:func:`format_pm`), ``{a}`` / ``{a:fmt}`` a value, ``{facet}`` the facet's label; a variable over the
+facet dimension is read at the current facet. Axis labels come from each variable's ``long_name``.
 """
 
 from __future__ import annotations
@@ -34,13 +21,18 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
-                                    _log_axes, _num, format_pm, label, residual_legend, residual_panel, wrap_text)
+                                    _log_axes, format_pm, label, residual_legend, residual_panel, wrap_text)
 
-__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label",
+__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label", "RESIDUAL_KEY",
            "verdict_heading", "gather", "stack", "panel_title",
            "fin", "require", "fill", "protocol_block", "config"]
 
 Source = str | Callable[[xr.Dataset], str]
+
+#: the key of a residual page (:class:`Panel` ``kind="residual"``), shared by the studies' captions
+RESIDUAL_KEY = ("Filled points: k ≥ k_min, in the fit; hollow grey points: k < k_min, outside it, where higher orders "
+                "of the expansion dominate and residuals are large by design; grey triangles at the edge: residuals "
+                "beyond the axis range (the largest is given in the panel title). Dashed lines: ±2; dotted: ±3.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,44 +137,13 @@ def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | No
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
-    """One panel: ``var`` against ``x`` for one facet.
-
-    Parameters
-    ----------
-    var : str
-        The variable drawn (dims: the facet and ``x``).
-    x : str
-        The coordinate on the horizontal axis.
-    band : str, optional
-        Its MCSE variable: a shaded band and error bars of ±2 MCSE.
-    reference : str or tuple of str, optional
-        The exact curve: a variable over ``x``, or scalar coefficients ``(a0, a1, ...)`` of
-        ``a0 + a1/x + ...`` (drawn over the fit range).
-    hline : str, optional
-        A scalar drawn as a horizontal line (e.g. an exact constant); ``hline_band`` its MCSE.
-    reference_band : str, optional
-        The MCSE of a reference variable: a grey band of ±2 MCSE around it.
-    fit : str or tuple of str, optional
-        The fitted curve, as ``reference``; drawn over the fit range.
-    fit_range : str, optional
-        A scalar variable ``x_min``: the range ``x >= x_min`` is shaded; ``zoom`` restricts the panel to it.
-    slopes : tuple of float
-        Reference power laws ``x**s`` through the first point of the fit range (log–log panels).
-    also : tuple of str
-        Further variables over ``x`` drawn as lines on the same axes (legend: ``also_labels`` or long_name).
-    kind : {"points", "residual"}
-        ``"residual"`` draws standardised residuals with ±2, ±3 lines (in the fit range filled).
-    series : str, optional
-        A further dimension of ``var``: one curve (and ±2 MCSE bars) per value, in shades of one hue
-        (:func:`stack` puts several variables on one such dimension).
-    level : float or str, optional
-        A constant (or a scalar variable) drawn as a dashed horizontal line (e.g. equality, ratio 1, a margin), labelled ``level_label``.
-    absolute : bool
-        Draw ``|var|`` (hollow markers where ``var < 0``).
-    marks : tuple of str
-        Scalar variables drawn as vertical lines at ``x = value`` (labelled ``mark_labels``; e.g. an onset
-        and a scale), in the line styles dashed, dotted, dash-dot.
-    """
+    """``var`` against ``x`` for one facet: ``band`` its MCSE (±2 MCSE band and bars); ``reference`` and
+    ``fit`` a variable over ``x`` or coefficients ``(a0, a1, ...)`` of ``a0 + a1/x + ...`` (drawn over the fit
+    range ``x >= fit_range``, shaded; ``zoom`` shows only it); ``hline`` a scalar (``hline_band`` its MCSE);
+    ``slopes`` reference power laws through the first fitted point; ``also`` further variables as lines;
+    ``kind="residual"`` standardised residuals; ``series`` a further dimension, one curve per value;
+    ``level`` a dashed horizontal line; ``absolute`` draws ``|var|`` (hollow where negative);
+    ``marks`` scalar variables drawn as vertical lines (e.g. an onset and a scale), labelled ``mark_labels``."""
 
     var: str
     x: str = "k"
@@ -220,9 +181,8 @@ class Panel:
 
 @dataclasses.dataclass(frozen=True)
 class FigurePage:
-    """Panels in rows, one column per facet value (``per_page`` facets a page), or in one row
-    when ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on
-    their grid, one page. ``caption`` and ``title`` may be templates or callables of the dataset."""
+    """Panels in rows, one column per facet value (``per_page`` a page), or in rows of ``per_page`` when
+    ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid."""
 
     title: Source
     panels: tuple[Panel, ...]
@@ -234,10 +194,8 @@ class FigurePage:
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable
-    name (its ``long_name`` heads it; its ``<name>_mcse`` is shown when the dataset has it).
-    ``verdict`` names one verdict variable, or several (one coloured column each, headed by the
-    variable's ``long_name``)."""
+    """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable name (headed
+    by its ``long_name``, with its ``_mcse``); ``verdict`` one or several coloured verdict columns."""
 
     columns: tuple[str | tuple[str, Source], ...]
     dim: str = "setting"
@@ -249,15 +207,15 @@ class Table:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimTable:
-    """The study's checks (``Study.claim_rows``): statistic, estimate ± MCSE, false-fail rate, verdict."""
+    """The study's checks (``Study.claim_rows``) with estimate ± MCSE, false-fail rate and verdict; drawn
+    only when :func:`render` is given the study."""
 
-    heading: str = "Claim checks"
+    heading: str = "The study's claim checks (simkit validate)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Failures:
-    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with why (the
-    non-empty ``reasons`` variables)."""
+    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with their ``reasons``."""
 
     dim: str = "setting"
     reasons: tuple[str, ...] = ("verdict_reason",)
@@ -275,8 +233,8 @@ class Text:
 
 @dataclasses.dataclass(frozen=True)
 class TitlePage:
-    """The title and provenance line (with the protocol when the dataset names one, then ``note``), then ``texts`` (claim, method, ...), then the ADEMP statement
-    from the dataset's ``ademp`` attribute when ``ademp`` is set, then ``then`` (tables, text)."""
+    """The title, the provenance line (with the protocol, then ``note``), ``texts``, the dataset's ADEMP
+    statement when ``ademp`` is set, then the items ``then``."""
 
     texts: tuple[Source, ...] = ()
     ademp: bool = False
@@ -290,24 +248,20 @@ class TitlePage:
 def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) -> None:
     """Draw the declared ``items`` in order; ``study`` answers :class:`ClaimTable`."""
     for item in items:
-        if isinstance(item, TitlePage):
-            _title_page(doc, ds, item, study)
-        elif isinstance(item, FigurePage):
-            _figure_pages(doc, ds, item)
-        elif isinstance(item, Table):
-            _table(doc, ds, item)
-        elif isinstance(item, ClaimTable):
-            _claim_table(doc, ds, item, study)
-        elif isinstance(item, Failures):
-            _failures(doc, ds, item)
-        elif isinstance(item, Text):
-            if item.heading:
-                doc.heading(item.heading)
-            doc.text(fill(item.text, ds), size=item.size)
+        draw = {TitlePage: _title_page, FigurePage: _figure_pages, Table: _table, ClaimTable: _claim_table,
+                Failures: _failures, Text: _text}.get(type(item))
+        if draw is not None:
+            draw(doc, ds, item, study)
         elif callable(item):  # a custom page of a study's report module
             item(doc, ds)
         else:
             raise TypeError(f"cannot render {item!r}")
+
+
+def _text(doc: ReportDocument, ds: xr.Dataset, t: Text, study=None) -> None:
+    if t.heading:
+        doc.heading(t.heading)
+    doc.text(fill(t.text, ds), size=t.size)
 
 
 def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> None:
@@ -329,7 +283,7 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> 
     render(doc, ds, page.then, study=study)
 
 
-def _table(doc: ReportDocument, ds: xr.Dataset, t: Table) -> None:
+def _table(doc: ReportDocument, ds: xr.Dataset, t: Table, study=None) -> None:
     header, cells = [], []
     for col in t.columns:
         if isinstance(col, tuple):
@@ -356,10 +310,8 @@ def _table(doc: ReportDocument, ds: xr.Dataset, t: Table) -> None:
 
 
 def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> None:
-    if study is None:
-        raise ValueError("a ClaimTable needs the study whose checks it lists: render(doc, ds, items, study=...)")
     rows, colors = [], {}
-    for i, r in enumerate(study.claim_rows(ds)):
+    for i, r in enumerate(study.claim_rows(ds) if study is not None else ()):
         rate = r["false_fail_rate"]
         rows.append([r["claim"], r["statistic"], format_pm(r["estimate"], r["estimate_mcse"]),
                      "deterministic" if not math.isfinite(rate) else f"{rate:.2g}", r["verdict"].upper(), r["detail"]])
@@ -370,7 +322,7 @@ def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> N
                   [0.4, 2.4, 1.2, 0.7, 0.55, 4.0], colors=colors)
 
 
-def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures) -> None:
+def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures, study=None) -> None:
     n = ds.sizes[f.dim]
     outcome = [[str(ds[v].values[i]) for v in f.verdicts if v in ds] for i in range(n)]
     verdicts = [next((v for v in o if v not in ("pass", "n/a")), "pass") for o in outcome]
@@ -454,7 +406,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         j = int(np.argmax(sel))
         for s, ls in zip(p.slopes, ("--", ":", "-.")):
             ax.plot(x, v[j] * (x / x[j]) ** s, ls, color=COLORS["ref"], lw=0.9)
-            used.add((f"slope{ls}", f"reference slope {_num(s, 2).rstrip('0').rstrip('.')}"))
+            used.add((f"slope{ls}", f"reference slope {fin(s, 'g')}"))
     if p.hline:
         c, cse = float(_at(ds, p.hline, facet, i)), float(_at(ds, p.hline_band, facet, i)) if p.hline_band else 0.0
         if math.isfinite(c):
@@ -490,8 +442,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
             used.add((f"mark{n % 3}", p.mark_labels[n] if n < len(p.mark_labels) else label(ds, name)))
     for n, name in enumerate(p.also):
         w = np.asarray(_at(ds, name, facet, i), dtype=float)
-        ax.plot(x[shown], w[shown], "s-", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3], ms=3,
-                mfc="white", lw=0.8)
+        ax.plot(x[shown], w[shown], "s-", color=_ALSO[n % 3], ms=3, mfc="white", lw=0.8)
         used.add((f"also{n}", p.also_labels[n] if n < len(p.also_labels) else label(ds, name)))
     ok = shown & np.isfinite(v) & ((v > 0) if p.logy else True)
     lo, hi = v - 2 * se, v + 2 * se
@@ -571,32 +522,22 @@ _MARKS = ("--", ":", "-.")
 _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "ref": ("-", COLORS["exact"], 0.8),
           "refc": ("--", COLORS["exact"], 0.9)}
 
-_HANDLES = {
-    "data": lambda lab: Line2D([], [], marker="o", ls="", color=COLORS["data"], label=lab),
-    "neg": lambda lab: Line2D([], [], marker="o", ls="", mfc="white", color=COLORS["data"], label=lab),
-    **{role: (lambda st: lambda lab: Line2D([], [], ls=st[0], color=st[1], lw=st[2], label=lab))(st)
-       for role, st in _STYLE.items()},
-    "hline": lambda lab: Patch(color=COLORS["band"], alpha=0.5, label=lab),
-    "span": lambda lab: Patch(color=COLORS["span"], label=lab),
-    "refband": lambda lab: Patch(color="0.8", label=lab),
-    "slope--": lambda lab: Line2D([], [], color=COLORS["ref"], ls="--", label=lab),
-    "slope:": lambda lab: Line2D([], [], color=COLORS["ref"], ls=":", label=lab),
-    "slope-.": lambda lab: Line2D([], [], color=COLORS["ref"], ls="-.", label=lab),
-}
+_ALSO = (COLORS["plain"], COLORS["ref"], COLORS["band"])
+_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8")}
+_LINES = {"data": dict(marker="o", ls="", color=COLORS["data"]), "level": dict(ls="--", color=COLORS["fit"], lw=0.9),
+          "neg": dict(marker="o", ls="", mfc="white", color=COLORS["data"]),
+          **{role: dict(ls=ls, color=c, lw=lw) for role, (ls, c, lw) in _STYLE.items()}}
 
 
 def _handle(role: str, lab: str):
-    if role.startswith("series|"):
-        return Line2D([], [], marker="o", color=role.split("|")[2], label=lab)
-    if role == "level":
-        return Line2D([], [], ls="--", color=COLORS["fit"], lw=0.9, label=lab)
-    if role.startswith("mark"):
-        return Line2D([], [], ls=_MARKS[int(role[4:])], color=COLORS["exact"], lw=0.9, label=lab)
-    if role.startswith("also"):
-        n = int(role[4:])
-        return Line2D([], [], marker="s", mfc="white", color=(COLORS["plain"], COLORS["ref"], COLORS["band"])[n % 3],
-                      label=lab)
-    return _HANDLES[role](lab)
+    """The legend entry of a role recorded by :func:`draw_panel`."""
+    if role in _PATCHES:
+        return Patch(label=lab, **_PATCHES[role])
+    kw = (dict(marker="o", color=role.split("|")[2]) if role.startswith("series|") else
+          dict(marker="s", mfc="white", color=_ALSO[int(role[4:]) % 3]) if role.startswith("also") else
+          dict(color=COLORS["ref"], ls=role[5:]) if role.startswith("slope") else
+          dict(color=COLORS["exact"], ls=_MARKS[int(role[4:])], lw=0.9) if role.startswith("mark") else _LINES[role])
+    return Line2D([], [], label=lab, **kw)
 
 
 def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
@@ -607,7 +548,7 @@ def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
     doc.save(fig)
 
 
-def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage) -> None:
+def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=None) -> None:
     head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
     if isinstance(page.facet, tuple):  # a grid of one panel over two dimensions
         rdim, cdim = page.facet

@@ -1,10 +1,5 @@
-"""Report of the C5 study (``temperature``), declared with :mod:`simkit.report.spec`.
-
-Pages: claim C5, method, the three checks per setting with their verdicts, rule and findings; per
-setting the cross-entropy, bias and KL tables over τ; CE(τ) exact against Monte Carlo; |c1(τ)| and
-the expansion scales; KL(Q ‖ π) against 2/τ; the gap at fixed k; the pre-registered norms clause
-(protocols/temperature.md). The provenance is added by :func:`simkit.report.study_report`.
-"""
+"""Report of the C5 study (``temperature``): the checks per setting, CE, bias and KL tables over τ,
+their figures, the gap at fixed k and the pre-registered norms clause (protocols/temperature.md)."""
 
 from __future__ import annotations
 
