@@ -421,10 +421,14 @@ def _log_axes(ax: Axes, k: np.ndarray, *ys: np.ndarray) -> None:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(LogLocator(base=4))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v, 2)))
-    else:  # another grid (e.g. temperatures): decimal labels at 1, 2, 5 times powers of 10
+    elif k[-1] / k[0] <= 1e3:  # another short grid (e.g. temperatures): decimals at 1, 2, 5 times powers of 10
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    else:  # a long grid (e.g. half octaves): powers of 10, so that the labels do not collide
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _power_label(v)))
     ax.xaxis.set_minor_locator(NullLocator())
     if ys:
         ax.set_yscale("log")
