@@ -24,7 +24,7 @@ from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatc
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
 from simkit.runner.verdicts import (TASK_FAILED, Verdict, cell_detail, cell_errors, check_result, claim_summary,
                                     dataset_config, estimate_table, not_finite, one_pvalue, outcome, recorded_sha,
-                                    scalar, verdict)
+                                    scalar, settings_check, verdict)
 
 __all__ = [
     "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
@@ -35,5 +35,5 @@ __all__ = [
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset", "estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE", "Verdict",
     "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
-    "TASK_FAILED",
+    "TASK_FAILED", "settings_check",
 ]
