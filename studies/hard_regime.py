@@ -272,6 +272,8 @@ class HardRegime(Study):
             raise ValueError(f"'sens_total' must be a multiple of n_blocks = {cfg['n_blocks']}, got {cfg['sens_total']}")
         for name in ("sens_block_sizes", "rate_block_sizes"):
             sub_blocks_per_task(name, self._list(cfg, name), cfg["sens_total"], cfg["n_blocks"])
+        for name in ("sens_pilots", "sens_k_min_factors"):  # the lists' own checks
+            self._list(cfg, name)
         for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
             if s not in RATE_SETTINGS:
                 raise ValueError(f"'rate_settings' must name settings of simkit.distributions.designs.RATE_SETTINGS "
