@@ -20,12 +20,12 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, mean_mcse, rate_columns, rate_vars, rate_verdict, setting_pvalues,
+from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, mean_mcse, rate_columns, rate_verdict, setting_pvalues,
                                    size_slopes, worst_slope)
 from simkit.embeddings.embedding import TwoLayerEmbedding
 from simkit.estimators.finite import scores_and_log_z
 from simkit.exact.finite import class_members
-from simkit.runner import Check, Param, Study, Var, block_means, estimate_vars, settings_check
+from simkit.runner import Check, Param, Study, Var, block_means, estimate_vars, rate_vars, settings_check
 from simkit.embeddings.random_features import fourier_features, fourier_map
 from simkit.embeddings.training import EmpiricalRisk, train
 from simkit.distributions.digits import SPLIT_SEED, TEST_FRACTION, augmented_views, load_split, training_tuples

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from simkit.stats.analysis import (C1_NAMES, combine_verdicts, rate_columns, rate_vars, rate_verdict, setting_pvalues,
+from simkit.stats.analysis import (C1_NAMES, combine_verdicts, rate_columns, rate_verdict, setting_pvalues,
                                    truth_columns, worst_slope)
 from simkit.stats.retrieval import RETRIEVAL_METRICS, collapsed_start_rule, retrieval_change, retrieval_schema
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
@@ -33,7 +33,7 @@ from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
 from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import (Check, Param, Study, Var, block_means, dataset_config, estimate_vars, recorded_sha,
+from simkit.runner import (Check, Param, Study, Var, block_means, dataset_config, estimate_vars, rate_vars, recorded_sha,
                            settings_check, verdict_vars)
 from simkit.distributions.sphere import VMFMixture
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, checkpoints

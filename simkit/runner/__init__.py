@@ -17,7 +17,7 @@ from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memor
 from simkit.runner.params import Param, level_grid, resolve_config
 from simkit.runner.run import (RunResult, apply_schema, check_dataset, execute_task, make_executor, run_study,
                                summarise_dataset)
-from simkit.runner.schema import BLOCK_MCSE, block_means, cell_grid, estimate_vars, verdict_vars
+from simkit.runner.schema import BLOCK_MCSE, block_means, cell_grid, estimate_vars, rate_vars, verdict_vars
 from simkit.runner.seeds import SEED_SCHEME, block_of, canonical, cell_key, common_seeds, task_name, task_seed
 from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatch, OutputBusy, RunLock, WriteFailed,
                                    check_writable, read_dataset, results_identical, write_dataset)
@@ -35,5 +35,5 @@ __all__ = [
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset", "estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE", "Verdict",
     "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
-    "TASK_FAILED", "settings_check",
+    "TASK_FAILED", "settings_check", "rate_vars",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simkit.stats.analysis import rate_vars
+from simkit.runner import rate_vars
 from simkit.stats.retrieval import collapsed_start_rule, retrieval_change, retrieval_schema
 from simkit.stats.trend import sqrt_k_term_vars
 
