@@ -19,15 +19,15 @@ Run it: ``simkit run continuity`` (or ``python -m simkit run continuity``).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import xarray as xr
-from numpy.typing import NDArray
 
 from simkit import VMFKernel
-from simkit.stats.analysis import combine_verdicts, mean_mcse, ratio_of_means
-from simkit.stats.trend import (fit_range_non_inferiority, growth_test, non_inferiority_plugin_miss_rate, union_bound,
-                                wls_slope_test)
+from simkit.stats.analysis import mean_mcse, ratio_of_means
+from simkit.stats import bound_growth as bg
+from simkit.stats.trend import wls_slope_test
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embeddings.embedding import family_embedding
 from simkit.embeddings.perturbation import CapBump, perturb
@@ -35,7 +35,7 @@ from simkit.estimators.loss_difference import MEANS, loss_difference_means
 from simkit.exact.loss_bounds import TOL_ABS, TOL_REL
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, verdict
+from simkit.runner import Check, Param, Study, Var, recorded_sha
 
 __all__ = ["SETTINGS", "SCHEMA", "STUDY", "ALPHA", "ALPHA_NI", "DELTA", "B0", "PROTOCOL_PATH", "confirmatory_verdicts"]
 
@@ -110,7 +110,6 @@ NI_QUANTITIES = {"avg": ("bound_avg", "primary: E B_avg"),
                  "negmax": ("neg_max", "positive control in every cell: E max_j |dw_j|"),
                  "max": ("bound_max", "positive control in the bump cells, descriptive elsewhere: E B_max"),
                  "negavg": ("neg_avg", "descriptive: E softmax average of |dw|")}
-_NI_FIELDS = ("b", "b_se", "growth", "growth_se", "t", "p")
 
 
 def _in_nats(name: str) -> bool:
@@ -211,191 +210,9 @@ SCHEMA = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
-# summaries
-
-def _is_bump(perturbation: str) -> bool:
-    return str(perturbation) == "bump"
-
-
-def confirmatory_verdicts(out: dict, settings, perturbations, errors) -> dict:
-    """Per-cell verdicts of the rule of protocols/continuity.md section 7 (primary, control, secondary) from the
-    summary arrays in ``out`` (``ni_<q>_p``, ``ni_<q>_b``, ``s1_p``, ``s2_p``, violation counts), and the
-    conclusion. Returns arrays ``verdict``, ``verdict_reason``, ``control_verdict``, ``control_reason``,
-    ``secondary_verdict``, ``secondary_reason`` (setting, eps) and the scalar ``conclusion``."""
-    n_set, n_eps = np.shape(out["ni_avg_p"])
-    res = {n: np.empty((n_set, n_eps), dtype=object) for n in ("verdict", "verdict_reason", "control_verdict",
-                                                               "control_reason", "secondary_verdict",
-                                                               "secondary_reason")}
-    for i, j in np.ndindex(n_set, n_eps):
-        err = [str(errors[i])]
-        p, b = float(out["ni_avg_p"][i, j]), float(out["ni_avg_b"][i, j])
-        res["verdict"][i, j], res["verdict_reason"][i, j] = verdict(
-            [] if p < ALPHA_NI else ["b undefined (a mean B_avg <= 0 or fewer than 3 blocks): non-inferiority not shown"]
-            if not math.isfinite(p) else [f"B_avg growth {100 * (2 ** b - 1):+.2f}% per doubling: non-inferiority to "
-                                          f"+{100 * DELTA:g}% not shown (p = {p:.3g} >= {ALPHA_NI:g})"], err)
-        probs = []
-        for q in (["negmax", "max"] if _is_bump(perturbations[i]) else ["negmax"]):
-            pq = float(out[f"ni_{q}_p"][i, j])
-            if not math.isfinite(pq):
-                probs.append(f"{q}: b undefined")
-            elif pq < ALPHA_NI:
-                probs.append(f"{q} passed the non-inferiority rule (growth {100 * float(out[f'ni_{q}_growth'][i, j]):+.2f}"
-                             f"% per doubling, p = {pq:.3g}): the rule cannot detect max-type growth here")
-        res["control_verdict"][i, j], res["control_reason"][i, j] = verdict(probs, err)
-        res["secondary_verdict"][i, j], res["secondary_reason"][i, j] = verdict(
-            [f"{text} not shown (p = {ps:.3g})" for name, text in (("s1", "B_max growth"), ("s2", "growth of E B_max / "
-                                                                                             "E B_avg"))
-             if not ((ps := float(out[f"{name}_p"][i, j])) < ALPHA_NI and math.isfinite(ps))], err)
-    n_viol = int(sum(np.nansum(out[f"violations_{t}"]) for t in ("score", "avg", "max")))
-    prim, ctrl = combine_verdicts(res["verdict"]), combine_verdicts(res["control_verdict"])
-    if any(str(e) for e in errors):
-        conclusion = "error (a task failed)"
-    elif n_viol:
-        conclusion = "not confirmed (bound violated)"
-    elif ctrl != "pass":
-        conclusion = "not confirmed (inconclusive: the positive control passed the rule)"
-    elif prim != "pass":
-        conclusion = "not confirmed (growth >= delta not excluded)"
-    else:
-        conclusion = "confirmed"
-    res["conclusion"] = conclusion
-    return res
-
-
-def _slope_problems(p_avg: float, p_max: float, b_avg: float, b_max: float) -> list[str]:
-    """The statistical part of a cell's verdict: B_avg flat (two-sided), B_max growing (one-sided)."""
-    if not np.isfinite(p_avg) or not np.isfinite(p_max):
-        return ["slope fit failed (too few blocks or non-positive means)"]
-    out = []
-    if p_avg < ALPHA:
-        out.append(f"B_avg slope {b_avg:.2e} != 0 (p = {p_avg:.2g})")
-    if not p_max < ALPHA:
-        out.append(f"B_max growth not detected (slope {b_max:.2e}, p = {p_max:.2g})")
-    return out
-
-
-def _cell_verdict(viol: dict, slope_probs: list[str], error: str) -> tuple[str, str]:
-    return verdict([f"B_{t} violated on {n} (tuple, k) pairs" for t, n in viol.items() if n] + slope_probs, [error])
-
-
-# ----------------------------------------------------------------------------------------------
-# claim checks (claim rows of simkit validate)
-
-def _n_violations(ds: xr.Dataset) -> int:
-    return int(sum(int(ds[f"violations_{t}"].values.sum()) for t in ("avg", "max", "score")))
-
-
-def _task_error(ds: xr.Dataset) -> bool:
-    return "cell_error" in ds and any(str(e) for e in ds["cell_error"].values.ravel())
-
-
-def _sha(ds: xr.Dataset) -> str:
-    return str(ds.attrs.get("protocol_sha256", "?"))[:16]
-
-
-def _bounds_check(ds: xr.Dataset) -> dict:
-    """Deterministic: B_score, B_avg and B_max are proved bounds, so no tuple may violate them."""
-    n = _n_violations(ds)
-    detail = (f"{n} bound violations over {int(ds.attrs.get('tuples_per_k', 0))} tuples x {ds.sizes['k']} k x "
-              f"{ds.sizes['eps']} eps x {ds.sizes['setting']} settings; largest |dl|/B_avg "
-              f"{float(np.nanmax(ds['tightness_avg'].values)):.3g}, |dl|/B_max "
-              f"{float(np.nanmax(ds['tightness_max'].values)):.3g}")
-    return {"estimate": n, "estimate_mcse": 0.0, "verdict": "error" if _task_error(ds) else ("fail" if n else "pass"),
-            "detail": detail}
-
-
-def _cells(ds):
-    return [(i, j, str(s), float(e)) for i, s in enumerate(ds["setting"].values) for j, e in enumerate(ds["eps"].values)]
-
-
-def _primary_check(ds: xr.Dataset) -> dict:
-    """Primary (protocols/continuity.md section 7.2): non-inferiority of E B_avg in every cell (intersection-union);
-    estimate: the largest growth per doubling over the cells."""
-    g, gse = ds["ni_avg_growth"].values, ds["ni_avg_growth_se"].values
-    worst = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(g), g, np.inf))), g.shape) if g.size else (0, 0)
-    parts = [f"{s} eps {e:g}: growth {100 * g[i, j]:+.3f}% ± {100 * gse[i, j]:.3f}% per doubling (b = "
-             f"{ds['ni_avg_b'].values[i, j]:.2e} ± {ds['ni_avg_b_se'].values[i, j]:.1e}), t = "
-             f"{ds['ni_avg_t'].values[i, j]:.1f}, p = {ds['ni_avg_p'].values[i, j]:.2g} -> {ds['verdict'].values[i, j]}"
-             for i, j, s, e in _cells(ds)]
-    return {"estimate": g[worst], "estimate_mcse": gse[worst], "verdict": combine_verdicts(ds["verdict"].values),
-            "detail": f"conclusion: {ds['conclusion'].values.item()}; " + "; ".join(parts)}
-
-
-def _control_check(ds: xr.Dataset) -> dict:
-    """Positive control (section 7.3): the negatives' max (every cell) and B_max (bump cells) must NOT pass the rule;
-    estimate: the smallest control growth per doubling."""
-    parts, vals = [], []
-    for i, j, s, e in _cells(ds):
-        qs = ("negmax", "max") if _is_bump(ds["perturbation"].values[i]) else ("negmax",)
-        for q in qs:
-            vals.append((ds[f"ni_{q}_growth"].values[i, j], ds[f"ni_{q}_growth_se"].values[i, j]))
-            parts.append(f"{s} eps {e:g} {q}: growth {100 * vals[-1][0]:+.2f}% ± {100 * vals[-1][1]:.2f}%, p = "
-                         f"{ds[f'ni_{q}_p'].values[i, j]:.2g}")
-    g = np.array([v[0] for v in vals], dtype=float)
-    m = int(np.nanargmin(np.where(np.isfinite(g), g, -np.inf))) if g.size else 0
-    return {"estimate": vals[m][0], "estimate_mcse": vals[m][1], "verdict": combine_verdicts(ds["control_verdict"].values),
-            "detail": "; ".join(parts)}
-
-
-def _secondary_check(ds: xr.Dataset) -> dict:
-    """Secondary (section 8): S1 E B_max grows and S2 E B_max / E B_avg grows, one-sided, every cell; estimate: the
-    smallest S2 slope."""
-    b, se = ds["s2_b"].values, ds["s2_b_se"].values
-    m = np.unravel_index(int(np.nanargmin(np.where(np.isfinite(b), b, -np.inf))), b.shape)
-    parts = [f"{s} eps {e:g}: S1 b = {ds['s1_b'].values[i, j]:.4f} ± {ds['s1_b_se'].values[i, j]:.4f} (p = "
-             f"{ds['s1_p'].values[i, j]:.2g}), S2 b = {b[i, j]:.4f} ± {se[i, j]:.4f} (p = {ds['s2_p'].values[i, j]:.2g})"
-             for i, j, s, e in _cells(ds)]
-    return {"estimate": b[m], "estimate_mcse": se[m], "verdict": combine_verdicts(ds["secondary_verdict"].values),
-            "detail": "; ".join(parts)}
-
-
-def _slopes_check(ds: xr.Dataset) -> dict:
-    """Exploratory (the pre-protocol rule, unchanged): per (setting, eps), WLS slope of B_avg = 0 not rejected
-    two-sided and B_max growing one-sided; estimate the B_avg slope farthest from 0."""
-    b, se = ds["slope_avg"].values, ds["slope_avg_se"].values
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = np.where(np.isfinite(b), np.abs(b) / se, np.inf)
-    worst = np.unravel_index(int(np.argmax(z)), z.shape)
-    verdicts, parts = [], []
-    for i, s in enumerate(ds["setting"].values):
-        for j, e in enumerate(ds["eps"].values):
-            probs = _slope_problems(*(float(ds[n].values[i, j]) for n in ("slope_avg_p", "slope_max_p", "slope_avg",
-                                                                          "slope_max")))
-            v = "error" if str(ds["flat_verdict"].values[i, j]) == "error" else ("fail" if probs else "pass")
-            verdicts.append(v)
-            parts.append(f"{s} eps {e:g}: B_avg slope {b[i, j]:.2e} ± {se[i, j]:.1e}, B_max slope "
-                         f"{ds['slope_max'].values[i, j]:.3f} ± {ds['slope_max_se'].values[i, j]:.3f}, "
-                         f"B_max/B_avg at k = {int(ds['k'].values[-1])}: {ds['ratio_max_avg'].values[i, j, -1]:.3f} "
-                         f"-> {v}" + (f" ({'; '.join(probs)})" if probs else ""))
-    return {"estimate": b[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
-            "detail": "; ".join(parts)}
-
-
-def _flat_pvalues(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
-    """Component tests of the exploratory check (for calibration): per (setting, eps), the two-sided p-value of
-    B_avg slope = 0 (a point null: uniform only if E B_avg is exactly flat in k). B_max's growth test is a
-    test that must reject (power), so it has no row."""
-    return {f"{s}:flat@eps={float(e):g}": (float(ds["slope_avg_p"].values[i, j]), ALPHA)
-            for i, s in enumerate(ds["setting"].values) for j, e in enumerate(ds["eps"].values)}
-
-
-def _df(ds) -> NDArray:
-    return np.maximum(ds["ni_blocks"].values - 1, 1)
-
-
-def _primary_rate(ds: xr.Dataset) -> float:
-    """P(primary fails | b = 0 in every cell), the claim in its strict form (flat), with the run's SEs: a cell
-    rejects when b_hat < b0 + t_alpha SE, so it fails with probability 1 - F_t(b0 / SE + t_alpha)."""
-    return union_bound(non_inferiority_plugin_miss_rate(ds["ni_avg_b_se"].values, _df(ds), delta=DELTA,
-                                                        alpha=ALPHA_NI))
-
-
-def _control_rate(ds: xr.Dataset) -> float:
-    """P(control fails | every control grows by at least delta): a control test wrongly shows non-inferiority
-    with probability <= ALPHA_NI at the margin, so the union over the control tests is <= 1 - (1 - ALPHA_NI)^n."""
-    n = sum(2 if _is_bump(ds["perturbation"].values[i]) else 1 for i in range(ds.sizes["setting"]))
-    return float(1.0 - (1.0 - ALPHA_NI) ** n)
+# the rule (simkit.stats.bound_growth at the protocol's levels)
+confirmatory_verdicts = partial(bg.confirmatory_verdicts, alpha_ni=ALPHA_NI, delta=DELTA)
+_slope_problems = partial(bg.slope_problems, alpha=ALPHA)
 
 
 def _n_cells(ds) -> int:
@@ -403,31 +220,32 @@ def _n_cells(ds) -> int:
 
 
 CHECKS = (
-    Check("C4", lambda ds: f"deterministic check (protocols/continuity.md 7.1, sha256 {_sha(ds)}…): no tuple violates "
+    Check("C4", lambda ds: f"deterministic check (protocols/continuity.md 7.1, sha256 {recorded_sha(ds)}…): no tuple violates "
                            f"B_score, B_avg or B_max at any k (proved bounds, also for the non-parametric bump psi; "
                            f"rounding allowance {TOL_ABS:g} + {TOL_REL:g} |l_k|), {_n_cells(ds)} (setting, eps) cells; "
                            f"estimate: the number of violations",
-          _bounds_check, None, protocol=PROTOCOL_PATH),
-    Check("C4", lambda ds: f"pre-registered primary (protocols/continuity.md 7.2, sha256 {_sha(ds)}…): per (setting, eps), "
+          bg.bounds_check, None, protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered primary (protocols/continuity.md 7.2, sha256 {recorded_sha(ds)}…): per (setting, eps), "
                            f"{_n_cells(ds)} cells, one-sided non-inferiority t test of H0: E B_avg grows by >= "
                            f"{100 * DELTA:g}% per doubling of k (OLS slope of log2 E B_avg on log2 k, jackknife SE) at "
                            f"{ALPHA_NI:g}; intersection-union (all cells must reject); estimate: the largest growth; "
                            f"stated rate: P(fail | flat in every cell) with the run's SEs",
-          _primary_check, _primary_rate, protocol=PROTOCOL_PATH),
-    Check("C4", lambda ds: f"pre-registered positive control (protocols/continuity.md 7.3, sha256 {_sha(ds)}…): the same "
+          bg.primary_check, partial(bg.primary_rate, delta=DELTA, alpha=ALPHA_NI), protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered positive control (protocols/continuity.md 7.3, sha256 {recorded_sha(ds)}…): the same "
                            f"rule on E max_j |dw_j| (every cell) and on E B_max (bump cells) must NOT show growth < "
                            f"{100 * DELTA:g}% per doubling; estimate: the smallest control growth; stated rate: "
                            f"1 - (1 - {ALPHA_NI:g})^n over the n control tests (at the margin)",
-          _control_check, _control_rate, protocol=PROTOCOL_PATH),
-    Check("C4", lambda ds: f"pre-registered secondary (protocols/continuity.md 8, sha256 {_sha(ds)}…): S1 E B_max and S2 "
+          bg.control_check, partial(bg.control_rate, alpha=ALPHA_NI), protocol=PROTOCOL_PATH),
+    Check("C4", lambda ds: f"pre-registered secondary (protocols/continuity.md 8, sha256 {recorded_sha(ds)}…): S1 E B_max and S2 "
                            f"E B_max / E B_avg grow with k (one-sided t of OLS slope > 0 at {ALPHA_NI:g}) in all "
                            f"{_n_cells(ds)} cells; estimate: the smallest S2 slope; tests that must reject: their "
                            f"miss rate is 1 - power and is not stated",
-          _secondary_check, None, protocol=PROTOCOL_PATH),
+          bg.secondary_check, None, protocol=PROTOCOL_PATH),
     Check("C4", lambda ds: f"exploratory (pre-protocol rule, unchanged): per (setting, eps), {_n_cells(ds)} cells: WLS "
                            f"slope of log E B_avg on log k = 0 not rejected (two-sided, {ALPHA:g}); WLS slope of log "
                            f"E B_max > 0 detected (one-sided, {ALPHA:g})",
-          _slopes_check, lambda ds: 1.0 - (1.0 - ALPHA) ** _n_cells(ds), _flat_pvalues),
+          partial(bg.slopes_check, alpha=ALPHA), lambda ds: 1.0 - (1.0 - ALPHA) ** _n_cells(ds),
+          partial(bg.flat_pvalues, alpha=ALPHA)),
 )
 
 
@@ -559,29 +377,16 @@ class Continuity(Study):
             for i, suffix in enumerate(("", "_se", "_p", "_detect50", "_detect80")):
                 out[f"slope_{name}{suffix}"] = fits[..., i]
         errors = [str(e) for e in raw["cell_error"].values]
-        cells = [[_cell_verdict({t: int(out[f"violations_{t}"][s, e].sum()) for t in ("avg", "max", "score")},
-                                _slope_problems(out["slope_avg_p"][s, e], out["slope_max_p"][s, e],
-                                                out["slope_avg"][s, e], out["slope_max"][s, e]),
-                                errors[s])
+        cells = [[bg.cell_verdict({t: int(out[f"violations_{t}"][s, e].sum()) for t in ("avg", "max", "score")},
+                                  _slope_problems(out["slope_avg_p"][s, e], out["slope_max_p"][s, e],
+                                                  out["slope_avg"][s, e], out["slope_max"][s, e]),
+                                  errors[s])
                   for e in range(n_eps)] for s in range(n_set)]
         out["flat_verdict"] = np.array([[c[0] for c in row] for row in cells])
         out["flat_reason"] = np.array([[c[1] for c in row] for row in cells])
         # the pre-registered rule: OLS slopes of log2 block-mean curves on log2 k, jackknife SE
-        k_min = cfg["k_fit_min"]
-        rule = lambda k, b, k_min: fit_range_non_inferiority(k, b, k_min, delta=DELTA, alpha=ALPHA_NI)  # noqa: E731
-        for q, (var, _) in NI_QUANTITIES.items():
-            tests = [[rule(k, blocks[var][s, :, e], k_min) for e in range(n_eps)] for s in range(n_set)]
-            for field, attr in zip(_NI_FIELDS, ("b", "se", "growth", "growth_se", "t", "p")):
-                out[f"ni_{q}_{field}"] = np.array([[getattr(t, attr) for t in row] for row in tests], dtype=float)
-        out["ni_blocks"] = np.array([[rule(k, blocks["bound_avg"][s, :, e], k_min).n_blocks
-                                      for e in range(n_eps)] for s in range(n_set)], dtype=float)
-        s1 = [[growth_test(k, blocks["bound_max"][s, :, e], k_min, alpha=ALPHA_NI) for e in range(n_eps)]
-              for s in range(n_set)]
-        s2 = [[growth_test(k, np.stack([blocks["bound_max"][s, :, e], blocks["bound_avg"][s, :, e]], axis=1), k_min,
-                           alpha=ALPHA_NI, ratio=True) for e in range(n_eps)] for s in range(n_set)]
-        for name, res in (("s1", s1), ("s2", s2)):
-            for i, field in enumerate(("b", "b_se", "t", "p")):
-                out[f"{name}_{field}"] = np.array([[r[i] for r in row] for row in res], dtype=float)
+        out.update(bg.ni_columns(blocks, NI_QUANTITIES, k, cfg["k_fit_min"], delta=DELTA, alpha=ALPHA_NI))
+        out.update(bg.secondary_columns(blocks, k, cfg["k_fit_min"], alpha=ALPHA_NI))
         ver = confirmatory_verdicts(out, raw["setting"].values, raw["perturbation"].values, errors)
         for name, value in ver.items():
             out[name] = np.asarray(value, dtype=str)

@@ -20,18 +20,17 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, combine_verdicts, fit_rate, mean_mcse, rate_columns, rate_verdict,
-                                   setting_pvalues, worst_slope)
-from simkit.diagnose import diagnose
+from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, mean_mcse, rate_columns, rate_verdict, setting_pvalues,
+                                   size_slopes, worst_slope)
 from simkit.embeddings.embedding import TwoLayerEmbedding
-from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
+from simkit.estimators.finite import scores_and_log_z
 from simkit.exact.finite import class_members
-from simkit.runner import Check, Param, Study, Var, estimate_vars
+from simkit.runner import Check, Param, Study, Var, block_means, estimate_vars, rate_vars, settings_check
 from simkit.embeddings.random_features import fourier_features, fourier_map
 from simkit.embeddings.training import EmpiricalRisk, train
 from simkit.distributions.digits import SPLIT_SEED, TEST_FRACTION, augmented_views, load_split, training_tuples
-from simkit.estimators.labelled import (class_cross_entropy, class_d_block, class_first_order, class_positive_scores,
-                                        exact_d_two_phase, gap_block)
+from simkit.estimators.labelled import (class_d_block, class_first_order, diagnosed_constants, exact_d_two_phase, gap_block,
+                                        population_risk, positive_scores)
 
 #: false-failure rate of each per-setting rate check (slope interval; c1 z-test for C1)
 ALPHA = 1e-3
@@ -55,12 +54,10 @@ def make_encoder(encoder: str, cfg: dict, theta: NDArray | None = None):
         w, b = fourier_map(RFF_FEATURES, 64, RFF_BANDWIDTH, RFF_SEED)
         return lambda u: fourier_features(u, w, b)
     if encoder == "mlp":
-        net = TwoLayerEmbedding.from_vector(theta, 64, cfg["mlp_dim"], cfg["mlp_hidden"])
-        return lambda u: net(u)
+        return TwoLayerEmbedding.from_vector(theta, 64, cfg["mlp_dim"], cfg["mlp_hidden"])
     raise ValueError(f"'encoder' must be one of {', '.join(ENCODERS)}, got {encoder!r}")
 
 
-# ----------------------------------------------------------------------------------------------
 # schema
 
 S, K = ("setting",), ("setting", "k")
@@ -71,25 +68,6 @@ MCSE = "sd over blocks / sqrt(n_blocks)"
 
 def _v(dims, long_name, description, units="1"):
     return Var(dims, long_name, units, description)
-
-
-def _rate_vars(prefix: str, what: str) -> dict:
-    p = prefix
-    return {
-        f"{p}slope": _v(S, f"log-log slope of {what}", "WLS of log curve on log k and 1/k over k >= k_min "
-                        "(simkit.stats.analysis.rate_verdict); -1 under the claim, -1/2 under the 1/sqrt(k) alternative"),
-        f"{p}slope_se": _v(S, f"jackknife standard error of the {what} slope", "delete-one-block jackknife"),
-        f"{p}slope_ci_low": _v(S, f"95% interval for the {what} slope, lower", "Student t, n_blocks - 1 df"),
-        f"{p}slope_ci_high": _v(S, f"95% interval for the {what} slope, upper", "Student t, n_blocks - 1 df"),
-        f"{p}slope_p_half": _v(S, f"p-value of {what} slope = -1/2", "two-sided t test, jackknife SE"),
-        f"{p}slope_p_one": _v(S, f"p-value of {what} slope = -1", "two-sided t test, jackknife SE"),
-        f"{p}slope_verdict_low": _v(S, f"verdict interval for the {what} slope, lower", f"level 1 - {ALPHA:g}"),
-        f"{p}slope_verdict_high": _v(S, f"verdict interval for the {what} slope, upper", f"level 1 - {ALPHA:g}"),
-        f"{p}k_min": _v(S, f"smallest k in the {what} fits", "smallest grid k >= k_min_factor * expansion_scale"),
-        f"{p}fit": _v(K, f"fitted {what}, in nats", "exp of the WLS fit of log curve on log k and 1/k"),
-        f"{p}resid_rate": _v(K, f"standardised residual of the {what} rate fit", "(log curve - fit) / "
-                             "(mcse / curve); only k >= k_min enter the fit"),
-    }
 
 
 SCHEMA = {
@@ -171,7 +149,7 @@ SCHEMA = {
                   f"is rejected at {ALPHA:g} and |c1_z| is within the two-sided level-{ALPHA:g} Student t critical "
                   "value; fail otherwise; error if a task failed"),
     "verdict_reason": _v(S, "why a setting failed C1", "empty when it passed"),
-    **_rate_vars("", "gap_k"),
+    **rate_vars("gap_k", ALPHA, fit="fit"),
     # C2 summaries
     **estimate_vars("d", K, "D_k = R_k - E CE(M_k, Q_k)", "block mean of raw_d; NaN for augment", nats=True),
     **estimate_vars("d_plain", K, "D_k without the control variate", "block mean of raw_d_plain", nats=True),
@@ -190,7 +168,7 @@ SCHEMA = {
     "d_verdict": _v(S, "verdict for C2", f"label kernel: pass when the level-{1 - ALPHA:g} slope interval of D_k "
                     f"contains -1 and slope = -1/2 is rejected at {ALPHA:g}; n/a for augment"),
     "d_verdict_reason": _v(S, "why a setting failed C2", "empty when it passed"),
-    **_rate_vars("d_", "D_k"),
+    **rate_vars("D_k", ALPHA, prefix="d_", fit="d_fit"),
     **estimate_vars("top1", S, "top-1 agreement of softmax retrieval with same-digit retrieval", "simkit.diagnose top1 over the "
                "whole test split (anchor excluded); computed for both kernels (same-digit is the ideal retrieval of "
                "the label kernel)", mcse="0: every test image is an anchor"),
@@ -212,20 +190,13 @@ SCHEMA = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
 # checks
 
 def _rate_check(ds, prefix: str, verdict: str, reason: str, what: str) -> dict:
-    keep = [i for i, v in enumerate(ds[verdict].values) if str(v) != "n/a"]
-    slope, se = ds[f"{prefix}slope"].values[keep], ds[f"{prefix}slope_se"].values[keep]
-    verdicts = [str(ds[verdict].values[i]) for i in keep]
-    worst = worst_slope(slope, se)
-    detail = "; ".join(
-        f"{ds['setting'].values[i]}: {what} slope {ds[f'{prefix}slope'].values[i]:.4f} ± "
-        f"{ds[f'{prefix}slope_se'].values[i]:.4f} -> {ds[verdict].values[i]}"
-        + (f" ({ds[reason].values[i]})" if str(ds[reason].values[i]) else "") for i in keep)
-    return {"estimate": slope[worst], "estimate_mcse": se[worst], "verdict": combine_verdicts(verdicts),
-            "detail": detail}
+    keep = np.array([i for i, v in enumerate(ds[verdict].values) if str(v) != "n/a"], dtype=int)
+    slope, se = (ds[f"{prefix}slope{x}"].values for x in ("", "_se"))
+    return settings_check(ds, keep, f"{prefix}slope", keep[worst_slope(slope[keep], se[keep])], verdict,
+                          lambda i: f"{what} slope {slope[i]:.4f} ± {se[i]:.4f}", reason)
 
 
 def _n_label(ds) -> int:
@@ -261,7 +232,6 @@ def _grid(cfg: dict, name: str) -> list[int]:
     return Digits.params[name].values(cfg[name])
 
 
-# ----------------------------------------------------------------------------------------------
 # the study
 
 class Digits(Study):
@@ -337,11 +307,9 @@ class Digits(Study):
         dims["ell_inf"] = ()
         for n in ("c3_risk_train", "c3_risk_test", "c3_ce_test", "c3_converged"):
             dims[n] = ("n_train", "k_train")
-        return dims, {"k": k, "n_train": np.array(_grid(cfg, "c3_n")),
-                      "k_train": np.array(_grid(cfg, "c3_k"))}
+        return dims, {"k": k, "n_train": np.array(_grid(cfg, "c3_n")), "k_train": np.array(_grid(cfg, "c3_k"))}
 
     # -- prepare: the encoder and the exact constants -----------------------------------------------
-
     def prepare(self, cell, cfg, rng):
         split = load_split()
         test, tau = split["test"], cell["tau"]
@@ -358,22 +326,10 @@ class Digits(Study):
         phi = make_encoder(cell["encoder"], cfg, theta)
         emb = phi(split["unit"][test])
         grid = 2 ** np.arange(int(math.log2(cfg["k_max"])) + 1)
-        # THEORY.md's setting: negatives i.i.d. from pi over all rows, the anchor included
-        common = dict(tau=tau, k_grid=grid, n_exact_anchors=cfg["n_exact_anchors"], n_tuples=1, n_blocks=3,
-                      convention="include_anchor", rng=rng)
         labels = split["labels"][test]
-        lab = diagnose(emb, labels=labels, **(common if cell["kernel"] == "label" else
-                                               {**common, "n_exact_anchors": 1, "k_grid": grid[:4]}))
-        if cell["kernel"] == "label":
-            dg = lab
-        else:
-            views = augmented_views(phi, split["images"][test], cfg["n_views"], cfg["aug_noise"], rng=rng)
-            dg = diagnose(emb, positive_embeddings=views, **common)
-        for name in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "gap_exact", "gap_exact_mcse"):
-            out[name] = np.asarray(dg[name].values, dtype=float)
-        out["scale"] = np.asarray(dg["expansion_scale"].values, dtype=float)
-        for name in ("top1", "top1_mcse", "recall10", "recall10_mcse"):
-            out[name] = np.asarray(lab[name].values, dtype=float)
+        views = None if cell["kernel"] == "label" else (
+            lambda: augmented_views(phi, split["images"][test], cfg["n_views"], cfg["aug_noise"], rng=rng))
+        out.update(diagnosed_constants(emb, labels, tau, grid, cfg["n_exact_anchors"], rng, views))
         # E_x[m1/Z] of the label kernel (d1 of C2) and the exact D_k, finite sums in log space
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
@@ -386,7 +342,6 @@ class Digits(Study):
         return out
 
     # -- generate: one replicate block ----------------------------------------------------------------
-
     def generate(self, cell, cfg, prep, rng):
         split = load_split()
         test, tau, kernel = split["test"], cell["tau"], cell["kernel"]
@@ -409,8 +364,8 @@ class Digits(Study):
         labels = split["labels"][test]
         s, log_z = scores_and_log_z(emb, tau)
         idx, mask = class_members(labels)
-        s_pos = (class_positive_scores(s, idx, mask, r, rng) if kernel == "label" else
-                 np.einsum("nd,nrd->nr", emb, augmented_views(phi, split["images"][test], r, noise, rng=rng)) / tau)
+        s_pos = positive_scores(s, emb, idx, mask, r, tau, rng, None if kernel == "label" else
+                                (lambda m: augmented_views(phi, split["images"][test], m, noise, rng=rng)))
         neg = rng.integers(0, test.size, size=(test.size, r, int(grid[-1])))
         out = gap_block(s, log_z, s_pos, neg, grid)
         if kernel != "label":
@@ -430,36 +385,22 @@ class Digits(Study):
                 init = TwoLayerEmbedding.random(64, cfg["mlp_dim"], cfg["mlp_hidden"], rng=rng)
                 res = train(EmpiricalRisk(sample, tau), init, maxiter=cfg["c3_maxiter"])
                 net = res.embedding
-                emb = net(split["unit"][test])
-                s, log_z = scores_and_log_z(emb, tau)
-                if kernel == "label":
-                    ce = class_cross_entropy(s, log_z, idx, mask)
-                    s_pos = class_positive_scores(s, idx, mask, r, rng)
-                else:
-                    s_pos = np.einsum("nd,nrd->nr", emb, augmented_views(net, split["images"][test], r,
-                                                                         cfg["aug_noise"], rng=rng)) / tau
-                    ce = float(np.mean(log_z[:, None] - s_pos))
-                neg = rng.integers(0, test.size, size=(test.size, r, k))
-                kk = np.array([k])
-                _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), ratio_block(s, log_z, neg, kk), kk)
+                views = None if kernel == "label" else (
+                    lambda m: augmented_views(net, split["images"][test], m, cfg["aug_noise"], rng=rng))
+                risk, ce = population_risk(net(split["unit"][test]), idx, mask, k, r, tau, rng, views)
                 out["c3_risk_train"][i, j] = res.report.value
-                out["c3_risk_test"][i, j] = math.log(k) + ce + float(cv.mean())
+                out["c3_risk_test"][i, j] = risk
                 out["c3_ce_test"][i, j] = ce
                 out["c3_converged"][i, j] = float(res.converged)
 
     # -- summarise -----------------------------------------------------------------------------------
-
     def summarise(self, raw, cfg) -> dict:
         k = raw["k"].values
         n_set = raw.sizes["setting"]
-        out = {}
-        for name in ("gap", "gap_plain", "d", "d_plain", "no_match"):
-            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{name}"].values, axis=1)
+        out = block_means(raw, {**{n: n for n in ("gap", "gap_plain", "d", "d_plain", "no_match")}, "ce_estimate": "ell_inf"})
         out.pop("no_match_mcse")
-        out["ce_estimate"], out["ce_estimate_mcse"] = mean_mcse(raw["raw_ell_inf"].values, axis=1)
         out["k_gap"], out["k_gap_mcse"] = out["gap"] * k, out["gap_mcse"] * k
-        prep = {n: raw[f"prep_{n}"].values for n in ("ce", "ce_mcse", "c1", "c1_mcse", "c2", "c2_mcse", "scale",
-                                                     "d1", "top1", "top1_mcse", "recall10", "recall10_mcse")}
+        prep = {n: raw[f"prep_{n}"].values for n in ("c1", "c1_mcse", "scale", "d1")}
         errors = [bool(str(e)) for e in raw["cell_error"].values]
         rows = [rate_verdict(k, raw["raw_gap"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
                              float(prep["c1"][i]), float(prep["c1_mcse"][i]), alpha=ALPHA, test_constant=True,
@@ -467,27 +408,19 @@ class Digits(Study):
         out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit", "resid_const": "resid_c1",
                                                     "reason": "verdict_reason"}))
         label = [str(v) == "label" for v in raw["kernel"].values]
-        d_rows = []
-        for i in range(n_set):
-            if label[i]:
-                d_rows.append(rate_verdict(k, raw["raw_d"].values[i], float(prep["scale"][i]), cfg["k_min_factor"],
-                                           float(prep["d1"][i]), 0.0, alpha=ALPHA, test_constant=False,
-                                           failed_blocks=errors[i]))
-            else:
-                nan_k = np.full(k.size, np.nan)
-                d_rows.append({**{f: math.nan for f in RATE_FIELDS}, "fit_abs": nan_k, "resid_rate": nan_k,
-                               "resid_const": nan_k, "verdict": "n/a", "reason": ""})
+        nan_k = np.full(k.size, np.nan)
+        na = {**{f: math.nan for f in RATE_FIELDS}, "fit_abs": nan_k, "resid_rate": nan_k, "resid_const": nan_k,
+              "verdict": "n/a", "reason": ""}  # D_k has no density under the augmentation kernel
+        d_rows = [rate_verdict(k, raw["raw_d"].values[i], float(prep["scale"][i]), cfg["k_min_factor"], float(prep["d1"][i]),
+                               0.0, alpha=ALPHA, test_constant=False, failed_blocks=errors[i]) if label[i] else na
+                  for i in range(n_set)]
         out.update(rate_columns(d_rows, SCHEMA, prefix="d_", names={
             "const_estimate": "d1_estimate", "const_estimate_mcse": "d1_estimate_mcse", "const_z": "d1_z",
             "reason": "d_verdict_reason", "fit_abs": "d_fit"}))
-        out["c1_exact"], out["c1_exact_mcse"] = prep["c1"], prep["c1_mcse"]
-        out["c2_exact"], out["c2_exact_mcse"] = prep["c2"], prep["c2_mcse"]
-        out["d1_exact"] = prep["d1"]
-        for name in ("ce", "ce_mcse", "top1", "top1_mcse", "recall10", "recall10_mcse"):
-            out[name] = prep[name]
-        out["expansion_scale"] = prep["scale"]
-        out["gap_exact"], out["gap_exact_mcse"] = raw["prep_gap_exact"].values, raw["prep_gap_exact_mcse"].values
-        out["d_exact"], out["d_exact_mcse"] = raw["prep_d_exact"].values, raw["prep_d_exact_mcse"].values
+        out.update({n: raw[f"prep_{p}"].values for n, p in {
+            "c1_exact": "c1", "c1_exact_mcse": "c1_mcse", "c2_exact": "c2", "c2_exact_mcse": "c2_mcse", "d1_exact": "d1",
+            "expansion_scale": "scale", **{n: n for n in ("ce", "ce_mcse", "top1", "top1_mcse", "recall10", "recall10_mcse",
+                                                          "gap_exact", "gap_exact_mcse", "d_exact", "d_exact_mcse")}}.items()})
         with np.errstate(invalid="ignore", divide="ignore"):
             out["gap_z"] = (out["gap"] - out["gap_exact"]) / np.hypot(out["gap_mcse"], out["gap_exact_mcse"])
             out["d_z"] = (out["d"] - out["d_exact"]) / np.hypot(out["d_mcse"], out["d_exact_mcse"])
@@ -499,16 +432,7 @@ class Digits(Study):
                              ("c3_risk_test", te)):
             out[name], out[f"{name}_mcse"] = mean_mcse(blocks, axis=1)
         out["c3_converged"], _ = mean_mcse(raw["raw_c3_converged"].values, axis=1)
-        n_grid = raw["n_train"].values
-        slope = np.full((n_set, raw.sizes["k_train"]), np.nan)
-        slope_se = slope.copy()
-        for i in range(n_set):
-            for j in range(raw.sizes["k_train"]):
-                b = gap_blocks[i, :, :, j]
-                if n_grid.size >= 3 and np.all(np.isfinite(b)):
-                    f = fit_rate(n_grid, b, int(n_grid[0]), with_inverse=False)
-                    slope[i, j], slope_se[i, j] = f.slope, f.slope_se
-        out["c3_slope_n"], out["c3_slope_n_se"] = slope, slope_se
+        out["c3_slope_n"], out["c3_slope_n_se"] = size_slopes(raw["n_train"].values, np.moveaxis(gap_blocks, 3, 1))
         return out
 
     def attrs(self, cfg):

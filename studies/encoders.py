@@ -20,20 +20,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
-from simkit.stats.analysis import (C1_NAMES, TRUTH_FIELDS_MAX_T, combine_verdicts, mean_mcse, rate_columns, rate_verdict,
-                                   setting_pvalues, truth_rng, truth_verdict, worst_slope)
+from simkit.stats.analysis import (C1_NAMES, combine_verdicts, rate_columns, rate_verdict, setting_pvalues,
+                                   truth_columns, worst_slope)
+from simkit.stats.retrieval import RETRIEVAL_METRICS, collapsed_start_rule, retrieval_change, retrieval_schema
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
 from simkit.embeddings.embedding import TwoLayerEmbedding, family_embedding, padded_params
 from simkit.embeddings.perturbation import collapse_output
-from simkit.stats.trend import detectable_t, paired_change, paired_t_power, sqrt_k_term_test
+from simkit.stats.trend import paired_t_power, sqrt_k_term_test, sqrt_k_term_vars
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
 from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, cell_detail, dataset_config, estimate_vars, verdict_vars
+from simkit.runner import (Check, Param, Study, Var, block_means, dataset_config, estimate_vars, rate_vars, recorded_sha,
+                           settings_check, verdict_vars)
 from simkit.distributions.sphere import VMFMixture
 from simkit.embeddings.training import EmpiricalRisk, TrainingSample, checkpoints
 
@@ -94,16 +95,7 @@ def planned_power(n_blocks: int, block_anchors: int, alpha: float) -> float:
     return paired_t_power(n_blocks, PLANNED_SD_256 * math.sqrt(256 / block_anchors), MARGIN, alpha)
 
 
-_RATE = {"slope": ("log-log slope of gap_k", "WLS of log gap on log k and 1/k over k >= k_min"),
-         "slope_se": ("jackknife standard error of slope", "delete-one-block jackknife"),
-         "slope_ci_low": ("95% interval for slope, lower", "Student t, n_blocks - 1 df, jackknife SE"),
-         "slope_ci_high": ("95% interval for slope, upper", "Student t, n_blocks - 1 df, jackknife SE"),
-         "slope_p_half": ("p-value of slope = -1/2 (the 1/sqrt(k) alternative)", "two-sided t test, jackknife SE"),
-         "slope_p_one": ("p-value of slope = -1", "two-sided t test, jackknife SE"),
-         "slope_verdict_low": ("verdict interval for slope, lower", f"level 1 - {ALPHA:g}"),
-         "slope_verdict_high": ("verdict interval for slope, upper", f"level 1 - {ALPHA:g}"),
-         "c1_z": ("standardised difference of c1_estimate from c1_exact", "Student t on n_blocks - 1 df"),
-         "k_min": ("smallest k in the fits", "smallest grid k >= k_min_factor * expansion_scale"),
+_RATE = {"c1_z": ("standardised difference of c1_estimate from c1_exact", "Student t on n_blocks - 1 df"),
          "c2_t": ("standardised difference of c2_estimate from c2_exact", "Student t on n_blocks - 1 df"),
          "curve_max_t": ("largest studentised deviation of the Monte Carlo gap curve from the exact curve",
                          "simkit.stats.truth_tests.max_t_test"),
@@ -111,30 +103,8 @@ _RATE = {"slope": ("log-log slope of gap_k", "WLS of log gap on log k and 1/k ov
                      "truth_rng)"),
          "dgap_max_t": ("largest studentised deviation of dgap from the exact dgap", "simkit.stats.truth_tests.dgap_test"),
          "dgap_p": ("p-value of dgap_max_t", "as curve_p"),
-         "d2_slope": ("log-log slope of D_k", "rate_verdict on the D_k blocks (no constant tested)"),
-         "d2_slope_se": ("jackknife SE of d2_slope", "delete-one-block jackknife"),
-         "d2_slope_p_half": ("p-value of D_k slope = -1/2", "two-sided t test, jackknife SE"),
-         "d2_k_min": ("smallest k in the D_k fit", "as k_min"),
-         "ret_top1_p": ("one-sided p-value of no top-1 improvement", "paired t, n_blocks - 1 df"),
-         "ret_ce_p": ("one-sided p-value of no fall of CE(M_hat, Q_hat)", "paired t, n_blocks - 1 df"),
-         "ret_spearman": ("Spearman correlation of training risk and top-1 over checkpoints", "descriptive; -1 when "
-                          "top-1 rises exactly as the risk falls"),
-         "r_t": ("t of c = 0", "r_c / r_c_se, Student t on n_blocks - 1 df, two-sided at alpha"),
-         "r_mde": ("smallest |c| detected with probability 0.9, in nats", "(t_{1-alpha/2} + t_0.9) r_c_se"),
-         "r_c_match": ("size of a 1/sqrt(k) term as large as D_k at k_min, in nats", "sqrt(k_min) |D_kmin|; the "
-                       "setting is assessed only if r_mde <= r_c_match"),
-         "far_top1_p": ("one-sided p-value of no top-1 rise from the collapsed start", "paired t, n_blocks - 1 df"),
-         "far_ce_p": ("one-sided p-value of no CE(M_hat, Q_hat) fall from the collapsed start", "paired t; secondary, "
-                      "no verdict"),
-         "far_risk_fall": ("fall of the empirical training risk from the collapsed start, in nats",
-                           f"first minus last checkpoint; rule L needs >= {MIN_RISK_FALL:g}"),
-         "far_sd_diff": ("realised sd of the paired per-block top-1 differences", f"planned {PLANNED_SD_256:g} at 256 "
-                         "anchors"),
-         "far_mde": ("realised smallest top-1 rise detected with probability 0.9", f"margin {MARGIN:g}"),
          "expansion_scale": ("expansion scale", "max(E[Z2/Z^2], E[m1/Z]) at phi_hat")}
-_RET = {"ce": "CE(M_hat, Q_hat)", "top1": "top-1 agreement", "recall10": "recall@10"}
 _JACK = "delete-one-block jackknife"
-_DIFF = "sd of paired block differences / sqrt(n_blocks)"
 
 #: every variable and coordinate of the dataset
 SCHEMA = {
@@ -144,7 +114,7 @@ SCHEMA = {
     "raw_ell_inf": _v(("setting", "block"), "per-block mean of l_inf = -s(x,x+) + log Z(x), in nats", NATS),
     **{f"raw_ret_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training",
                           "at a database of k_ret atoms, the same anchors and database at every checkpoint"
-                          + ("; in nats" if n == "ce" else "")) for n in _RET},
+                          + ("; in nats" if n == "ce" else "")) for n in RETRIEVAL_METRICS},
     "prep_atoms": _v(("setting", "atoms_dim0", "atoms_dim1"), "atoms of pi_N on S^2", "N draws from the vMF mixture (prepare rng)"),
     "prep_theta": _v(("setting", "theta_dim0", "theta_dim1"), "encoder parameters at each checkpoint",
                      "flat parameter vector (simkit.embeddings.embedding), zero-padded to the longest"),
@@ -171,8 +141,6 @@ SCHEMA = {
     **estimate_vars("c2_estimate", S, "estimated c2", "coefficient of 1/k^2", nats=True, mcse=_JACK),
     "gap_exact": _v(K, "exact gap at phi_hat, in nats", "expected_log_sum_parts at every atom"),
     "dgap_exact": _v(K, "exact gap_k - gap_2k, in nats", "from gap_exact; NaN where 2k is off the grid"),
-    "fit_gap": _v(K, "fitted gap, in nats", "exp of the WLS fit of log gap on log k and 1/k"),
-    "resid_rate": _v(K, "standardised residual of the rate fit", "only k >= k_min enter the fit"),
     "ce_exact": _v(S, "exact cross-entropy CE(M, Q) at phi_hat, in nats", "finite sum over pi_N and M_N"),
     "c1_exact": _v(S, "exact c1 at phi_hat, in nats", "E[m1/Z - (Z2/Z^2 - 1)/2], finite sums (MCSE 0)"),
     "c2_exact": _v(S, "exact c2 at phi_hat, in nats", "second-order constant (simkit.diagnose formula), finite sums"),
@@ -182,14 +150,6 @@ SCHEMA = {
                    f"with the exact ones (each at {ALPHA:g})", reason_long_name="why C1 failed in a setting"),
     **verdict_vars("d2_verdict", S, "verdict for the C2 rate of D_k", "rate_verdict: -1 in the level-(1 - alpha) "
                    "interval, -1/2 rejected", reason_long_name="why the D_k rate failed"),
-    **{k: v for n, d in _RET.items() for k, v in {
-        **estimate_vars(f"ret_{n}", C, f"retrieval {d} along training", "mean over blocks" + ("; in nats" if n == "ce"
-                                                                                               else "")),
-        **estimate_vars(f"ret_{n}_diff", S, f"last minus first checkpoint of retrieval {n}", "paired over blocks"
-                        + ("; in nats" if n == "ce" else ""), mcse=_DIFF)}.items()},
-    **verdict_vars("ret_verdict", S, "verdict for 'InfoNCE learns retrieval'", f"pass when the training risk fell and "
-                   f"both one-sided paired tests (top-1, CE) reject at {ALPHA:g}",
-                   reason_long_name="why the retrieval test failed"),
     **{f"raw_ret_far_{n}": _v(("setting", "block", "ckpt"), f"per-block retrieval {n} along training from the "
                               "collapsed start", "rule L (protocols/encoders.md); same anchors and database as raw_ret"
                               + ("; in nats" if n == "ce" else "")) for n in ("ce", "top1")},
@@ -197,20 +157,11 @@ SCHEMA = {
                          "run at each checkpoint", "rule L; flat parameter vector, zero-padded to the longest"),
     "prep_train_risk_far": _v(("setting", "train_risk_far_dim0"), "empirical InfoNCE risk of the collapsed-start run "
                               "at each checkpoint, in nats", "rule L; one value per checkpoint (ckpt)"),
-    "r_a": _v(S, "d1 = a of the fit D_k = a/k + b/k^2 + c/sqrt(k), in nats", "rule R (protocols/encoders.md section 3)"),
-    "r_a_se": _v(S, "jackknife SE of r_a, in nats", "delete-one-block jackknife, weights fixed"),
-    "r_c": _v(S, "coefficient c of 1/sqrt(k) in the fit of D_k, in nats", "rule R; 0 under C2"),
-    "r_c_se": _v(S, "jackknife SE of r_c, in nats", "delete-one-block jackknife, weights fixed"),
-    **verdict_vars("r_verdict", S, "verdict of rule R", "pass, fail, not assessed (no power) or error",
-                   reason_name="r_reason", reason_long_name="why rule R did not pass"),
-    **{k: v for n in ("ce", "top1") for k, v in {
-        **estimate_vars(f"far_{n}", C, f"retrieval {_RET[n]} along training from the collapsed start", "mean over "
-                        "blocks; rule L" + ("; in nats" if n == "ce" else "")),
-        **estimate_vars(f"far_{n}_diff", S, f"last minus first checkpoint of far_{n}", "paired over blocks"
-                        + ("; in nats" if n == "ce" else ""), mcse=_DIFF)}.items()},
-    **verdict_vars("far_verdict", S, "verdict of rule L", "pass, fail, not assessed (risk did not fall), not tested "
-                   "(rotated kernel: representability limit) or error", reason_name="far_reason",
-                   reason_long_name="why rule L did not pass"),
+    **rate_vars("gap_k", ALPHA, fit="fit_gap"),
+    **rate_vars("D_k", ALPHA, prefix="d2_", fields=("slope", "slope_se", "slope_p_half", "k_min")),
+    **sqrt_k_term_vars("rule R (protocols/encoders.md section 3)", R_POWER),
+    **retrieval_schema("setting", ALPHA, min_risk_fall=MIN_RISK_FALL, margin=MARGIN, planned_sd=PLANNED_SD_256,
+                       rule="rule L"),
     "ckpt": _v(("ckpt",), "L-BFGS iterations at the checkpoint", "maximum iterations of train() from the same start"),
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
     "setting": _v(S, "design setting", "<encoder>-d<d>-<kernel>: lin/mlp, output dimension, vmf/rot kernel"),
@@ -225,29 +176,16 @@ def _rows(ds, kernel=None) -> np.ndarray:
     return np.array([i for i, k in enumerate(ds["kernel"].values) if kernel is None or str(k) == kernel], dtype=int)
 
 
-def _over(ds, rows, est: str, worst: int, verdict: str, text, reason: str | None = None, empty="error") -> dict:
-    """A check over the settings ``rows``: the estimate (and MCSE) of setting ``worst``, the combined verdict
-    and one clause per setting (``text(i)`` -> verdict (reason))."""
-    if len(rows) == 0:
-        return {"estimate": math.nan, "estimate_mcse": math.nan, "verdict": empty, "detail": "no such setting here"}
-    v = [str(ds[verdict].values[i]) for i in rows]
-    why = [str(ds[reason].values[i]) for i in rows] if reason else None
-    return {"estimate": ds[est].values[worst], "estimate_mcse": ds[f"{est}_mcse" if f"{est}_mcse" in ds else
-                                                                  f"{est}_se"].values[worst],
-            "verdict": combine_verdicts(v), "detail": cell_detail(ds["setting"].values[rows], [text(i) for i in rows],
-                                                                  v, why)}
-
-
 def _c1_check(ds, rows=None) -> dict:
     rows = _rows(ds) if rows is None else rows
-    return _over(ds, rows, "slope", rows[worst_slope(ds["slope"].values[rows], ds["slope_se"].values[rows])],
-                 "verdict", lambda i: f"slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, c1 z "
-                 f"{ds['c1_z'].values[i]:+.2f}", "verdict_reason")
+    return settings_check(ds, rows, "slope", rows[worst_slope(ds["slope"].values[rows], ds["slope_se"].values[rows])],
+                          "verdict", lambda i: f"slope {ds['slope'].values[i]:.4f} ± {ds['slope_se'].values[i]:.4f}, "
+                          f"c1 z {ds['c1_z'].values[i]:+.2f}", "verdict_reason")
 
 
 def _c2_check(ds) -> dict:
-    return _over(ds, _rows(ds), "d2_slope", worst_slope(ds["d2_slope"].values, ds["d2_slope_se"].values), "d2_verdict",
-                 lambda i: f"D_k slope {ds['d2_slope'].values[i]:.4f} ± {ds['d2_slope_se'].values[i]:.4f}")
+    return settings_check(ds, _rows(ds), "d2_slope", worst_slope(ds["d2_slope"].values, ds["d2_slope_se"].values),
+                          "d2_verdict", lambda i: f"D_k slope {ds['d2_slope'].values[i]:.4f} ± {ds['d2_slope_se'].values[i]:.4f}")
 
 
 def _min_t(ds, rows, est) -> int:
@@ -257,14 +195,13 @@ def _min_t(ds, rows, est) -> int:
 
 def _ret_check(ds) -> dict:
     rows = _rows(ds)
-    return _over(ds, rows, "ret_top1_diff", _min_t(ds, rows, "ret_top1_diff"), "ret_verdict",
-                 lambda i: f"top-1 {ds['ret_top1'].values[i, 0]:.3f} -> {ds['ret_top1'].values[i, -1]:.3f} (p "
-                 f"{ds['ret_top1_p'].values[i]:.2g}), CE p {ds['ret_ce_p'].values[i]:.2g}")
+    return settings_check(ds, rows, "ret_top1_diff", _min_t(ds, rows, "ret_top1_diff"), "ret_verdict", lambda i: f"top-1 {ds['ret_top1'].values[i, 0]:.3f} -> {ds['ret_top1'].values[i, -1]:.3f} (p "
+                          f"{ds['ret_top1_p'].values[i]:.2g}), CE p {ds['ret_ce_p'].values[i]:.2g}")
 
 
 def _c7_check(ds) -> dict:
     rows = _rows(ds, "rot")
-    out = _c1_check(ds, rows) if rows.size else _over(ds, rows, "slope", 0, "verdict", str)
+    out = _c1_check(ds, rows) if rows.size else settings_check(ds, rows, "slope", 0, "verdict", str)
     v = [out["verdict"], *(str(ds[n].values[i]) for n in ("d2_verdict", "ret_verdict") for i in rows)]
     out["verdict"] = combine_verdicts(v) if rows.size else "error"
     out["detail"] += "; D_k and retrieval: " + ", ".join(
@@ -281,7 +218,7 @@ def _r_check(ds, rows=None) -> dict:
     rows = _rows(ds) if rows is None else rows
     t = np.abs(ds["r_t"].values[rows])
     worst = int(rows[np.nanargmax(t)]) if np.any(np.isfinite(t)) else int(rows[0]) if len(rows) else 0
-    return _over(ds, rows, "r_c", worst, "r_verdict", lambda i: (
+    return settings_check(ds, rows, "r_c", worst, "r_verdict", lambda i: (
         f"c {ds['r_c'].values[i]:+.3g} ± {ds['r_c_se'].values[i]:.2g} (t {ds['r_t'].values[i]:+.2f}, MDE "
         f"{ds['r_mde'].values[i]:.2g} vs {ds['r_c_match'].values[i]:.2g}), d1 {ds['r_a'].values[i]:+.3f} ± "
         f"{ds['r_a_se'].values[i]:.3f}"), empty="not assessed")
@@ -294,11 +231,11 @@ def _r_rate(ds, rows=None) -> float:
 
 def _l_check(ds) -> dict:
     rows = _rows(ds, "vmf")
-    return _over(ds, rows, "far_top1_diff", _min_t(ds, rows, "far_top1_diff") if rows.size else 0, "far_verdict",
-                 lambda i: f"top-1 {ds['far_top1'].values[i, 0]:.3f} -> {ds['far_top1'].values[i, -1]:.3f} (rise "
-                 f"{ds['far_top1_diff'].values[i]:+.3f} ± {ds['far_top1_diff_mcse'].values[i]:.3f}, p "
-                 f"{ds['far_top1_p'].values[i]:.2g}; risk fall {ds['far_risk_fall'].values[i]:.3f})",
-                 empty="not assessed")
+    return settings_check(ds, rows, "far_top1_diff", _min_t(ds, rows, "far_top1_diff") if rows.size else 0,
+                          "far_verdict", lambda i: f"top-1 {ds['far_top1'].values[i, 0]:.3f} -> "
+                          f"{ds['far_top1'].values[i, -1]:.3f} (rise {ds['far_top1_diff'].values[i]:+.3f} ± "
+                          f"{ds['far_top1_diff_mcse'].values[i]:.3f}, p {ds['far_top1_p'].values[i]:.2g}; risk fall "
+                          f"{ds['far_risk_fall'].values[i]:.3f})", empty="not assessed")
 
 
 def _l_rate(ds) -> float:
@@ -308,10 +245,6 @@ def _l_rate(ds) -> float:
 
 def _anchors(ds) -> int:
     return int(dataset_config(ds).get("block_anchors", 256))
-
-
-def _sha(ds) -> str:
-    return str(ds.attrs.get("protocol_sha256", "?"))[:16]
 
 
 CHECKS = (
@@ -335,17 +268,17 @@ CHECKS = (
                             "reject, so it has a false-pass rate and no stated false-failure rate)"),
           _c7_check, lambda ds: 1.0 - (1.0 - (N_C1_TESTS + 1) * ALPHA) ** max(1, int(_rows(ds, "rot").size)),
           label="rotated cells: C1, earlier D_k and retrieval rules"),
-    Check("C2", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…): D_k = a/k + b/k^2 + "
+    Check("C2", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {recorded_sha(ds)}…): D_k = a/k + b/k^2 + "
                             f"c/sqrt(k) over k >= k_min at trained encoders, {ds.sizes['setting']} settings; two-sided t "
                             f"of c = 0 at {ALPHA:g} (jackknife); a setting without power 0.9 against a 1/sqrt(k) term "
                             f"as large as D_k at k_min is not assessed"),
           _r_check, _r_rate, protocol=PROTOCOL_PATH, label="R: D_k with 2nd-order term, 1/sqrt(k) coefficient"),
-    Check("C2", lambda ds: (f"pre-registered rule L (protocols/encoders.md, sha256 {_sha(ds)}…): InfoNCE learns "
+    Check("C2", lambda ds: (f"pre-registered rule L (protocols/encoders.md, sha256 {recorded_sha(ds)}…): InfoNCE learns "
                             f"retrieval: top-1 rise from a collapsed start in the vMF cells, one-sided paired t at "
                             f"{ALPHA:g}, precondition risk fall >= {MIN_RISK_FALL:g} nats; stated rate 1 - power at "
                             f"the margin {MARGIN:g} (planned sd {PLANNED_SD_256:g} at 256 anchors)"),
           _l_check, _l_rate, protocol=PROTOCOL_PATH, label="L: top-1 rise from a collapsed start"),
-    Check("C7", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {_sha(ds)}…) in the rotated-kernel "
+    Check("C7", lambda ds: (f"pre-registered rule R (protocols/encoders.md, sha256 {recorded_sha(ds)}…) in the rotated-kernel "
                             f"settings: D_k = a/k + b/k^2 + c/sqrt(k), two-sided t of c = 0 at {ALPHA:g}"),
           lambda ds: _r_check(ds, _rows(ds, "rot")), lambda ds: _r_rate(ds, _rows(ds, "rot")), protocol=PROTOCOL_PATH,
           label="R in the rotated cells"),
@@ -463,11 +396,8 @@ class Encoders(Study):
     def summarise(self, raw, cfg) -> dict:
         k = raw["k"].values
         n_s = raw.sizes["setting"]
-        out = {}
-        for name, var in (("gap", "gap_cv"), ("gap_plain", "gap_plain"), ("loss", "loss"), ("dgap", "dgap_cv"),
-                          ("d2", "d2")):
-            out[name], out[f"{name}_mcse"] = mean_mcse(raw[f"raw_{var}"].values, axis=1)
-        out["ce_estimate"], out["ce_estimate_mcse"] = mean_mcse(raw["raw_ell_inf"].values, axis=1)
+        out = block_means(raw, {"gap": "gap_cv", "gap_plain": "gap_plain", "loss": "loss", "dgap": "dgap_cv", "d2": "d2",
+                                "ce_estimate": "ell_inf"})
         out["k_gap"], out["k_gap_mcse"] = out["gap"] * k, out["gap_mcse"] * k
         scale = np.maximum(raw["prep_rho"].values, raw["prep_mbar"].values)
         out["expansion_scale"] = scale
@@ -480,97 +410,21 @@ class Encoders(Study):
                              float(out["c1_exact"][i]), 0.0, alpha=ALPHA, test_constant=True,
                              failed_blocks=failed[i]) for i in range(n_s)]
         out.update(rate_columns(rows, SCHEMA, names={**C1_NAMES, "fit_abs": "fit_gap", "reason": "verdict_reason"}))
-        for name in TRUTH_FIELDS_MAX_T:
-            out[name] = np.full(n_s, np.nan)
-        for i, r in enumerate(rows):
-            fields, problems = truth_verdict(k, raw["raw_gap_cv"].values[i], raw["raw_dgap_cv"].values[i],
-                                             out["gap_exact"][i], None, (out["c2_estimate"][i],
-                                                                         out["c2_estimate_mcse"][i]),
-                                             (out["c2_exact"][i], 0.0), alpha=ALPHA, reference="max-t",
-                                             rng=truth_rng(cfg["seed"], str(raw["setting"].values[i])))
-            for name, val in fields.items():
-                out[name][i] = val
-            if r["verdict"] == "error" or not np.isfinite(r["slope"]):
-                continue
-            problems = [p for p in (r["reason"], *problems) if p]
-            out["verdict"][i] = "pass" if not problems else "fail"
-            out["verdict_reason"][i] = "; ".join(problems)
+        truth_columns(out, k, raw["raw_gap_cv"].values, raw["raw_dgap_cv"].values, raw["setting"].values, cfg["seed"],
+                      alpha=ALPHA)
         d2rows = [rate_verdict(k, raw["raw_d2"].values[i], float(scale[i]), cfg["k_min_factor"], math.nan, 0.0,
                                alpha=ALPHA, test_constant=False, failed_blocks=failed[i]) for i in range(n_s)]
         out.update(rate_columns(d2rows, SCHEMA, prefix="d2_", names={"reason": "d2_verdict_reason"}))
-        self._retrieval(raw, out)
+        out.update(retrieval_change({n: raw[f"raw_ret_{n}"].values for n in RETRIEVAL_METRICS},
+                                    raw["prep_train_risk"].values, ALPHA))
         rr = [sqrt_k_term_test(k, raw["raw_d2"].values[i], float(out["k_min"][i]) if np.isfinite(out["k_min"][i])
                                else math.inf, alpha=ALPHA, power=R_POWER) for i in range(n_s)]
-        for field in ("a", "a_se", "c", "c_se", "t", "mde", "c_match", "verdict", "reason"):
-            out[f"r_{field}"] = [r[field] for r in rr]
-        self._far(raw, out, cfg)
+        out.update({f"r_{field}": [r[field] for r in rr] for field in rr[0]})
+        rot = ["rotated kernel: a symmetric score cannot represent vMF(Rx, kappa)" if str(ker) != "vmf" else ""
+               for ker in raw["kernel"].values]
+        out.update(collapsed_start_rule({n: raw[f"raw_ret_far_{n}"].values for n in ("ce", "top1")},
+                                        raw["prep_train_risk_far"].values, rot, ALPHA, MIN_RISK_FALL))
         return out
-
-    @staticmethod
-    def _far(raw, out, cfg) -> None:
-        """Rule L (protocols/encoders.md section 4): top-1 rise from the collapsed start, vMF cells."""
-        n_s, n_b = raw.sizes["setting"], raw.sizes["block"]
-        for name, alt in (("ce", "less"), ("top1", "greater")):
-            blocks = raw[f"raw_ret_far_{name}"].values
-            out[f"far_{name}"], out[f"far_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"far_{name}_diff"], out[f"far_{name}_diff_mcse"], out[f"far_{name}_p"] = paired_change(
-                blocks, alternative=alt)
-        risk = raw["prep_train_risk_far"].values
-        out["far_risk_fall"] = risk[:, 0] - risk[:, -1]
-        out["far_sd_diff"] = out["far_top1_diff_mcse"] * math.sqrt(n_b)
-        out["far_mde"] = detectable_t(stats.t.ppf(1 - ALPHA, n_b - 1), n_b - 1, 0.9, out["far_top1_diff_mcse"])
-        verdicts, reasons = [], []
-        for i in range(n_s):
-            if str(raw["kernel"].values[i]) != "vmf":
-                verdicts.append("not tested")
-                reasons.append("rotated kernel: a symmetric score cannot represent vMF(Rx, kappa) (representability "
-                               f"limit: top-1 {out['far_top1'][i, 0]:.3f} -> {out['far_top1'][i, -1]:.3f})")
-            elif not (np.all(np.isfinite(risk[i])) and np.isfinite(out["far_top1_p"][i])):
-                verdicts.append("error")
-                reasons.append("preparation or blocks failed (see cell_error)")
-            elif not out["far_risk_fall"][i] >= MIN_RISK_FALL:
-                verdicts.append("not assessed")
-                reasons.append(f"training risk fell {out['far_risk_fall'][i]:.3f} < {MIN_RISK_FALL:g} nats")
-            elif out["far_top1_p"][i] < ALPHA:
-                verdicts.append("pass")
-                reasons.append("")
-            else:
-                verdicts.append("fail")
-                reasons.append(f"top-1 rise not shown (diff {out['far_top1_diff'][i]:+.4f} ± "
-                               f"{out['far_top1_diff_mcse'][i]:.4f}, p = {out['far_top1_p'][i]:.3g})")
-        out["far_verdict"], out["far_reason"] = verdicts, reasons
-
-    @staticmethod
-    def _retrieval(raw, out) -> None:
-        """The pre-stated retrieval test (module docstring; docs/design.md, "studies/encoders")."""
-        n_s = raw.sizes["setting"]
-        for name, alt in (("ce", "less"), ("top1", "greater"), ("recall10", "greater")):
-            blocks = raw[f"raw_ret_{name}"].values  # (setting, block, ckpt)
-            out[f"ret_{name}"], out[f"ret_{name}_mcse"] = mean_mcse(blocks, axis=1)
-            out[f"ret_{name}_diff"], out[f"ret_{name}_diff_mcse"], p = paired_change(blocks, alternative=alt)
-            if name != "recall10":
-                out[f"ret_{name}_p"] = p
-        risk = raw["prep_train_risk"].values
-        out["ret_spearman"] = np.array([stats.spearmanr(risk[i], out["ret_top1"][i]).statistic
-                                        if np.ptp(out["ret_top1"][i]) > 0 else np.nan for i in range(n_s)])
-        verdicts, reasons = [], []
-        for i in range(n_s):
-            problems = []
-            if not np.all(np.isfinite(risk[i])) or not np.all(np.isfinite(out["ret_top1"][i])):
-                verdicts.append("error")
-                reasons.append("preparation or blocks failed (see cell_error)")
-                continue
-            if not risk[i, -1] < risk[i, 0]:
-                problems.append(f"training risk did not fall ({risk[i, 0]:.4f} -> {risk[i, -1]:.4f})")
-            if not out["ret_top1_p"][i] < ALPHA:
-                problems.append(f"top-1 improvement not shown (diff {out['ret_top1_diff'][i]:+.4f}, "
-                                f"p = {out['ret_top1_p'][i]:.3g})")
-            if not out["ret_ce_p"][i] < ALPHA:
-                problems.append(f"CE(M_hat, Q_hat) fall not shown (diff {out['ret_ce_diff'][i]:+.4f}, "
-                                f"p = {out['ret_ce_p'][i]:.3g})")
-            verdicts.append("pass" if not problems else "fail")
-            reasons.append("; ".join(problems))
-        out["ret_verdict"], out["ret_verdict_reason"] = verdicts, reasons
 
     def attrs(self, cfg):
         return {**protocol_attrs(PROTOCOL_PATH), "alpha": ALPHA, "tau": TAU, "kappa_pi": KAPPA_PI, "kappa_m": KAPPA_M, "rotation_angle": ANGLE,

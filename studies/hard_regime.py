@@ -29,13 +29,15 @@ import numpy as np
 from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.stats.analysis import RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_verdict, truth_verdict_standardised
+from simkit.stats.analysis import C1_NAMES, RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_truth_verdict, rate_verdict
 from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
 from simkit.estimators.infonce import GapEstimator, control_variate_means, k_grid
-from simkit.stats.sensitivity import block_groups, exact_fit_bias, k_min_sensitivity, pilot_sensitivity
+from simkit.stats.sensitivity import (block_groups, exact_fit_bias, k_min_sensitivity, nested_pilot_coefficients,
+                                      pilot_sensitivity, put_row, sensitivity_tables, sensitivity_vars, size_cell_blocks,
+                                      sub_blocks_per_task)
 from simkit.claims.protocol import protocol_attrs
-from simkit.runner import Check, Param, Study, Var, block_of, estimate_vars
+from simkit.runner import Check, Param, Study, Var, block_of, check_result, estimate_vars, recorded_sha
 
 __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict"]
 
@@ -57,11 +59,7 @@ def _v(dims, long_name, description, units="1"):
     return Var(dims, long_name, units, description)
 
 
-# ----------------------------------------------------------------------------------------------
 # the dataset
-
-_KMF = ("cell", "kmf")
-_PIL = ("cell", "pilot")
 SCHEMA = {
     # raw replicate blocks
     "raw_gap_cv": _v(("cell", "block", "sub", "k"), "per-(sub-)block control-variate gap G_k, in nats",
@@ -129,26 +127,7 @@ SCHEMA = {
                           "method's deterministic bias at k_min (exploratory)"),
     "c1_exact_fit": _v(C, "c1 of the constant fit applied to the exact curve, in nats",
                        "WLS of gap_exact on 1/k, 1/k^2 (Monte Carlo weights): the fit's truncation bias (exploratory)"),
-    # sensitivity to the k_min factor
-    **{f"kmf_{n}": _v(_KMF, f"k_min-factor sensitivity: {n}", f"rate_verdict field {n!r} at k_min = smallest grid k >= "
-                      "kmf * expansion_scale (exploratory)") for n in ("slope", "slope_se", "k_min", "c1_z",
-                                                                         "c1_estimate", "c1_estimate_mcse",
-                                                                         "slope_p_half")},
-    "kmf_verdict": _v(_KMF, "k_min-factor sensitivity: rate verdict", "rate_verdict (exploratory)"),
-    "kmf_reason": _v(_KMF, "k_min-factor sensitivity: reason", "empty when it passed"),
-    "kmf_slope_exact_fit": _v(_KMF, "k_min-factor sensitivity: slope of the fit to the exact curve",
-                              "deterministic bias of the rate fit at that k_min (NaN without an exact curve)"),
-    "kmf_c1_exact_fit": _v(_KMF, "k_min-factor sensitivity: c1 of the fit to the exact curve, in nats",
-                           "deterministic bias of the constant fit"),
-    # sensitivity to the pilot size
-    **{f"pilot_{n}": _v(_PIL, f"pilot-size sensitivity: {n}", f"rate_verdict field {n!r} with the coefficients of "
-                        "that pilot applied to the same blocks (the first sens_pilot_blocks blocks of the 256-anchor "
-                        "cells; exploratory)") for n in
-       ("slope", "slope_se", "c1_z", "c1_estimate", "c1_estimate_mcse")},
-    "pilot_verdict": _v(_PIL, "pilot-size sensitivity: rate verdict", "rate_verdict (exploratory)"),
-    "pilot_reason": _v(_PIL, "pilot-size sensitivity: reason", "empty when it passed"),
-    "pilot_gap_mcse_kmax": _v(_PIL, "pilot-size sensitivity: MCSE of gap at k_max, in nats",
-                              "sd over blocks / sqrt(n_blocks) of the gap at the largest k"),
+    **sensitivity_vars("cell", "the first sens_pilot_blocks blocks of the 256-anchor cells"),
     # coordinates
     "cell": _v(C, "design cell", "hard (confirmatory), hard:b=<size> and the rate_k settings (exploratory)"),
     "base": _v(C, "setting of the cell", "hard or a name of simkit.distributions.designs.RATE_SETTINGS"),
@@ -170,14 +149,11 @@ SCHEMA = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
 # the rule (protocols/hard_regime.md section 5): rate_k's, through the library
-
 def rate_rule(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: float, c1: float, c1_mcse: float, *,
               failed_blocks: bool = False) -> dict:
-    """The rate part of the rule: :func:`simkit.stats.analysis.rate_verdict` at :data:`ALPHA` with the c1 test, exactly as
-    rate_k calls it (k_min = smallest grid k >= k_min_factor * scale; level-(1 - ALPHA) slope interval contains
-    -1; slope = -1/2 rejected at ALPHA; |t of c1| within the Student t critical value on blocks - 1 df)."""
+    """The rate part of the rule: :func:`simkit.stats.analysis.rate_verdict` at :data:`ALPHA` with the c1 test, exactly
+    as rate_k calls it (k_min = smallest grid k >= k_min_factor * scale)."""
     return rate_verdict(k, blocks, scale, k_min_factor, c1, c1_mcse, alpha=ALPHA, test_constant=True,
                         failed_blocks=failed_blocks)
 
@@ -185,47 +161,19 @@ def rate_rule(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: flo
 def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray,
                          gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
                          c2_exact: tuple[float, float]) -> tuple[str, str, dict]:
-    """The whole rule: the rate part (``rate`` from :func:`rate_rule`) and the exact-curve tests of
-    :func:`simkit.stats.analysis.truth_verdict` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact curve
-    at every k, each at :data:`ALPHA`), combined as rate_k combines them. Returns ``(verdict, reason, truth fields)``.
-
-    The exact-curve tests go through :func:`simkit.stats.analysis.truth_verdict_standardised`: the same Hotelling tests
-    on columns divided by their between-block sd (the statistics are invariant under that rescaling). On the
-    grid k = 1..2^20 at tau = 0.02 the block sd of gap_k spans ~8 orders of magnitude, and truth_verdict's
-    covariance solve refuses the raw covariance (condition number > 1e12) although its correlation matrix is
-    well conditioned."""
-    fields, problems = truth_verdict_standardised(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact,
-                                                  alpha=ALPHA)
-    if rate["verdict"] == "error" or not np.isfinite(rate["slope"]):
-        return rate["verdict"], rate["reason"], fields
-    problems = [p for p in (rate["reason"], *problems) if p]
-    return ("pass" if not problems else "fail"), "; ".join(problems), fields
+    """The whole rule: the rate part (``rate`` from :func:`rate_rule`) and the exact-curve tests, each at
+    :data:`ALPHA`, combined as rate_k combines them (:func:`simkit.stats.analysis.rate_truth_verdict`: standardised
+    Hotelling tests, as the raw covariance over k = 1..2^20 is too ill-conditioned). Returns ``(verdict, reason,
+    truth fields)``."""
+    return rate_truth_verdict(rate, k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=ALPHA)
 
 
-#: dataset name -> rate_verdict field of the sensitivity tables
-_KMF_FIELDS = {**{n: n for n in ("slope", "slope_se", "k_min", "slope_p_half", "slope_exact_fit", "c1_exact_fit",
-                                 "verdict")}, "c1_z": "const_z", "c1_estimate": "const_estimate",
-               "c1_estimate_mcse": "const_estimate_mcse", "reason": "reason"}
-_PILOT_FIELDS = {"slope": "slope", "slope_se": "slope_se", "c1_z": "const_z", "c1_estimate": "const_estimate",
-                 "c1_estimate_mcse": "const_estimate_mcse", "gap_mcse_kmax": "gap_mcse_kmax", "verdict": "verdict",
-                 "reason": "reason"}
-
-
-def _put(out: dict, prefix: str, i: int, rows: list[dict], fields: dict) -> None:
-    """Row i of the table ``<prefix>_<name>``: the field ``fields[name]`` of each of ``rows``."""
-    for name, field in fields.items():
-        for j, r in enumerate(rows):
-            out[f"{prefix}_{name}"][i][j] = r[field]
-
-
-# ----------------------------------------------------------------------------------------------
 # the check
-
 def _hard(ds):
-    idx = [i for i, c in enumerate(ds["cell"].values) if str(c) == "hard"]
-    if not idx:
+    cells = [str(c) for c in ds["cell"].values]
+    if "hard" not in cells:
         raise ValueError("the dataset has no 'hard' cell")
-    return ds.isel(cell=idx[0])
+    return ds.isel(cell=cells.index("hard"))
 
 
 def _c1_check(ds) -> dict:
@@ -236,28 +184,21 @@ def _c1_check(ds) -> dict:
               f"{g('slope'):.4f} ± {g('slope_se'):.4f} (level-{1 - ALPHA:g} interval [{g('slope_verdict_low'):.4f}, "
               f"{g('slope_verdict_high'):.4f}], p(-1/2) {g('slope_p_half'):.2g}); c1 {g('c1_estimate'):.4f} ± "
               f"{g('c1_estimate_mcse'):.4f} vs exact {g('c1_exact'):.4f} (t {g('c1_z'):+.2f}); c2 t {g('c2_t'):+.2f}; "
-              f"curve p {g('curve_p'):.3g}, dgap p {g('dgap_p'):.3g} -> {verdict}" + (f" ({reason})" if reason else ""))
-    return {"estimate": g("slope"), "estimate_mcse": g("slope_se"), "verdict": verdict, "detail": detail}
+              f"curve p {g('curve_p'):.3g}, dgap p {g('dgap_p'):.3g}")
+    return check_result(g("slope"), g("slope_se"), verdict, detail, reason)
 
 
 def _c1_pvalues(ds) -> dict[str, tuple[float, float]]:
     h = _hard(ds)
-    n = int(h["n_units"].values)
-    t_slope = (float(h["slope"].values) + 1.0) / float(h["slope_se"].values)
-    out = {f"hard:{name}": (float(2 * stats.t.sf(abs(t), n - 1)), ALPHA)
-           for name, t in (("slope", t_slope), ("c1", float(h["c1_z"].values)), ("c2", float(h["c2_t"].values)))}
-    out["hard:curve"] = (float(h["curve_p"].values), ALPHA)
-    out["hard:dgap"] = (float(h["dgap_p"].values), ALPHA)
-    return out
-
-
-def _sha(ds):
-    return str(ds.attrs.get("protocol_sha256", "?"))
+    t = {"slope": (float(h["slope"].values) + 1.0) / float(h["slope_se"].values), "c1": float(h["c1_z"].values),
+         "c2": float(h["c2_t"].values)}
+    out = {f"hard:{n}": (float(2 * stats.t.sf(abs(v), int(h["n_units"].values) - 1)), ALPHA) for n, v in t.items()}
+    return {**out, **{f"hard:{n}": (float(h[f"{n}_p"].values), ALPHA) for n in ("curve", "dgap")}}
 
 
 C1_CHECK = Check(
     claim="C1",
-    statistic=lambda ds: (f"pre-registered rule (protocols/hard_regime.md, sha256 {_sha(ds)[:16]}…): C1 at tau = 0.02 "
+    statistic=lambda ds: (f"pre-registered rule (protocols/hard_regime.md, sha256 {recorded_sha(ds)}…): C1 at tau = 0.02 "
                           f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
                           f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student t), "
                           f"MC curve and Z-free dgap against the exact curve at every k (Hotelling T^2), each at "
@@ -269,9 +210,7 @@ C1_CHECK = Check(
 )
 
 
-# ----------------------------------------------------------------------------------------------
 # the study
-
 class HardRegime(Study):
     name = "hard_regime"
     claim = "C1"
@@ -331,17 +270,10 @@ class HardRegime(Study):
     def check_config(self, cfg):
         if cfg["sens_total"] % cfg["n_blocks"]:
             raise ValueError(f"'sens_total' must be a multiple of n_blocks = {cfg['n_blocks']}, got {cfg['sens_total']}")
-        per_task = cfg["sens_total"] // cfg["n_blocks"]
         for name in ("sens_block_sizes", "rate_block_sizes"):
-            for b in self.params[name].values(cfg[name]):
-                if (per_task % b) if b <= per_task else (cfg["sens_total"] % b):
-                    raise ValueError(f"'{name}' must divide sens_total / n_blocks = {per_task} (sizes up to it) or "
-                                     f"sens_total = {cfg['sens_total']} (larger sizes), got {b}")
-                if cfg["sens_total"] // b < 3:
-                    raise ValueError(f"'{name}' must leave >= 3 blocks of {b} anchors in sens_total = "
-                                     f"{cfg['sens_total']}, got {b}")
-        self.params["sens_pilots"].values(cfg["sens_pilots"])
-        self.params["sens_k_min_factors"].values(cfg["sens_k_min_factors"])
+            sub_blocks_per_task(name, self._list(cfg, name), cfg["sens_total"], cfg["n_blocks"])
+        for name in ("sens_pilots", "sens_k_min_factors"):  # the lists' own checks
+            self._list(cfg, name)
         for s in [s for s in str(cfg["rate_settings"]).split(",") if s.strip()]:
             if s not in RATE_SETTINGS:
                 raise ValueError(f"'rate_settings' must name settings of simkit.distributions.designs.RATE_SETTINGS "
@@ -354,9 +286,8 @@ class HardRegime(Study):
         return self.params[name].values(cfg[name])
 
     def _sub(self, cfg) -> int:
-        sizes = (self._list(cfg, "sens_block_sizes") + self._list(cfg, "rate_block_sizes"))
-        per_task = cfg["sens_total"] // cfg["n_blocks"]
-        return max([1] + [per_task // b for b in sizes if b <= per_task])
+        sizes = self._list(cfg, "sens_block_sizes") + self._list(cfg, "rate_block_sizes")
+        return sub_blocks_per_task("block sizes", sizes, cfg["sens_total"], cfg["n_blocks"])
 
     def cells(self, cfg):
         out = []
@@ -395,12 +326,9 @@ class HardRegime(Study):
         n_full = k_grid(cfg["k_max"]).size
         n_k = est.grid.size
         pilots = self._list(cfg, "sens_pilots")
-        pilot_coef = np.full((len(pilots), n_full, 4), np.nan)
         main = cell["role"] != "block_size"
-        if main:  # nested pilots: every calibration starts from the same generator state
-            for j, p in enumerate(pilots):
-                pilot_coef[j, :n_k] = (est.default_coef() if p == 0 else
-                                       est.calibrate(BLOCK_ANCHORS, copy.deepcopy(rng), n_blocks=p))
+        pilot_coef = (nested_pilot_coefficients(est, BLOCK_ANCHORS, rng, pilots, n_full) if main
+                      else np.full((len(pilots), n_full, 4), np.nan))
         coef = np.full((n_full, 4), np.nan)
         coef[:n_k] = est.calibrate(BLOCK_ANCHORS, rng, n_blocks=cfg["pilot_blocks"])
         c1 = exact.bias_constant(pi, kernel, tau, n_mc=cfg["n_mc"], rng=rng)
@@ -436,12 +364,9 @@ class HardRegime(Study):
                     out[name][:n_k] = v
             return out
         b = int(cell["block_size"])
-        per_task = cfg["sens_total"] // cfg["n_blocks"]
-        if b <= per_task:
-            for j in range(per_task // b):
-                out["gap_cv"][j, :n_k] = est.block(b, rng, coef)["gap_cv"]
-        elif block_of(rng) < cfg["sens_total"] // b:
-            out["gap_cv"][0, :n_k] = est.block(b, rng, coef)["gap_cv"]
+        for j, g in enumerate(size_cell_blocks(lambda: est.block(b, rng, coef)["gap_cv"], b, cfg["sens_total"],
+                                               cfg["n_blocks"], lambda: block_of(rng))):
+            out["gap_cv"][j, :n_k] = g
         return out
 
     # -- summaries ---------------------------------------------------------------------------
@@ -450,23 +375,12 @@ class HardRegime(Study):
         n_cell, n_full = raw.sizes["cell"], k_all.size
         kmfs = self._list(cfg, "sens_k_min_factors")
         pilots = self._list(cfg, "sens_pilots")
-        nan_c = lambda: np.full(n_cell, np.nan)  # noqa: E731
-        out = {name: np.full((n_cell, n_full), np.nan) for name in
-               ("gap", "gap_mcse", "k_gap", "k_gap_mcse", "gap_exact", "gap_exact_mcse", "fit_gap", "resid_rate")}
-        scalars = ("n_units", "anchors_total", "expansion_scale", "c2_over_c1", "slope", "slope_se", "slope_ci_low",
-                   "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low", "slope_verdict_high",
-                   "curvature", "slope_se_wls", "k_min", "c1_estimate", "c1_estimate_mcse", "c2_estimate",
-                   "c2_estimate_mcse", "c1_z", "c1_exact", "c1_exact_mcse", "c2_exact", "c2_exact_mcse", "ce_exact",
-                   "ce_estimate", "ce_estimate_mcse", *TRUTH_FIELDS, "slope_exact_fit", "c1_exact_fit")
-        out.update({n: nan_c() for n in scalars})
+        text = set(self.cells(cfg)[0]) | {"rate_verdict", "verdict", "verdict_reason"}  # design and verdicts
+        out = {n: np.full((n_cell, n_full) if v.dims == CK else n_cell, np.nan) for n, v in SCHEMA.items()
+               if v.dims in (C, CK) and not n.startswith("prep_") and n not in text}
         for n in ("rate_verdict", "verdict", "verdict_reason"):
             out[n] = [""] * n_cell
-        for pre, fields, m, text in (("kmf", _KMF_FIELDS, len(kmfs), ""), ("pilot", _PILOT_FIELDS, len(pilots), "n/a")):
-            out.update({f"{pre}_{n}": (np.full((n_cell, m), np.nan) if n not in ("verdict", "reason") else
-                                       [[text if n == "verdict" else ""] * m for _ in range(n_cell)]) for n in fields})
-        renamed = {"const_estimate": "c1_estimate", "const_estimate_mcse": "c1_estimate_mcse",
-                   "const2_estimate": "c2_estimate", "const2_estimate_mcse": "c2_estimate_mcse", "const_z": "c1_z"}
-
+        out.update(sensitivity_tables(n_cell, len(kmfs), len(pilots)))
         for i in range(n_cell):
             n_k = int(np.log2(int(raw["k_max"].values[i]))) + 1
             k = k_all[:n_k]
@@ -496,7 +410,7 @@ class HardRegime(Study):
 
             r = verdict(units, cfg["k_min_factor"])
             for f in RATE_FIELDS:
-                name = renamed.get(f, f)
+                name = C1_NAMES.get(f, f)
                 if name in out and name not in ("sign", "k_sign"):
                     out[name][i] = r[f]
             out["fit_gap"][i, :n_k], out["resid_rate"][i, :n_k] = r["fit_abs"], r["resid_rate"]
@@ -504,14 +418,13 @@ class HardRegime(Study):
             out["verdict_reason"][i] = r["reason"]
             if np.isfinite(r["k_min"]):
                 out["slope_exact_fit"][i], out["c1_exact_fit"][i] = exact_fit_bias(k, gx, mcse, r["k_min"])
-            _put(out, "kmf", i, k_min_sensitivity(verdict, units, kmfs, k, gx, mcse), _KMF_FIELDS)
+            put_row(out, "kmf", i, k_min_sensitivity(verdict, units, kmfs, k, gx, mcse))
             if role == "block_size":
                 continue
             rows = np.all(np.isfinite(raw["raw_cv_a"].values[i][:, :n_k]), axis=1)  # the first sens_pilot_blocks
             means = tuple(raw[f"raw_cv_{n}"].values[i][rows, :n_k] for n in ("a", "b", "c"))
-            _put(out, "pilot", i, pilot_sensitivity(verdict, raw["raw_gap_plain"].values[i][rows, :n_k], means,
-                                                    raw["prep_pilot_coef"].values[i][:, :n_k], cfg["k_min_factor"]),
-                 _PILOT_FIELDS)
+            put_row(out, "pilot", i, pilot_sensitivity(verdict, raw["raw_gap_plain"].values[i][rows, :n_k], means,
+                                                       raw["prep_pilot_coef"].values[i][:, :n_k], cfg["k_min_factor"]))
             if role == "confirmatory":
                 v, reason, fields = confirmatory_verdict(
                     r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,

@@ -10,19 +10,24 @@ uniformly (the anchor included), nested over a grid of k (common random numbers 
   with and without the self-normalised term (docs/theory.md, claim C2);
 * :func:`class_first_order`: E_x[m1/Z] (d1 of D_k) and E_x E_y[(e^s / Z)^2];
 * :func:`exact_d_two_phase`: the exact D_k curve on a random subset of anchors, as a difference estimator;
-* :func:`class_cross_entropy`: CE(M, Q) of the same-class kernel, exact.
+* :func:`class_cross_entropy`: CE(M, Q) of the same-class kernel, exact;
+* :func:`positive_scores`, :func:`population_risk`: positives from the class or from sampled views, and the
+  risk R_k of an embedding on the population; :func:`diagnosed_constants`: CE, c1, c2, the exact gap
+  and retrieval by :func:`simkit.diagnose.diagnose`.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
-from simkit.estimators.finite import gap_terms, ratio_block
+from simkit.estimators.finite import gap_terms, ratio_block, scores_and_log_z
 from simkit.exact.finite import exact_d_curve
 
 __all__ = ["class_positive_scores", "gap_block", "class_d_block", "class_first_order", "exact_d_two_phase",
-           "class_cross_entropy"]
+           "class_cross_entropy", "positive_scores", "population_risk", "diagnosed_constants"]
 
 
 def class_positive_scores(s: NDArray, idx: NDArray, mask: NDArray, r: int, rng) -> NDArray[np.float64]:
@@ -105,3 +110,47 @@ def class_cross_entropy(s: NDArray, log_z: NDArray, idx: NDArray, mask: NDArray)
     return float(np.mean(log_z - s_mem.sum(axis=1) / mask.sum(axis=1)))
 
 
+def positive_scores(s: NDArray, emb: NDArray, idx: NDArray, mask: NDArray, r: int, tau: float, rng,
+                    views=None) -> NDArray[np.float64]:
+    """Scores of r positives per anchor, shape (N, r): from the anchor's class (:func:`class_positive_scores`)
+    when ``views`` is None, else ``emb . views(r) / tau`` with ``views(r)`` the (N, r, d) embeddings of r
+    sampled views of each anchor (a kernel without a density, e.g. augmentation)."""
+    if views is None:
+        return class_positive_scores(s, idx, mask, r, rng)
+    return np.einsum("nd,nrd->nr", emb, views(r)) / tau
+
+
+def population_risk(emb: NDArray, idx: NDArray, mask: NDArray, k: int, r: int, tau: float, rng,
+              views=None) -> tuple[float, float]:
+    """``(R_k, CE)`` of embeddings ``emb`` of a labelled population: R_k = log k + CE + the mean of the
+    control-variate gap estimator over r tuples per anchor with k uniform negatives; CE exact for the
+    same-class kernel (``views`` None), else the Monte Carlo mean of log Z - s(x, x+) over the views'
+    positives (:func:`positive_scores`)."""
+    s, log_z = scores_and_log_z(emb, tau)
+    s_pos = positive_scores(s, emb, idx, mask, r, tau, rng, views)
+    ce = class_cross_entropy(s, log_z, idx, mask) if views is None else float(np.mean(log_z[:, None] - s_pos))
+    n = emb.shape[0]
+    kk = np.array([k])
+    _, cv = gap_terms(np.exp(s_pos - log_z[:, None]), ratio_block(s, log_z, rng.integers(0, n, size=(n, r, k)), kk), kk)
+    return math.log(k) + ce + float(cv.mean()), ce
+
+
+def diagnosed_constants(emb: NDArray, labels: NDArray, tau: float, grid: NDArray, n_exact_anchors: int, rng,
+                        views=None) -> dict[str, NDArray]:
+    """The constants :func:`simkit.diagnose.diagnose` computes for a labelled population (negatives i.i.d.
+    over all rows, the anchor included): ``ce``, ``c1``, ``c2``, ``gap_exact`` (each with ``_mcse``) and
+    ``scale`` (the expansion scale) of the same-class kernel, or, with ``views`` (a call returning the
+    (N, r, d) embeddings of sampled views, made after the first diagnosis), of that kernel; ``top1``,
+    ``recall10`` (and ``_mcse``) of retrieval against the same class in both cases."""
+    from simkit.diagnose import diagnose
+    common = dict(tau=tau, k_grid=grid, n_exact_anchors=n_exact_anchors, n_tuples=1, n_blocks=3,
+                  convention="include_anchor", rng=rng)
+    lab = diagnose(emb, labels=labels, **(common if views is None else {**common, "n_exact_anchors": 1,
+                                                                          "k_grid": grid[:4]}))
+    dg = lab if views is None else diagnose(emb, positive_embeddings=views(), **common)
+    out = {name: np.asarray(dg[name].values, dtype=float) for name in ("ce", "ce_mcse", "c1", "c1_mcse", "c2",
+                                                                       "c2_mcse", "gap_exact", "gap_exact_mcse")}
+    out["scale"] = np.asarray(dg["expansion_scale"].values, dtype=float)
+    for name in ("top1", "top1_mcse", "recall10", "recall10_mcse"):
+        out[name] = np.asarray(lab[name].values, dtype=float)
+    return out

@@ -17,14 +17,14 @@ from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memor
 from simkit.runner.params import Param, level_grid, resolve_config
 from simkit.runner.run import (RunResult, apply_schema, check_dataset, execute_task, make_executor, run_study,
                                summarise_dataset)
-from simkit.runner.schema import BLOCK_MCSE, block_means, cell_grid, estimate_vars, verdict_vars
+from simkit.runner.schema import BLOCK_MCSE, block_means, cell_grid, estimate_vars, rate_vars, verdict_vars
 from simkit.runner.seeds import SEED_SCHEME, block_of, canonical, cell_key, common_seeds, task_name, task_seed
 from simkit.runner.storage import (VOLATILE_ATTRS, Checkpoint, CheckpointMismatch, OutputBusy, RunLock, WriteFailed,
                                    check_writable, read_dataset, results_identical, write_dataset)
 from simkit.runner.study import ENTRY_POINT_GROUP, Check, Study, UndeclaredVariable, Var, get_study, study_names
 from simkit.runner.verdicts import (TASK_FAILED, Verdict, cell_detail, cell_errors, check_result, claim_summary,
                                     dataset_config, estimate_table, not_finite, one_pvalue, outcome, recorded_sha,
-                                    scalar, verdict)
+                                    scalar, settings_check, verdict)
 
 __all__ = [
     "Param", "resolve_config", "Study", "Var", "Check", "UndeclaredVariable", "get_study", "study_names",
@@ -35,5 +35,5 @@ __all__ = [
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset", "estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE", "Verdict",
     "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
-    "TASK_FAILED",
+    "TASK_FAILED", "settings_check", "rate_vars",
 ]

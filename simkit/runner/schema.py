@@ -16,7 +16,7 @@ import xarray as xr
 from simkit.runner.study import Var
 from simkit.stats.analysis import mean_mcse
 
-__all__ = ["estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE"]
+__all__ = ["estimate_vars", "verdict_vars", "rate_vars", "block_means", "cell_grid", "BLOCK_MCSE"]
 
 #: the description of a block mean's MCSE
 BLOCK_MCSE = "sd over blocks / sqrt(n_blocks)"
@@ -84,3 +84,32 @@ def cell_grid(raw: xr.Dataset, shape: tuple[int, ...], shapes: dict[str, tuple[i
         v = raw[name].values
         return v.reshape(*shape, *v.shape[1:])
     return grid
+
+
+#: long name and description of each per-setting :func:`simkit.stats.analysis.rate_verdict` field of :func:`rate_vars`
+_RATE_TEXT = {
+    "slope": ("log-log slope of {what}", "WLS of log curve on log k and 1/k over k >= k_min "
+              "(simkit.stats.analysis.rate_verdict); -1 under the claim, -1/2 under the 1/sqrt(k) alternative"),
+    "slope_se": ("jackknife standard error of the {what} slope", "delete-one-block jackknife"),
+    "slope_ci_low": ("95% interval for the {what} slope, lower", "Student t, n_blocks - 1 df"),
+    "slope_ci_high": ("95% interval for the {what} slope, upper", "Student t, n_blocks - 1 df"),
+    "slope_p_half": ("p-value of {what} slope = -1/2", "two-sided t test, jackknife SE"),
+    "slope_p_one": ("p-value of {what} slope = -1", "two-sided t test, jackknife SE"),
+    "slope_verdict_low": ("verdict interval for the {what} slope, lower", "level 1 - {alpha:g}"),
+    "slope_verdict_high": ("verdict interval for the {what} slope, upper", "level 1 - {alpha:g}"),
+    "k_min": ("smallest k in the {what} fits", "smallest grid k >= k_min_factor * expansion_scale"),
+}
+
+
+def rate_vars(what: str, alpha: float, *, prefix: str = "", cell: str = "setting", fields=tuple(_RATE_TEXT),
+              fit: str | None = None) -> dict:
+    """Schema entries (dims ``(cell,)``) of the :func:`simkit.stats.analysis.rate_verdict` fields
+    ``fields`` of a curve ``what`` (e.g. "gap_k"), named ``prefix + field``; ``fit`` names the fitted curve
+    (dims ``(cell, "k")``, with ``<prefix>resid_rate``), None: no such entries."""
+    out = {f"{prefix}{f}": Var((cell,), _RATE_TEXT[f][0].format(what=what), "1",
+                               _RATE_TEXT[f][1].format(alpha=alpha)) for f in fields}
+    if fit is not None:
+        out[fit] = Var((cell, "k"), f"fitted {what}, in nats", "1", "exp of the WLS fit of log curve on log k and 1/k")
+        out[f"{prefix}resid_rate"] = Var((cell, "k"), f"standardised residual of the {what} rate fit", "1",
+                                         "(log curve - fit) / (mcse / curve); only k >= k_min enter the fit")
+    return out

@@ -19,7 +19,7 @@ import xarray as xr
 
 __all__ = ["Verdict", "verdict", "cell_errors", "outcome", "check_result", "cell_detail", "not_finite",
            "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
-           "TASK_FAILED"]
+           "TASK_FAILED", "settings_check"]
 
 #: the default note of a verdict whose cells had task errors
 TASK_FAILED = "a task failed (see cell_error)"
@@ -135,3 +135,20 @@ def one_pvalue(name: str, alpha: float, reference: str = "exact"):
     (e.g. ``"n_slope_p"``, reported as ``"slope"``) at level ``alpha``; ``reference`` "bound" marks a
     one-sided test of a bound (its p-value uniform only at the boundary)."""
     return lambda ds: {name.split("_")[1]: (float(scalar(ds, name)), alpha, reference)}
+
+
+def settings_check(ds: xr.Dataset, rows, est: str, worst: int, verdict: str, text, reason: str | None = None, *,
+                   empty: str = "error", cell: str = "setting") -> dict:
+    """A check over the cells ``rows`` of dimension ``cell``: the estimate ``est`` (and its ``_mcse`` or
+    ``_se``) of cell ``worst``, the verdicts of variable ``verdict`` combined
+    (:func:`simkit.stats.analysis.combine_verdicts`) and one clause per cell, ``text(i) -> verdict
+    (reason)``; no rows: verdict ``empty``."""
+    from simkit.stats.analysis import combine_verdicts
+    if len(rows) == 0:
+        return {"estimate": float("nan"), "estimate_mcse": float("nan"), "verdict": empty,
+                "detail": "no such setting here"}
+    v = [str(ds[verdict].values[i]) for i in rows]
+    why = [str(ds[reason].values[i]) for i in rows] if reason else None
+    err = f"{est}_mcse" if f"{est}_mcse" in ds else f"{est}_se"
+    return {"estimate": ds[est].values[worst], "estimate_mcse": ds[err].values[worst], "verdict": combine_verdicts(v),
+            "detail": cell_detail(ds[cell].values[rows], [text(i) for i in rows], v, why)}

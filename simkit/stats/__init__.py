@@ -5,7 +5,9 @@ non-inferiority tests, and tests of Monte Carlo curves against exact truth.
 * :mod:`simkit.stats.trend`: :func:`trend_test`, :func:`equivalence_test`, :func:`one_sided_rate`,
   :func:`growth_non_inferiority`, :func:`non_inferiority` (growth, trend and non-inferiority tests);
 * :mod:`simkit.stats.truth_tests`: :func:`curve_test`, :func:`max_t_test` and their kin;
-* :mod:`simkit.stats.sensitivity`: the rate verdict under other k_min factors, block sizes and pilots.
+* :mod:`simkit.stats.sensitivity`: the rate verdict under other k_min factors, block sizes and pilots;
+* :mod:`simkit.stats.retrieval`: paired tests of retrieval along training (the pre-stated test, a collapsed start);
+* :mod:`simkit.stats.bound_growth`: the non-inferiority rule that a loss-difference bound does not grow in k.
 """
 
 from __future__ import annotations

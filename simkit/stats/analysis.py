@@ -549,3 +549,64 @@ def truth_verdict_standardised(k: np.ndarray, gap_blocks: np.ndarray, dgap_block
     before the Hotelling tests; see its Notes)."""
     return truth_verdict(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=alpha,
                          standardise=True)
+
+
+
+def truth_columns(out: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray, labels, seed: int, *,
+                  alpha: float, gap_exact_cov: np.ndarray | None = None, c2_exact_mcse=None, verdict: str = "verdict",
+                  reason: str = "verdict_reason", slope: str = "slope") -> None:
+    """:func:`truth_verdict` (max-t reference, :func:`truth_rng` per label) of every setting, into ``out``.
+
+    Reads ``out``'s ``gap_exact``, ``c2_estimate`` (and ``_mcse``), ``c2_exact`` per setting; writes the
+    :data:`TRUTH_FIELDS_MAX_T` columns, and turns the rate verdict ``out[verdict][i]`` to "fail", its
+    problems appended to ``out[reason][i]``, where the rate verdict is not "error", the slope is finite
+    and a truth test rejects. ``gap_exact_cov`` (setting, k, k) and ``c2_exact_mcse``: default exact.
+    """
+    n = len(out[verdict])
+    for name in TRUTH_FIELDS_MAX_T:
+        out[name] = np.full(n, np.nan)
+    for i in range(n):
+        fields, problems = truth_verdict(
+            k, gap_blocks[i], dgap_blocks[i], out["gap_exact"][i], None if gap_exact_cov is None else gap_exact_cov[i],
+            (out["c2_estimate"][i], out["c2_estimate_mcse"][i]),
+            (out["c2_exact"][i], 0.0 if c2_exact_mcse is None else c2_exact_mcse[i]), alpha=alpha,
+            reference="max-t", rng=truth_rng(seed, str(labels[i])))
+        for name, v in fields.items():
+            out[name][i] = v
+        if out[verdict][i] != "error" and np.isfinite(out[slope][i]) and problems:
+            out[verdict][i] = "fail"
+            out[reason][i] = "; ".join(p for p in (out[reason][i], *problems) if p)
+
+
+def rate_truth_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray,
+                       gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
+                       c2_exact: tuple[float, float], *, alpha: float) -> tuple[str, str, dict]:
+    """A rate verdict (``rate`` from :func:`rate_verdict`) combined with the exact-curve tests of
+    :func:`truth_verdict_standardised` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact
+    curve at every k, each at ``alpha``): "fail" when either finds a problem; the rate verdict as it is
+    when it is "error" or its slope is not finite. Returns ``(verdict, reason, truth fields)``.
+
+    The standardised form runs the same Hotelling tests on columns divided by their between-block sd
+    (the statistics are invariant under that rescaling): over a long k grid at small tau the block sd of
+    gap_k spans orders of magnitude and the raw covariance is too ill-conditioned to solve, although its
+    correlation matrix is not (hard_regime: k = 1..2^20 at tau = 0.02).
+    """
+    fields, problems = truth_verdict_standardised(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact,
+                                                  alpha=alpha)
+    if rate["verdict"] == "error" or not np.isfinite(rate["slope"]):
+        return rate["verdict"], rate["reason"], fields
+    problems = [p for p in (rate["reason"], *problems) if p]
+    return ("pass" if not problems else "fail"), "; ".join(problems), fields
+
+
+def size_slopes(sizes: ArrayLike, blocks: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Slope of log mean on log size (:func:`fit_rate` without the 1/k term, jackknife SE) of each curve
+    of ``blocks`` (..., block, size) over ``sizes`` (e.g. a train/test gap over training sizes n); NaN
+    with fewer than 3 sizes or a non-finite block value."""
+    sizes, b = np.asarray(sizes), np.asarray(blocks, dtype=float)
+    slope, se = np.full(b.shape[:-2], np.nan), np.full(b.shape[:-2], np.nan)
+    for idx in np.ndindex(*b.shape[:-2]):
+        if sizes.size >= 3 and np.all(np.isfinite(b[idx])):
+            f = fit_rate(sizes, b[idx], int(sizes[0]), with_inverse=False)
+            slope[idx], se[idx] = f.slope, f.slope_se
+    return slope, se

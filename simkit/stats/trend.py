@@ -614,3 +614,25 @@ def paired_change(blocks: ArrayLike, *, alternative: str) -> tuple[NDArray, NDAr
     p = np.array([float(stats.t.sf(sign * d / se, df)) if se > 0 else (0.0 if sign * d > 0 else 1.0)
                   for d, se in zip(np.ravel(diff), np.ravel(mcse))]).reshape(np.shape(diff))
     return diff, mcse, p
+
+
+def sqrt_k_term_vars(rule: str, power: float, *, prefix: str = "r_", cell: str = "setting") -> dict:
+    """Schema entries (:class:`simkit.runner.Var`, dims ``(cell,)``) of :func:`sqrt_k_term_test`'s fields,
+    named ``prefix + field``, for the rule ``rule`` (e.g. "rule R (protocols/encoders.md section 3)")."""
+    from simkit.runner.schema import verdict_vars
+    from simkit.runner.study import Var
+    jack = "delete-one-block jackknife, weights fixed"
+    texts = {"a": ("d1 = a of the fit D_k = a/k + b/k^2 + c/sqrt(k), in nats", rule),
+             "a_se": (f"jackknife SE of {prefix}a, in nats", jack),
+             "c": ("coefficient c of 1/sqrt(k) in the fit of D_k, in nats", f"{rule.split(' (')[0]}; 0 under C2"),
+             "c_se": (f"jackknife SE of {prefix}c, in nats", jack),
+             "t": ("t of c = 0", f"{prefix}c / {prefix}c_se, Student t on n_blocks - 1 df, two-sided at alpha"),
+             "mde": (f"smallest |c| detected with probability {power:g}, in nats",
+                     f"(t_{{1-alpha/2}} + t_{power:g}) {prefix}c_se"),
+             "c_match": ("size of a 1/sqrt(k) term as large as D_k at k_min, in nats", "sqrt(k_min) |D_kmin|; the "
+                         f"setting is assessed only if {prefix}mde <= {prefix}c_match")}
+    out = {f"{prefix}{f}": Var((cell,), long_name, "1", text) for f, (long_name, text) in texts.items()}
+    name = rule.split(" (")[0]
+    return {**out, **verdict_vars(f"{prefix}verdict", (cell,), f"verdict of {name}", "pass, fail, not assessed (no "
+                                  "power) or error", reason_name=f"{prefix}reason",
+                                  reason_long_name=f"why {name} did not pass")}

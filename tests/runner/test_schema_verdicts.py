@@ -135,3 +135,15 @@ def test_cell_grid_scalar_sha_and_one_pvalue():
     assert recorded_sha(ds) == "0123456789abcdef" and recorded_sha(ds, None) == "0123456789abcdef0123"
     assert recorded_sha(xr.Dataset()) == "?"
     assert one_pvalue("n_slope_p", 0.01, "bound")(ds) == {"slope": (0.25, 0.01, "bound")}
+
+
+def test_settings_check_combines_cells_and_reports_the_worst():
+    from simkit.runner import settings_check
+    ds = xr.Dataset({"slope": ("setting", [-1.0, -0.6, -0.9]), "slope_se": ("setting", [0.1, 0.1, 0.2]),
+                     "verdict": ("setting", ["pass", "fail", "pass"]), "why": ("setting", ["", "too flat", ""])},
+                    coords={"setting": ["a", "b", "c"]})
+    out = settings_check(ds, [0, 1], "slope", 1, "verdict", lambda i: f"s {ds['slope'].values[i]:.1f}", "why")
+    assert out == {"estimate": -0.6, "estimate_mcse": 0.1, "verdict": "fail",
+                   "detail": "a: s -1.0 -> pass; b: s -0.6 -> fail (too flat)"}
+    empty = settings_check(ds, [], "slope", 0, "verdict", str, empty="not assessed")
+    assert empty["verdict"] == "not assessed" and np.isnan(empty["estimate"])

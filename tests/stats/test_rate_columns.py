@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from simkit.stats.analysis import C1_NAMES, RATE_FIELDS, rate_columns
 
@@ -17,3 +18,45 @@ def test_rate_columns_names_and_keeps():
     assert [c[0] for c in cols["fit_gap"]] == [0, 1, 2]
     d = rate_columns(rows, {"d_slope", "d_verdict", "slope"}, prefix="d_")
     assert set(d) == {"d_slope", "d_verdict"} and d["d_verdict"] == ["v0", "v1", "v2"]
+
+
+def _gap_blocks(rng, c1=2.0, n=12, bias=0.0):
+    k = 2.0 ** np.arange(8)
+    return k, c1 / k + bias + 0.01 * rng.standard_normal((n, k.size)) / k
+
+
+@pytest.mark.deterministic(reason="fixed seed; compared with a plain loop exactly; the control is 50 SE off the "
+                                  "exact curve at every k")
+def test_truth_columns_is_truth_verdict_per_setting():
+    """Against truth_verdict called here setting by setting (a second, plain loop); the positive control,
+    a curve off the exact one by 0.5 at every k, turns a passing rate verdict to "fail"."""
+    from simkit.stats.analysis import truth_columns, truth_rng, truth_verdict
+    rng = np.random.default_rng(3)
+    k, good = _gap_blocks(rng)
+    _, bad = _gap_blocks(rng, bias=0.5)
+    gap = np.stack([good, bad])
+    dgap = np.concatenate([gap[:, :, :-1] - gap[:, :, 1:], np.full((2, 12, 1), np.nan)], axis=2)
+    exact = np.stack([2.0 / k] * 2)
+    out = {"gap_exact": exact, "c2_estimate": [0.0, 0.0], "c2_estimate_mcse": [1.0, 1.0], "c2_exact": [0.0, 0.0],
+           "verdict": ["pass", "pass"], "verdict_reason": ["", ""], "slope": [-1.0, -1.0]}
+    truth_columns(out, k, gap, dgap, ["a", "b"], 7, alpha=1e-3)
+    for i, label in enumerate("ab"):
+        fields, problems = truth_verdict(k, gap[i], dgap[i], exact[i], None, (0.0, 1.0), (0.0, 0.0), alpha=1e-3,
+                                         reference="max-t", rng=truth_rng(7, label))
+        assert all(out[n][i] == v or (np.isnan(out[n][i]) and np.isnan(v)) for n, v in fields.items())
+        assert out["verdict"][i] == ("fail" if problems else "pass")
+    assert out["verdict"] == ["pass", "fail"] and "curve" in out["verdict_reason"][1]
+
+
+@pytest.mark.deterministic(reason="fixed seed; exact agreement with fit_rate; slope tolerance 0.1 is ~10 SE")
+def test_size_slopes_match_fit_rate_per_curve():
+    from simkit.stats.analysis import fit_rate, size_slopes
+    rng = np.random.default_rng(4)
+    n = np.array([32.0, 64.0, 128.0, 256.0])
+    blocks = 3.0 / np.sqrt(n) * np.exp(0.05 * rng.standard_normal((2, 3, 6, 4)))  # (setting, k, block, n)
+    blocks[1, 2, 0, 0] = np.nan
+    slope, se = size_slopes(n, blocks)
+    f = fit_rate(n, blocks[0, 1], 32, with_inverse=False)
+    assert slope.shape == (2, 3) and (slope[0, 1], se[0, 1]) == (f.slope, f.slope_se)
+    assert np.isnan(slope[1, 2]) and abs(slope[0, 0] + 0.5) < 0.1
+    assert np.isnan(size_slopes(n[:2], blocks[..., :2])[0]).all()

@@ -60,3 +60,51 @@ def test_k_min_and_pilot_sensitivity_apply_the_rule_per_setting():
     np.testing.assert_array_equal(calls[0][0], plain)
     np.testing.assert_array_equal(calls[1][0], plain - 1 - 2 + 1.5)
     assert rows[0]["gap_mcse_kmax"] == pytest.approx(np.std(plain[:, -1], ddof=1) / np.sqrt(3), rel=1e-12)
+
+
+def test_block_size_layout_and_a_task_blocks():
+    from simkit.stats.sensitivity import size_cell_blocks, sub_blocks_per_task
+    assert sub_blocks_per_task("s", [32, 512], 2560, 20) == 4  # 128 anchors per task: 4 blocks of 32
+    assert sub_blocks_per_task("s", [], 2560, 20) == 1
+    with pytest.raises(ValueError, match="'s' must divide sens_total / n_blocks = 128"):
+        sub_blocks_per_task("s", [96], 2560, 20)
+    with pytest.raises(ValueError, match="'s' must leave >= 3 blocks of 1024"):
+        sub_blocks_per_task("s", [1024], 2048, 16)
+    draws = iter(range(100))
+    assert size_cell_blocks(lambda: next(draws), 32, 2560, 20, lambda: 99) == [0, 1, 2, 3]
+    assert size_cell_blocks(lambda: next(draws), 512, 2560, 20, lambda: 4) == [4]  # tasks 0..4 run a block
+    assert size_cell_blocks(lambda: next(draws), 512, 2560, 20, lambda: 5) == []
+
+
+def test_sensitivity_tables_rows_and_schema_agree():
+    from simkit.stats.sensitivity import put_row, sensitivity_tables, sensitivity_vars
+    out = sensitivity_tables(2, 3, 1)
+    assert set(out) == set(sensitivity_vars("cell", "the first blocks"))
+    assert out["pilot_verdict"] == [["n/a"], ["n/a"]] and out["kmf_verdict"][0] == ["", "", ""]
+    row = {"slope": -1.0, "slope_se": 0.1, "k_min": 64.0, "slope_p_half": 0.0, "slope_exact_fit": -0.99,
+           "c1_exact_fit": 25.0, "verdict": "pass", "const_z": 0.3, "const_estimate": 25.1,
+           "const_estimate_mcse": 0.2, "reason": ""}
+    put_row(out, "kmf", 1, [row, {**row, "verdict": "fail", "reason": "r"}])
+    assert out["kmf_verdict"][1] == ["pass", "fail", ""] and out["kmf_c1_z"][1, 0] == 0.3
+    assert np.isnan(out["kmf_slope"][0]).all() and out["kmf_reason"][1][1] == "r"
+
+
+@pytest.mark.deterministic(reason="a fake estimator: exact equality of recorded generator states")
+def test_nested_pilots_start_from_one_state():
+    """A fake estimator records the generator state each calibration starts from."""
+    from simkit.stats.sensitivity import nested_pilot_coefficients
+
+    class Fake:
+        grid = np.arange(3)
+
+        def default_coef(self):
+            return np.full((3, 4), 7.0)
+
+        def calibrate(self, anchors, rng, n_blocks):
+            return np.full((3, 4), rng.random() + 10 * n_blocks)
+    rng = np.random.default_rng(5)
+    first = np.random.default_rng(5).random()
+    out = nested_pilot_coefficients(Fake(), 256, rng, [0, 1, 2], 5)
+    assert out.shape == (3, 5, 4) and np.all(out[0, :3] == 7.0) and np.isnan(out[:, 3:]).all()
+    assert out[1, 0, 0] == first + 10 and out[2, 0, 0] == first + 20
+    assert rng.random() == first  # the caller's generator did not advance

@@ -31,6 +31,7 @@ from simkit.exact.finite import exact_constants, log_weights
 from simkit.exact.quadrature import log_partition
 from simkit.runner import read_dataset, resolve_config, run_study
 from simkit.embeddings.perturbation import collapse_output
+from simkit.stats.retrieval import retrieval_change
 from simkit.stats.trend import sqrt_k_term_test
 from studies import encoders
 from studies.encoders import ALPHA, N_C1_TESTS, STUDY, TAU
@@ -184,13 +185,13 @@ def test_negative_control_perturbed_exact_curve_fails(quick, factor):
 
 @pytest.mark.deterministic(reason="last checkpoint = first: the paired differences are exactly 0, so the rule cannot reject")
 def test_negative_control_no_retrieval_improvement_fails(quick):
-    """The pre-stated retrieval rule on blocks whose last checkpoint equals the first."""
+    """The pre-stated retrieval rule (simkit.stats.retrieval) on blocks whose last checkpoint equals the first."""
     cfg, ds, _ = quick
     raw = ds.copy(deep=True)
     for name in ("ce", "top1", "recall10"):
         raw[f"raw_ret_{name}"].values[:, :, -1] = raw[f"raw_ret_{name}"].values[:, :, 0]
-    out = {}
-    STUDY._retrieval(raw, out)
+    out = retrieval_change({n: raw[f"raw_ret_{n}"].values for n in ("ce", "top1", "recall10")},
+                           raw["prep_train_risk"].values, ALPHA)
     assert all(v == "fail" for v in out["ret_verdict"])
 
 
