@@ -1,4 +1,4 @@
-"""Claim C1 in the hard regime (confirmatory): uniform pi on S^2, tau = 0.02, k up to 2^20; and
+"""Claim C1 at expansion scale 50 (confirmatory): uniform pi on S^2, tau = 0.02, k up to 2^20; and
 sensitivity tables of the rate verdict (exploratory).
 
 Pre-registered in ``protocols/hard_regime.md`` (committed alone before the confirmatory run; its
@@ -46,7 +46,7 @@ __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH",
 ALPHA = 1e-3
 N_ALPHA_TESTS = 5
 PROTOCOL_PATH = "protocols/hard_regime.md"
-#: the hard regime: uniform pi on S^2, vMF kernel kappa_M = 50, tau = 1/kappa_M
+#: uniform pi on S^2, vMF kernel kappa_M = 50, tau = 1/kappa_M: expansion scale 50 (not the pre-asymptotic regime)
 HARD = {"pi": "uniform", "dim": 3, "kappa_pi": 0.0, "kappa_m": 50.0, "tau": 0.02}
 #: anchors per block of the confirmatory cell and of the rate_k-setting cells (rate_k's value)
 BLOCK_ANCHORS = 256
@@ -214,7 +214,7 @@ C1_CHECK = Check(
 class HardRegime(Study):
     name = "hard_regime"
     claim = "C1"
-    title = "Claim C1 in the hard regime (confirmatory): tau = 0.02, k up to 2^20; sensitivity of the rate verdict"
+    title = "Claim C1 at expansion scale 50 (confirmatory): tau = 0.02, k up to 2^20; sensitivity of the rate verdict"
     cell_dim = "cell"
     default_seed = 20261214
     ademp = {

@@ -46,7 +46,7 @@ def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
         ["verdict", str(g("verdict")).upper()],
     ]
     colors = {(len(rows) - 1, 1): COLORS.get(str(g("verdict")), COLORS["fail"])}
-    doc.table(["quantity", "hard regime (uniform π on S², κ_M = 50, τ = 0.02)"], rows, [3.2, 3.0], colors=colors)
+    doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows, [3.2, 3.0], colors=colors)
     reason = str(g("verdict_reason"))
     if reason:
         doc.text(f"Reason: {reason}", weight="bold")
@@ -56,7 +56,7 @@ def _curves(ds: xr.Dataset) -> FigurePage:
     c1 = float(ds["c1_exact"])
     k = dict(fit_range="k_min", logx=True)
     return FigurePage(
-        "The hard regime: gap_k and k·gap_k against the exact curve",
+        "Expansion scale 50: gap_k and k·gap_k against the exact curve",
         (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", logy=True, title="slope {slope±slope_se}",
                label="Monte Carlo ± 2 MCSE", fit_label="WLS rate fit", reference_label="exact curve", **k),
          Panel("k_gap", band="k_gap_mcse", hline="c1_exact", reference=("c1_exact", "c2_exact"),
@@ -107,7 +107,7 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
 def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
     quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
-    doc.heading("Claim C1 in the hard regime (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
+    doc.heading("Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
     doc.text(C1_TEXT)
     protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
                             f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
