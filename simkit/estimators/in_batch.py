@@ -165,29 +165,23 @@ def in_batch_block(x: ArrayLike, x_pos: ArrayLike, first: ArrayLike, second: Arr
     return out
 
 
-def draw_finite_pairs(points: ArrayLike, pi: ArrayLike, kernel: ArrayLike, n: int, rng) -> tuple[NDArray, NDArray]:
-    """``n`` i.i.d. pairs (y, y') of a finite π: atom a ~ π, atom b ~ M(a, ·); returns their points.
+def draw_finite_pairs(pi: ArrayLike, kernel: ArrayLike, n: int, rng) -> tuple[NDArray, NDArray]:
+    """``n`` i.i.d. pairs of atom indices (a, b) of a finite π: a ~ π, b ~ M(a, ·).
 
-    ``points`` (N, d) unit vectors, ``pi`` (N,) probabilities, ``kernel`` (N, N) row-stochastic.
+    ``pi`` (N,) probabilities, ``kernel`` (N, N) row-stochastic. An (anchor, positive) pair has the
+    same law as a negative pair (y, y').
     """
-    pts = check_points("points", points, min_ndim=2)
-    w = check_weights("pi", pi, pts.shape[0])
+    w = check_weights("pi", pi)
     m = np.asarray(kernel, dtype=float)
-    if m.shape != (pts.shape[0],) * 2 or not np.all(np.isfinite(m)) or np.any(m < 0) \
+    if m.shape != (w.size,) * 2 or not np.all(np.isfinite(m)) or np.any(m < 0) \
             or np.any(np.abs(m.sum(axis=1) - 1.0) > 1e-9):
-        raise ValueError(f"'kernel' must be row-stochastic of shape {(pts.shape[0],) * 2}")
+        raise ValueError(f"'kernel' must be row-stochastic of shape {(w.size,) * 2}")
     n = check_int("n", n, low=1)
     rng = check_rng(rng)
-    a = rng.choice(pts.shape[0], size=n, p=w)
+    a = rng.choice(w.size, size=n, p=w)
     cdf = np.cumsum(m, axis=1)
-    u = rng.random(n) * cdf[a, -1]
-    b = np.minimum(np.array([np.searchsorted(cdf[i], v, side="right") for i, v in zip(a, u)], dtype=np.int64)
-                   if n < 64 else _row_search(cdf, a, u), pts.shape[0] - 1)
-    return pts[a], pts[b]
-
-
-def _row_search(cdf: NDArray, rows: NDArray, u: NDArray) -> NDArray:
-    """Inverse-CDF draws from rows of ``cdf``: searchsorted on the rows offset by their index."""
-    shifted = (cdf + np.arange(cdf.shape[0])[:, None] * 2.0).ravel()
-    idx = np.searchsorted(shifted, u + rows * 2.0, side="right")
-    return idx - rows * cdf.shape[1]
+    cdf /= cdf[:, -1:]
+    # inverse CDF on the rows offset by 2 x row index (each row's values in (2r, 2r + 1])
+    shifted = (cdf + 2.0 * np.arange(w.size)[:, None]).ravel()
+    b = np.searchsorted(shifted, rng.random(n) + 2.0 * a, side="right") - a * w.size
+    return a, np.minimum(b, w.size - 1)

@@ -81,8 +81,8 @@ def blocks():
         a = rng.choice(40, size=256, p=w)
         b = np.array([min(int(np.searchsorted(cdf[i], u * cdf[i, -1], side="right")), 39)
                       for i, u in zip(a, rng.random(256))])
-        y, yp = draw_finite_pairs(pts, w, kern, int(N_GRID[-1]), rng)
-        got = in_batch_block(pts[a], pts[b], y, yp, tau, N_GRID,
+        ya, yb = draw_finite_pairs(w, kern, int(N_GRID[-1]), rng)
+        got = in_batch_block(pts[a], pts[b], pts[ya], pts[yb], tau, N_GRID,
                              {s: {k: v[a] for k, v in t.items()} for s, t in terms.items()}, terms["iid"]["mean_s"][a])
         for s in SCHEMES:
             for name in out[s]:
