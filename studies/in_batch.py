@@ -185,9 +185,9 @@ class InBatch(Study):
                           multi=True),
         "n_max": Param("n_max", int, 1 << 14, "pairs per block (power of two): B - 1 = 1, 2, ..., n_max",
                        low=64, high=1 << 20, power_of_two=True, quick=1 << 11),
-        "n_blocks": Param("n_blocks", int, 128, "independent replicate blocks per case", low=8, high=100000,
+        "n_blocks": Param("n_blocks", int, 64, "independent replicate blocks per case", low=8, high=100000,
                           quick=24),
-        "block_anchors": Param("block_anchors", int, 4096, "anchors per block (sharing its pairs)", low=8,
+        "block_anchors": Param("block_anchors", int, 2048, "anchors per block (sharing its pairs)", low=8,
                                high=1 << 20, quick=256),
         "exact_curve": Param("exact_curve", int, 1, "1: the lattice's exact gap curve for the plots (NT-Xent's takes "
                              "~30 s per case: N^2 pair atoms), 0: skip it (the checks do not use it)", low=0, high=1,
