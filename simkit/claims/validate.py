@@ -37,6 +37,7 @@ CLAIMS = {
     "C5": "higher tau keeps Q close to pi (KL <= 2/tau); small tau inflates the bias constant and the gap",
     "C6": "no explicit dependence on the embedding dimension d",
     "C7": "C1-C3 hold for non-reversible, asymmetric positive kernels",
+    "in-batch": "NT-Xent and CLIP batches: E l - log k = L + c1/k with the scheme's own c1 and limit L (theory §16)",
 }
 NOT_STUDIED = "not yet studied"
 NOT_ASSESSED = "not assessed"
