@@ -39,6 +39,7 @@ CLAIMS = {
     "C7": "C1-C3 hold for non-reversible, asymmetric positive kernels",
     "M1": "beyond the paper (theory §17): the R_k minimiser's excess CE is O(1/k^2) with constant g'H^-1 g/2; no shift "
           "when the class is well specified",
+    "in-batch": "NT-Xent and CLIP batches: E l - log k = L + c1/k with the scheme's own c1 and limit L (theory §16)",
 }
 NOT_STUDIED = "not yet studied"
 NOT_ASSESSED = "not assessed"

@@ -31,7 +31,8 @@ _KERNEL_KEYS = ("labels", "positives", "positive_embeddings")
 # library argument -> command-line option, for the messages of simkit.diagnose
 _OPTION = {"tau": "--tau", "eps": "--eps", "k": "--k", "k_max": "--k-max", "k_grid": "--k-grid",
            "n_anchors": "--anchors", "n_exact_anchors": "--exact-anchors", "n_tuples": "--n-tuples",
-           "batch_size": "--batch-size", "queue": "--queue", "convention": "--convention", "symmetric": "--symmetric"}
+           "batch_size": "--batch-size", "queue": "--queue", "convention": "--convention", "symmetric": "--symmetric",
+           "scheme": "--scheme"}
 
 
 def add_parser(subparsers) -> None:
@@ -49,6 +50,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--k", default=None, help="number of negatives used in training")
     p.add_argument("--batch-size", default=None, help="training batch size B: k = B - 1 (2B - 2 with --symmetric)")
     p.add_argument("--symmetric", action="store_true", help="symmetric NT-Xent (SimCLR): k = 2B - 2")
+    p.add_argument("--scheme", default=None, help="in-batch scheme with --batch-size: ntxent (k = 2B - 2) or clip "
+                   "(k = B - 1); its own constant c1 (default ntxent with --symmetric, else clip)")
     p.add_argument("--queue", default=None, help="MoCo queue length K: k = K")
     p.add_argument("--eps", default="0.01", help="tolerated |bias| in nats (default 0.01)")
     p.add_argument("--convention", default="exclude-anchor", help="exclude-anchor (default), include-anchor, "
@@ -242,7 +245,8 @@ def run(args) -> int:
             tau = _float("--tau", str(float(t)))
         else:
             raise ValueError("'--tau' is required (or store a scalar 'tau' in the npz)")
-        dg = diagnose(emb, **{kind: arr}, tau=tau, k=k, batch_size=batch, symmetric=args.symmetric, queue=queue,
+        dg = diagnose(emb, **{kind: arr}, tau=tau, k=k, batch_size=batch, symmetric=args.symmetric,
+                      scheme=args.scheme, queue=queue,
                       eps=eps, convention=convention, k_max=k_max, k_grid=k_grid, n_anchors=n_anchors,
                       n_exact_anchors=n_exact, n_tuples=n_tuples, mc_k_max=mc_k_max, rng=seed, progress=progress)
         text = dg.summary()

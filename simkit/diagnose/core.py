@@ -30,6 +30,7 @@ from simkit.diagnose._exact import AnchorCurves
 from simkit.diagnose._inputs import (K_CAP, as_array, check_convention, check_int, check_labels, check_positives,
                                      check_real, check_rng, check_scalar, check_views, negatives_for, normalise)
 from simkit.diagnose._sampling import systematic_sample
+from simkit.diagnose.batch import BATCH_SCHEMES, batch_anchor_constants
 from simkit.diagnose.result import Diagnosis
 
 __all__ = ["diagnose", "negatives_for"]
@@ -52,7 +53,7 @@ def _nodes(tau: float, k_max: int) -> float:
 
 
 def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=None, tau, k=None, batch_size=None,
-             symmetric: bool = False, queue=None, eps: float = 0.01, convention: str = "exclude_anchor",
+             symmetric: bool = False, scheme: str | None = None, queue=None, eps: float = 0.01, convention: str = "exclude_anchor",
              k_max: int | None = None, k_grid=None, n_anchors: int = 2048, n_exact_anchors: int | None = None,
              n_tuples: int = 1 << 15, n_blocks: int = 16, mc_k_max: int = MC_K_MAX, block_size: int | None = None,
              rng=0, progress=None):
@@ -74,6 +75,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     k, batch_size, symmetric, queue
         The training set-up, at most one of: ``k`` negatives; a batch of B (k = B - 1, or 2B - 2 with
         ``symmetric`` NT-Xent); a MoCo queue of K (k = K). ``Diagnosis.bias_at()`` answers there.
+    scheme : {"ntxent", "clip"}, optional
+        With ``batch_size`` (labels or positives): the in-batch scheme whose own constant c1 (docs/theory.md
+        §16) gives ``Diagnosis.batch`` (default "ntxent" with ``symmetric``, else "clip"; "ntxent" means
+        k = 2B - 2).
     eps : float
         Tolerated |bias| in nats for ``Diagnosis.k_needed()`` (>= 1e-12).
     convention : {"exclude_anchor", "include_anchor", "exclude_same_label"}
@@ -121,7 +126,17 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     if eps < EPS_MIN:
         raise ValueError(f"'eps' must be >= {EPS_MIN:g} nats (the exact curve is accurate to ~1e-13), got {eps!r}")
     convention = check_convention(convention)
-    k_user, k_how = negatives_for(k=k, batch_size=batch_size, symmetric=bool(symmetric), queue=queue)
+    if scheme is not None:
+        if scheme not in BATCH_SCHEMES:
+            raise ValueError(f"'scheme' must be one of {', '.join(BATCH_SCHEMES)}, got {scheme!r}")
+        if batch_size is None:
+            raise ValueError("'scheme' applies to 'batch_size' only: give 'batch_size' with it")
+        if symmetric and scheme != "ntxent":
+            raise ValueError(f"'symmetric' is NT-Xent: it needs 'scheme' 'ntxent', got {scheme!r}")
+    elif batch_size is not None:
+        scheme = "ntxent" if symmetric else "clip"
+    k_user, k_how = negatives_for(k=k, batch_size=batch_size, symmetric=bool(symmetric) or scheme == "ntxent",
+                                  queue=queue)
     if k_max is None:
         k_max = max(K_MAX_DEFAULT, k_user or 1)
     else:
@@ -169,6 +184,10 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
     if ks_mc.size < 4:
         ks_mc = 2 ** np.arange(min(11, int(math.log2(mc_k_max)) + 1))
     stats_a = _per_anchor_pass(phi, tau, law, design_a.rows, bs, gen, ks_mc, n_tuples, n_blocks, report)
+    in_batch = None
+    if scheme is not None and views is None:
+        c1_b, limit_b = batch_anchor_constants(phi, tau, law, design_a.rows, scheme)
+        in_batch = {"scheme": scheme, "c1": design_a.mean_se(c1_b), "limit": design_a.mean_se(limit_b)}
     curves = AnchorCurves(k_max)
     stats_e = _per_anchor_pass(phi, tau, law, design_e.rows, bs, gen, None, 0, 0, report, curves=curves)
     return Diagnosis._build(
@@ -176,7 +195,7 @@ def diagnose(embeddings, *, labels=None, positives=None, positive_embeddings=Non
         batch=(batch_size is not None), k_max=k_max, grid=grid, design_a=design_a, design_e=design_e,
         stats_a=stats_a, stats_e=stats_e, curves=curves, ks_mc=ks_mc, n_no_positive=int(n - law.population.size),
         label_note=label_note, n_labels=(0 if label_values is None else int(label_values.size)),
-        n_views=(views.shape[1] if views is not None else pos.shape[1] if pos is not None else -1))
+        n_views=(views.shape[1] if views is not None else pos.shape[1] if pos is not None else -1), in_batch=in_batch)
 
 
 def _grid(k_grid, k_max: int, k_user: int | None) -> NDArray[np.int64]:

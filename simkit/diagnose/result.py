@@ -67,7 +67,7 @@ class Diagnosis:
 
     @classmethod
     def _build(cls, *, n, d, kind, tau, eps, convention, k, k_how, batch, k_max, grid, design_a, design_e, stats_a,
-               stats_e, curves, ks_mc, n_no_positive, label_note, n_labels, n_views) -> "Diagnosis":
+               stats_e, curves, ks_mc, n_no_positive, label_note, n_labels, n_views, in_batch=None) -> "Diagnosis":
         self = cls.__new__(cls)
         self.n_rows, self.dim, self.kernel, self.tau, self.eps = n, d, kind, tau, eps
         self.convention, self.k, self.k_how, self.from_batch, self.k_max = convention, k, k_how, batch, k_max
@@ -102,7 +102,19 @@ class Diagnosis:
         self.slope_fit, self.slope_note = slope_test(ks_mc, stats_a["gap_blocks"], self.expansion_scale)
         self._check_expansion()
         self._dense = None
+        self.batch = None if in_batch is None else self._batch_answer(in_batch)
         return self
+
+    def _batch_answer(self, batch) -> dict:
+        """The in-batch scheme's c1 and limit (docs/theory.md §16), the first-order bias c1_batch/k at the
+        set-up's k, and the batch size from which |c1_batch|/k <= eps (k = 2B - 2 or B - 1)."""
+        (c1, c1_se), (lim, lim_se) = (tuple(float(v) for v in batch[n]) for n in ("c1", "limit"))
+        scheme, k = batch["scheme"], self.k
+        k_eps = max(1, math.ceil(abs(c1) / self.eps))
+        b_eps = (k_eps + 3) // 2 if scheme == "ntxent" else k_eps + 1
+        return {"scheme": scheme, "c1": c1, "c1_mcse": c1_se, "limit": lim, "limit_mcse": lim_se,
+                "bias": c1 / k, "bias_mcse": c1_se / k, "k_needed": k_eps, "batch_needed": max(2, b_eps),
+                "limit_minus_ce": lim - self.ce}
 
     # ------------------------------------------------------------------ curves
     def _exact(self, ks) -> tuple[NDArray, NDArray]:

@@ -53,7 +53,16 @@ def summary(dg) -> str:
         how = "" if dg.k_how == "given" else f" ({dg.k_how})"
         lines.append(f"  at k = {dg.k}{how}: bias = " + (f"{b.value:.4g} ± {b.mcse:.2g} nats ({b.source})"
                                                          if np.isfinite(b.value) else f"not available ({b.note})"))
-        if dg.from_batch:
+        if dg.from_batch and dg.batch is not None:
+            bt = dg.batch
+            name = "NT-Xent" if bt["scheme"] == "ntxent" else "CLIP-style"
+            lines.append(f"  in-batch ({name}, docs/theory.md §16): c1_batch = {bt['c1']:.6g} ± {bt['c1_mcse']:.2g} "
+                         f"(i.i.d. c1 {dg.c1:.6g}); bias at k = {dg.k} ~ c1_batch/k = {bt['bias']:.4g} ± "
+                         f"{bt['bias_mcse']:.2g} nats (first order); |bias| <= {dg.eps:g} from B = {bt['batch_needed']} "
+                         f"(k = {bt['k_needed']}); limit {bt['limit']:.6g} ± {bt['limit_mcse']:.2g} nats, "
+                         f"{bt['limit_minus_ce']:+.4g} from CE")
+            lines.append("  the exact curve and k needed above are for i.i.d. negatives at the same k (a proxy)")
+        elif dg.from_batch:
             lines.append("  note: " + IID_NOTE)
     lines.append(f"  expansion beyond k_max = {dg.k_max}: " + ("used, " if dg.expansion_ok else "not used: ")
                  + dg.expansion_note)
@@ -122,6 +131,16 @@ def to_dataset(dg):
                                                             f"source: {None if b is None else b.source}; " + nats)),
         "bias_at_k_mcse": ((), nan if b is None else b.mcse, _a("MCSE of bias_at_k in nats", "anchor sampling")),
     }
+    if dg.batch is not None:
+        bt = dg.batch
+        desc = f"in-batch scheme {bt['scheme']} (docs/theory.md §16), exact for the finite set per anchor; "
+        for name, key, ln in (("c1_batch", "c1", "first-order bias constant of the in-batch scheme in nats"),
+                              ("limit_batch", "limit", "k -> infinity limit of the in-batch InfoNCE - log k in nats"),
+                              ("bias_batch", "bias", "first-order in-batch bias c1_batch/k at the training k in nats")):
+            data[name] = ((), bt[key], _a(ln, desc + nats))
+            data[name + "_mcse"] = ((), bt[key + "_mcse"], _a(f"MCSE of {name} in nats", "anchor sampling"))
+        data["batch_needed"] = ((), bt["batch_needed"], _a("batch size for |c1_batch|/k <= eps",
+                                                           f"k = 2B - 2 (ntxent) or B - 1 (clip); eps = {dg.eps:g}"))
     f = dg.slope_fit
     for name, val, ln in (("slope", "slope", "slope of log |gap| on log k"),
                           ("slope_ci_low", "ci_low", "lower end of the 95% interval of slope"),

@@ -90,3 +90,24 @@ def build_kernel(cell: dict):
     if kind == "vmf":
         return VMFKernel(float(cell["kappa_m"]))
     raise ValueError(f"'kernel' must be vmf, rotated or brownian, got {kind!r}")
+
+
+def fibonacci_sphere(n: int) -> np.ndarray:
+    """``n`` nearly evenly spread points on S² (the Fibonacci lattice; deterministic, no seed)."""
+    i = np.arange(int(n)) + 0.5
+    z = 1.0 - 2.0 * i / n
+    phi = np.pi * (1.0 + 5.0 ** 0.5) * i
+    r = np.sqrt(1.0 - z * z)
+    return np.column_stack([r * np.cos(phi), r * np.sin(phi), z])
+
+
+def vmf_grid(n: int, kappa_pi: float, kappa_m: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A vMF π (mean e_3, concentration ``kappa_pi``) and a vMF-like kernel (``kappa_m``) on the ``n``-point
+    Fibonacci lattice of S²: points, π ∝ exp(κ_π x·e_3), M(a, b) ∝ exp(κ_M x_a·x_b) row-normalised.
+
+    A finite π whose exact in-batch curves are computable (simkit.exact.in_batch); πM ≠ π.
+    """
+    pts = fibonacci_sphere(n)
+    w = np.exp(kappa_pi * (pts[:, 2] - 1.0))
+    m = np.exp(kappa_m * (pts @ pts.T - 1.0))
+    return pts, w / w.sum(), m / m.sum(axis=1, keepdims=True)

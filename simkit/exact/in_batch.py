@@ -34,7 +34,7 @@ from simkit._jit.special import log_vmf_norm, mean_resultant_length
 from simkit.exact.curve import _theta_rule, expected_log_sum_parts
 
 __all__ = ["SCHEMES", "BatchConstants", "BatchCurve", "negatives_in_batch", "finite_constants",
-           "finite_curve", "sphere_constants"]
+           "finite_curve", "sphere_constants", "finite_anchor_terms", "sphere_anchor_terms"]
 
 #: the negative-sampling schemes, in the order reports list them
 SCHEMES = ("iid", "ntxent", "clip")
@@ -268,3 +268,43 @@ def sphere_constants(d: int, kappa: float, tau: float, *, n_panels: int | None =
 def _mean_cosine_vmf(d: int, kappa: float) -> float:
     """``E[x·x⁺] = A_d(κ)`` (0 at κ = 0)."""
     return float(mean_resultant_length(d, kappa)) if kappa > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# per-anchor terms for control variates (simkit.estimators.in_batch)
+
+def finite_anchor_terms(scores: ArrayLike, pi: ArrayLike, kernel: ArrayLike, scheme: str) -> dict[str, NDArray]:
+    """Per anchor atom: ``log_zeta``, ``log_m1``, ``w2`` (unit's relative variance) and ``mean_s``.
+
+    ``w2 = E[(V/(r ζ) − 1)² | x]`` for a unit V of r negatives (§16.1); ``mean_s = E[s(x, x⁺) | x]``.
+    Arguments as :func:`finite_constants`.
+    """
+    scheme = _check_scheme(scheme)
+    s, w, m = _check_finite(scores, pi, kernel, scheme)
+    size = _UNIT_SIZE[scheme]
+    unit, uw = _unit_law(s, w, m, scheme)
+    with np.errstate(divide="ignore"):
+        log_uw, log_m = np.log(uw), np.log(m)
+    log_zeta = logsumexp(log_uw[None, :] + unit, axis=1) - math.log(size)
+    eta = np.expm1(unit - math.log(size) - log_zeta[:, None])
+    return {"log_zeta": log_zeta, "log_m1": logsumexp(log_m + s, axis=1), "w2": (eta * eta) @ uw,
+            "mean_s": np.sum(m * s, axis=1)}
+
+
+def sphere_anchor_terms(d: int, kappa: float, tau: float, scheme: str) -> dict[str, float]:
+    """The terms of :func:`finite_anchor_terms` for uniform π on S^{d−1}, vMF(κ) kernel, s = x·y/τ.
+
+    Constant in x: ``ζ = Z``, ``m1 = C_d(κ)/C_d(κ + 1/τ)``, ``mean_s = A_d(κ)/τ``;
+    ``w2 = Z2/Z² − 1`` (iid, clip) or ``(Z2/Z² + J_11/Z²)/2 − 1`` (ntxent, J_11 from
+    :func:`sphere_constants`' pair covariance).
+    """
+    scheme = _check_scheme(scheme)
+    const = sphere_constants(d, kappa, tau)["ntxent"]
+    d, kappa, tau = int(d), float(kappa), float(tau)
+    a = 1.0 / tau
+    lc0 = float(log_vmf_norm(d, 0.0))
+    lz1, lz2 = lc0 - float(log_vmf_norm(d, a)), lc0 - float(log_vmf_norm(d, 2.0 * a))
+    v2 = math.expm1(lz2 - 2.0 * lz1)
+    w2 = 0.5 * (v2 + const.pair_cov) if scheme == "ntxent" else v2
+    return {"log_zeta": lz1, "log_m1": float(log_vmf_norm(d, kappa) - log_vmf_norm(d, kappa + a)), "w2": w2,
+            "mean_s": a * _mean_cosine_vmf(d, kappa)}
