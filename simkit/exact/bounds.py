@@ -15,6 +15,11 @@ The linear family ``phi_W(x) = W x / |W x|`` is scale-invariant and not Lipschit
 ``Theta_s = {W : ||W||_op = 1, sigma_min(W) >= s}`` (P = p^2 parameters, Frobenius radius sqrt(p),
 ``L_phi = 2/s``). A trained phi_hat belongs to Theta_s when ``sigma_min/sigma_max >= s`` of its W;
 the ERM over the full family is then also the ERM over Theta_s.
+
+:func:`bound_averaging` and :func:`bound_max` set the two routes to a bound on E[G] side by side
+(docs/theory.md section 18): the net applied to the loss class with the k-free Lipschitz constant of the
+softmax average, and the earlier route through a vector contraction over the k score differences, whose
+constant grows like sqrt(k).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 from simkit._checks import check_int, check_scalar
 
 __all__ = ["Theorem1Bound", "theorem1_bound", "rademacher_bound", "net_bound", "linear_class_constants",
-           "linear_class_bound", "control_tau", "BoundComparison", "compare_to_bound"]
+           "linear_class_bound", "control_tau", "BoundComparison", "compare_to_bound", "bound_averaging", "bound_max"]
 
 
 def net_bound(eps: float, n: int, n_params: int, radius: float, loss_lipschitz: float, loss_range: float) -> float:
@@ -67,6 +72,15 @@ def rademacher_bound(n: int, n_params: int, radius: float, loss_lipschitz: float
     radius = check_scalar("radius", radius, low=0.0, low_inclusive=False)
     lip = check_scalar("loss_lipschitz", loss_lipschitz, low=0.0, low_inclusive=False)
     d = check_scalar("loss_range", loss_range, low=0.0, low_inclusive=False)
+    best, eps = _net_inf(n, n_params, radius, lip, d)
+    if best >= d:
+        return d, float("nan")
+    return best, eps
+
+
+def _net_inf(n: int, n_params: int, radius: float, lip: float, d: float) -> tuple[float, float]:
+    """``inf_eps net_bound(eps)`` (no cap) and the minimising eps: a log grid of 4001 scales in
+    ``[1e-12, 4 rho]`` refined by golden-section search. Unchecked arguments."""
     grid = np.exp(np.linspace(math.log(1e-12), math.log(4.0 * radius), 4001))
     vals = net_bound(grid, n, n_params, radius, lip, d)
     i = int(np.argmin(vals))
@@ -81,10 +95,44 @@ def rademacher_bound(n: int, n_params: int, radius: float, loss_lipschitz: float
         else:
             a = c
     u = 0.5 * (a + b)
-    best, eps = min((f(u), math.exp(u)), (float(vals[i]), float(grid[i])))
-    if best >= d:
-        return d, float("nan")
-    return best, eps
+    return min((f(u), math.exp(u)), (float(vals[i]), float(grid[i])))
+
+
+def _class_args(n, tau, n_params, radius, phi_lipschitz):
+    n = check_int("n", n, low=1)
+    tau = check_scalar("tau", tau, low=0.0, low_inclusive=False)
+    n_params = check_int("n_params", n_params, low=1)
+    radius = check_scalar("radius", radius, low=0.0, low_inclusive=False)
+    lphi = check_scalar("phi_lipschitz", phi_lipschitz, low=0.0, low_inclusive=False)
+    return n, tau, n_params, radius, lphi
+
+
+def bound_averaging(n: int, tau: float, *, n_params: int, radius: float, phi_lipschitz: float) -> float:
+    """The averaging route's bound on E[G] (docs/theory.md sections 13 and 18), without the trivial cap.
+
+    ``2 inf_eps [L eps + D sqrt(2 P log(1 + 4 rho / eps) / n)]`` with ``L = 4 L_phi / tau`` (the loss is
+    1-Lipschitz in the max norm of the scores: its gradient is a softmax average) and ``D = 4 / tau``.
+    It does not depend on k. The trivial bound on E[G] is D (``4 / tau``); the value returned may exceed it
+    (a vacuous bound), so that its dependence on n and k can be read off.
+    """
+    n, tau, n_params, radius, lphi = _class_args(n, tau, n_params, radius, phi_lipschitz)
+    return 2.0 * _net_inf(n, n_params, radius, 4.0 * lphi / tau, 4.0 / tau)[0]
+
+
+def bound_max(n: int, k: int, tau: float, *, n_params: int, radius: float, phi_lipschitz: float) -> float:
+    """The earlier route's bound on E[G]: vector contraction over the k score differences (docs/theory.md section 18).
+
+    ``2 sqrt(2) inf_eps [k L_r eps + sqrt(k) D_r sqrt(2 P log(1 + 4 rho / eps) / n)]`` with
+    ``L_r = 4 L_phi / tau`` (each score difference r_j = u.(w_j - v) / tau moves by at most this per unit
+    of parameter) and ``D_r = 2 / tau`` (``|r_j| <= 2 / tau``): Maurer's contraction for the loss,
+    1-Lipschitz in the Euclidean norm of r in R^k, then the net and Massart on the n k coordinates.
+    Grows like sqrt(k) (times a logarithm); no trivial cap is applied (see :func:`bound_averaging`).
+    """
+    n, tau, n_params, radius, lphi = _class_args(n, tau, n_params, radius, phi_lipschitz)
+    k = check_int("k", k, low=1)
+    rk = math.sqrt(k)
+    # k L eps + sqrt(k) D sqrt(.) = sqrt(k) [sqrt(k) L eps + D sqrt(.)]
+    return 2.0 * math.sqrt(2.0) * rk * _net_inf(n, n_params, radius, rk * 4.0 * lphi / tau, 2.0 / tau)[0]
 
 
 def linear_class_constants(p: int, s: float) -> dict[str, float]:

@@ -1,0 +1,126 @@
+"""Report of the ``bounds`` study (C3 and C4 at the level of bounds), declared with :mod:`simkit.report.spec`.
+
+Pages: the claim, method and pre-registered rule with the per-(setting, n) results and the study's checks;
+the two bounds on E[G] and the realised gap against k on log axes, one panel per (setting, n); the C4
+tightness table (E B_avg, E B_max and E|Delta l| and their ratios at a few k) and the C4 means against k.
+Display tables stack (setting, n) and (setting, k) into one row dimension; nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, render, require
+
+__all__ = ["bounds_sections"]
+
+CLAIM = (
+    "Claims C3 and C4 are about bounds (THEORY.md, Theorem 1 and Prop. 4). The Gâteaux derivative of the "
+    "log-sum-exp in the InfoNCE loss ℓ_k is a softmax average over the negatives, so the loss is 1-Lipschitz in the "
+    "max norm of the scores for every k, and a bound on the generalisation gap E[G] built on it (bound_averaging) "
+    "does not depend on k. The earlier argument reduces the loss class to its k score coordinates by a "
+    "vector-contraction inequality, with a constant that grows like √k (bound_max; docs/theory.md section 18). "
+    "A realised gap cannot separate the two: for a fixed class it stabilises in k whatever the bound. This study "
+    "evaluates both bounds, with explicit constants, on the same trained φ̂ and the same samples, beside the gap.")
+
+_REQUIRED = ("setting", "n", "k", "gap", "gap_mcse", "bound_averaging", "bound_max", "growth_max",
+             "growth_averaging", "c4_dl", "c4_bound_avg", "c4_bound_max", "c4_ratio_avg_dl", "c4_ratio_max_dl")
+
+
+def _method(ds: xr.Dataset) -> str:
+    a = ds.attrs
+    return (
+        f"Method. π uniform on S², x⁺ ~ vMF(x, κ_M), linear class φ_W(x) = Wx/|Wx| (3 × 3). Per block one training "
+        f"sample of n_max tuples with k_max = {int(ds['k'].values[-1])} negatives each; φ̂ of n is the L-BFGS-B ERM on "
+        f"its first n tuples at k_train negatives. For every k the realised gap is G = [R_k(φ̂) − R_k(id)] − "
+        f"[R̂_{{n,k}}(φ̂) − R̂_{{n,k}}(id)], R_k on fresh tuples, R̂ on the first k negatives of the same training "
+        f"tuples (the identity's part is an exactly zero-mean control). The bounds hold for every φ̂ in the class "
+        f"Θ_s (σ_min/σ_max ≥ {a.get('iso_min', '?')}: P = 9 parameters, radius √3, L_φ = 2/s) and are deterministic "
+        f"functions of (n, k, τ); what is random is the gap and whether φ̂ lies in Θ_s. Neither bound is capped at "
+        f"the trivial bound 4/τ (trivial_bound): above it a bound is vacuous, and the report says where. "
+        f"{ds.sizes.get('block', '?')} blocks; values are estimate ± MCSE.")
+
+
+def _rule(ds: xr.Dataset) -> str:
+    a = ds.attrs
+    return (
+        f"Pre-registered rule (protocols/bounds.md). Primary, per (setting, n): growth per doubling of k of "
+        f"bound_max ≥ {float(a.get('growth_max_min', np.nan)):.0%} and of bound_averaging ≤ "
+        f"{float(a.get('growth_avg_max', np.nan)):.0%} (2^b − 1, b the OLS slope of log₂ bound on log₂ k over the fit "
+        f"range); deterministic. Bounds above the gap: every φ̂ in Θ_s and gap + {a.get('z_above', '?')} MCSE ≤ both "
+        f"bounds at every point (false-failure rate ≤ points × Student-t tail at {a.get('z_above', '?')} with "
+        f"blocks − 1 df). C4: no tuple violates B_avg or B_max.")
+
+
+def _cases(ds: xr.Dataset) -> xr.Dataset:
+    """(setting, n) stacked into ``case`` with a readable label, for the figure and the table."""
+    out = ds.stack(case=("setting", "n"))
+    labels = [f"{s}, n = {int(n)}" for s, n in out["case"].values]
+    out = out.drop_vars(["case", "setting", "n"]).assign_coords(case=("case", labels))
+    out["case"].attrs.update(long_name="setting and training tuples n", units="1")
+    return out.transpose("case", ...)
+
+
+CASES = Table((
+    ("setting, n", "{facet}"),
+    ("bound_max growth\nper doubling", "{growth_max:.3f}"), ("bound_averaging growth\nper doubling", "{growth_averaging:.4f}"),
+    ("E[G] trend per doubling\n± MCSE (nats)", "{gap_trend±gap_trend_mcse}"),
+    ("φ̂ in Θ_s\n(fraction)", "{in_class:.2f}"), ("smallest σ_min/σ_max", "{isometry_min:.3f}"),
+    ("primary", "{growth_verdict}"),
+), dim="case", heading="Growth of the bounds per doubling of k (fit range k ≥ k_fit_min)", verdict="above_verdict",
+    widths=(1.2, 0.9, 1.0, 1.3, 0.7, 0.8, 0.6))
+
+FIGURE = FigurePage(
+    "Two bounds on E[G] and the realised gap against k (log axes)",
+    (Panel("gap", band="gap_mcse", also=("bound_averaging", "bound_max", "trivial_bound_k"),
+           also_labels=("averaging bound (paper)", "max/Lipschitz bound (earlier)", "trivial bound 4/τ"),
+           absolute=True, logy=True, label="|E[G]| ± 2 MCSE (hollow: E[G] < 0)", title="{facet}"),),
+    caption="Points: the realised gap E[G] with ±2 MCSE (absolute value, hollow where negative). Lines: the averaging "
+            "bound (flat in k), the earlier max/Lipschitz bound by vector contraction (grows like √k), and the trivial "
+            "bound 4/τ above which a bound says nothing. Both bounds hold for every φ̂ in the class Θ_s.",
+    facet="case", per_page=4)
+
+
+def _c4_rows(ds: xr.Dataset) -> xr.Dataset:
+    k = ds["k"].values
+    pick = [g for g, kk in enumerate(k) if kk in (1, 16, 256) or g == k.size - 1]
+    sub = ds[[v for v in ds.data_vars if v.startswith("c4_") and "k" in ds[v].dims]].isel(k=pick)
+    out = sub.stack(row=("setting", "k"))
+    labels = [f"{s}, k = {int(kk)}" for s, kk in out["row"].values]
+    return out.drop_vars(["row", "setting", "k"]).assign_coords(row=("row", labels)).transpose("row", ...)
+
+
+C4_TABLE = Table((
+    ("setting, k", "{facet}"), ("E |Δℓ|", "{c4_dl±c4_dl_mcse}"), ("E B_avg", "{c4_bound_avg±c4_bound_avg_mcse}"),
+    ("E B_max", "{c4_bound_max±c4_bound_max_mcse}"), ("E B_avg / E|Δℓ|", "{c4_ratio_avg_dl±c4_ratio_avg_dl_mcse}"),
+    ("E B_max / E|Δℓ|", "{c4_ratio_max_dl±c4_ratio_max_dl_mcse}"),
+    ("largest |Δℓ|/B_avg · /B_max", "{c4_tightness_avg:.3f} · {c4_tightness_max:.3f}"),
+    ("violations\nB_avg · B_max", "{c4_violations_avg:.0f} · {c4_violations_max:.0f}"),
+), dim="row", heading="C4 (Prop. 4): tightness of B_avg and B_max against |Δℓ| on the same perturbations",
+    verdict=None, widths=(1.0, 1.1, 1.1, 1.1, 1.1, 1.1, 1.0, 0.8))
+
+C4_FIGURE = FigurePage(
+    "C4: E|Δℓ| and its two bounds against k",
+    (Panel("c4_dl", band="c4_dl_mcse", also=("c4_bound_avg", "c4_bound_max"), also_labels=("E B_avg", "E B_max"),
+           logy=True, label="E |Δℓ| ± 2 MCSE"),),
+    caption="ψ = φ̂ moved by ε‖W‖ along a random direction; means over fresh tuples and blocks. B_avg averages the "
+            "negatives' displacements with softmax weights, B_max takes their max.")
+
+
+def bounds_sections(doc, ds: xr.Dataset, study=None) -> None:
+    """The pages of the bounds study (all but provenance)."""
+    require(ds, _REQUIRED, "bounds")
+    d = ds.copy()
+    d["trivial_bound_k"] = (d["trivial_bound"] * xr.ones_like(d["k"], dtype=float)).assign_attrs(
+        long_name="trivial bound 4/tau, in nats", units="1")
+    cases = _cases(d)
+    render(doc, cases, (TitlePage(texts=(CLAIM, _method, _rule), ademp=True, then=(CASES,)),))
+    if study is not None:
+        render(doc, d, (ClaimTable("The study's claim checks (simkit validate)"),), study=study)
+    render(doc, cases, (FIGURE,))
+    render(doc, _c4_rows(d), (C4_TABLE, Text(lambda _: "C4 growth per doubling of k (fit range): " + "; ".join(
+        f"{s}: E B_avg {100 * ga:+.2f}% ± {100 * sa:.2f}%, E B_max {100 * gm:+.2f}% ± {100 * sm:.2f}%" for s, ga, sa, gm, sm
+        in zip(ds["setting"].values, ds["c4_growth_avg"].values, ds["c4_growth_avg_se"].values,
+               ds["c4_growth_max"].values, ds["c4_growth_max_se"].values)))))
+    render(doc, d, (C4_FIGURE,))
