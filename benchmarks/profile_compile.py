@@ -41,7 +41,7 @@ def diagnose_file(path: Path, n: int = 10_000, d: int = 64, n_classes: int = 100
 
 def command(which: str, tmp: Path) -> list[str]:
     if which == "rate_k":
-        return ["run", "rate_k", "--quick", "--out", str(tmp / "rate_k.nc")]
+        return ["run", "rate_k", "--quick", "--no-report", "--out", str(tmp / "rate_k.nc")]
     return ["diagnose", str(diagnose_file(tmp / "emb.npz"))]
 
 
