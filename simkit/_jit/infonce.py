@@ -169,6 +169,55 @@ def _exp_row_small_d(xr, yt, nj, d, inv_tau, shift, pbuf, tbuf):
             pbuf[j], tbuf[j] = _exp_parts(pbuf[j] - shift)
 
 
+@njit(fastmath={"contract"}, cache=True)
+def _prefix_tile(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, at):
+    """Anchor tile ``at`` of :func:`prefix_sums` (rows ``at * TILE_A`` on), out of line: the parallel
+    compiler's passes then see a loop of one call, not this body (docs/performance.md, "Cold start")."""
+    b_total, d = x.shape
+    n_tiles = y_tiles.shape[0]
+    n_grid = k_grid.shape[0]
+    k_last = k_grid[n_grid - 1]
+    a0 = at * TILE_A
+    na = min(b_total, a0 + TILE_A) - a0
+    xa = np.zeros((TILE_A, d))
+    for r in range(na):
+        for c in range(d):
+            xa[r, c] = x[a0 + r, c]
+    sc = np.empty((TILE_A, TILE_N))
+    pbuf = np.empty(TILE_N)
+    tbuf = np.empty(TILE_N)
+    tb_i = tbuf.view(np.int64)
+    lanes = np.zeros((TILE_A, 8))
+    seg_lo = np.empty(n_grid + 1, dtype=np.int64)
+    seg_hi = np.empty(n_grid + 1, dtype=np.int64)
+    seg_g = np.empty(n_grid + 1, dtype=np.int64)
+    g = 0
+    for t in range(n_tiles):
+        j0 = t * TILE_N
+        if j0 >= k_last:
+            break
+        j1 = min(min(n_neg, j0 + TILE_N), k_last)
+        nj = j1 - j0
+        yt = y_tiles[t]
+        n_seg, g = tile_segments(j0, j1, k_grid, g, seg_lo, seg_hi, seg_g)
+        if d > SMALL_D:
+            np.dot(xa, yt, sc)
+        for r in range(na):
+            sh = shift[a0 + r]
+            if d > SMALL_D:
+                row = sc[r]
+                for j in range(nj):
+                    pbuf[j], tbuf[j] = _exp_parts(row[j] * inv_tau - sh)
+            else:
+                _exp_row_small_d(xa[r], yt, nj, d, inv_tau, sh, pbuf, tbuf)
+            _scale_bits(tb_i, nj)
+            lr = lanes[r]
+            for q in range(n_seg):
+                _add_segment(lr, pbuf, tbuf, seg_lo[q], seg_hi[q], j0)
+                if seg_g[q] >= 0:
+                    out[a0 + r, seg_g[q]] = _lane_total(lr)
+
+
 @njit(parallel=True, fastmath={"contract"}, cache=True)
 def prefix_sums(x, y_tiles, n_neg, inv_tau, shift, k_grid, out):
     """out[i, g] = sum_{j < k_grid[g]} exp(x_i . y_j * inv_tau - shift[i]).
@@ -176,48 +225,6 @@ def prefix_sums(x, y_tiles, n_neg, inv_tau, shift, k_grid, out):
     x (B, d) C-contiguous; y_tiles from :func:`tile_negatives`; n_neg = K; k_grid (G,) int64,
     strictly increasing, k_grid[-1] <= K; out (B, G).
     """
-    b_total, d = x.shape
-    n_tiles = y_tiles.shape[0]
-    n_grid = k_grid.shape[0]
-    k_last = k_grid[n_grid - 1]
-    n_atiles = (b_total + TILE_A - 1) // TILE_A
+    n_atiles = (x.shape[0] + TILE_A - 1) // TILE_A
     for at in prange(n_atiles):
-        a0 = at * TILE_A
-        na = min(b_total, a0 + TILE_A) - a0
-        xa = np.zeros((TILE_A, d))
-        for r in range(na):
-            for c in range(d):
-                xa[r, c] = x[a0 + r, c]
-        sc = np.empty((TILE_A, TILE_N))
-        pbuf = np.empty(TILE_N)
-        tbuf = np.empty(TILE_N)
-        tb_i = tbuf.view(np.int64)
-        lanes = np.zeros((TILE_A, 8))
-        seg_lo = np.empty(n_grid + 1, dtype=np.int64)
-        seg_hi = np.empty(n_grid + 1, dtype=np.int64)
-        seg_g = np.empty(n_grid + 1, dtype=np.int64)
-        g = 0
-        for t in range(n_tiles):
-            j0 = t * TILE_N
-            if j0 >= k_last:
-                break
-            j1 = min(min(n_neg, j0 + TILE_N), k_last)
-            nj = j1 - j0
-            yt = y_tiles[t]
-            n_seg, g = tile_segments(j0, j1, k_grid, g, seg_lo, seg_hi, seg_g)
-            if d > SMALL_D:
-                np.dot(xa, yt, sc)
-            for r in range(na):
-                sh = shift[a0 + r]
-                if d > SMALL_D:
-                    row = sc[r]
-                    for j in range(nj):
-                        pbuf[j], tbuf[j] = _exp_parts(row[j] * inv_tau - sh)
-                else:
-                    _exp_row_small_d(xa[r], yt, nj, d, inv_tau, sh, pbuf, tbuf)
-                _scale_bits(tb_i, nj)
-                lr = lanes[r]
-                for q in range(n_seg):
-                    _add_segment(lr, pbuf, tbuf, seg_lo[q], seg_hi[q], j0)
-                    if seg_g[q] >= 0:
-                        out[a0 + r, seg_g[q]] = _lane_total(lr)
+        _prefix_tile(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, np.int64(at))

@@ -241,106 +241,134 @@ def compose(s, mu, omw, out_row, work):
 VMF_BLOCK = 64
 
 
+@njit(cache=True)
+def _vmf_chunk(mus, kappas, key, out, c):
+    """Chunk ``c`` of :func:`sample_vmf` (its rows ``c * CHUNK`` to ``(c + 1) * CHUNK``).
+
+    A function of its own, not inlined: the parallel compiler's passes (loop fusion, parfor lowering)
+    then see a loop of one call, not this body with its inlined samplers; that took most of a cold
+    start's compile time (docs/performance.md, "Cold start"). Same operations, same bits.
+    """
+    n, d = out.shape
+    per_row = mus.shape[0] > 1
+    state = np.empty(4, dtype=np.uint64)
+    chunk_state(key, c, state)
+    par = np.empty(5)
+    par[0] = -1.0
+    g = np.empty(VMF_BLOCK * d)
+    bv = np.empty(VMF_BLOCK)  # d == 3: 1 - u of vmf_omw; otherwise omw itself
+    bx = np.empty(VMF_BLOCK)  # d == 3: the argument of vmf_omw's log1p
+    bl = np.empty(VMF_BLOCK)  # d == 3: its value
+    bp1 = np.empty(VMF_BLOCK)
+    bp2 = np.empty(VMF_BLOCK)
+    bn = np.empty(VMF_BLOCK)
+    bax = np.empty(VMF_BLOCK, dtype=np.int64)
+    p, amax, sigma = _axis(mus, 0)
+    i_end = min(n, (c + 1) * CHUNK)
+    for b0 in range(c * CHUNK, i_end, VMF_BLOCK):
+        b1 = min(i_end, b0 + VMF_BLOCK)
+        for i in range(b0, b1):  # the draws, in stream order
+            k = i - b0
+            r = i if per_row else 0
+            if kappas[r] != par[0]:
+                vmf_params(d, kappas[r], par)
+            if d == 3:
+                bv[k] = 1.0 - uniform_pos(state)  # vmf_omw's draw; its log1p is deferred
+                bp1[k] = par[1] if par[0] >= 1e-12 else np.nan
+                bp2[k] = par[2]
+            else:
+                bv[k] = vmf_omw(state, d, par)
+            if per_row:
+                p, amax, sigma = _axis(mus, r)
+            bax[k] = p
+            bn[k] = _compose_draw(state, p, g, k * d, d)
+        if d == 3:
+            for k in range(b1 - b0):
+                bx[k] = bv[k] * bp1[k]
+            log1p_into(bx, bl, b1 - b0)  # vectorised; the bits of vmf_omw's scalar log1p
+            for i in range(b0, b1):  # the arithmetic
+                k = i - b0
+                r = i if per_row else 0
+                if np.isnan(bp1[k]):
+                    omw = 2.0 * bv[k]
+                else:
+                    omw = -bl[k] * bp2[k]
+                if per_row:
+                    p, amax, sigma = _axis(mus, r)
+                _compose_finish(mus, r, p, amax, sigma, omw, bn[k], g, k * d, out, i)
+        else:
+            i = b0
+            while i + 1 < b1:  # two rows at a time
+                k = i - b0
+                ra = i if per_row else 0
+                rb = i + 1 if per_row else 0
+                pa, amaxa, sigmaa = p, amax, sigma
+                pb, amaxb, sigmab = p, amax, sigma
+                if per_row:
+                    pa, amaxa, sigmaa = _axis(mus, ra)
+                    pb, amaxb, sigmab = _axis(mus, rb)
+                _compose_finish2(mus, ra, pa, amaxa, sigmaa, bv[k], bn[k],
+                                 rb, pb, amaxb, sigmab, bv[k + 1], bn[k + 1],
+                                 g, k * d, (k + 1) * d, out, i, i + 1)
+                i += 2
+            if i < b1:
+                k = i - b0
+                r = i if per_row else 0
+                if per_row:
+                    p, amax, sigma = _axis(mus, r)
+                _compose_finish(mus, r, p, amax, sigma, bv[k], bn[k], g, k * d, out, i)
+
+
 @njit(parallel=True, cache=True)
+def _sample_vmf(mus, kappas, key, out):
+    n_chunks = (out.shape[0] + CHUNK - 1) // CHUNK
+    for c in prange(n_chunks):
+        _vmf_chunk(mus, kappas, key, out, np.int64(c))
+
+
+def _writable_c(a):
+    """``a`` as a writable C-contiguous float64/uint64 array (a copy only when it is not one): one
+    compiled specialisation of a kernel serves read-only and strided inputs too."""
+    return np.require(a, requirements=("C", "W"))
+
+
 def sample_vmf(mus, kappas, key, out):
     """Fill out[i] ~ vMF(mus[i or 0], kappas[i or 0]); mus (m, d) unit rows, kappas (m,), m in {1, n}.
 
     Bit for bit the same as calling ``vmf_omw`` then ``compose_at`` row after row: within a block
     of ``VMF_BLOCK`` rows the random draws are made row after row in that order, and the
     deterministic arithmetic that follows them (the same operations) is done in a second pass.
+    Chunks in parallel (:func:`_vmf_chunk`). ``out`` (n, d) C-contiguous float64, filled in place.
     """
+    _sample_vmf(_writable_c(mus), _writable_c(kappas), _writable_c(key), out)
+
+
+@njit(cache=True)
+def _uniform_chunk(key, out, c):
+    """Chunk ``c`` of :func:`sample_uniform` (out of line, as :func:`_vmf_chunk`)."""
     n, d = out.shape
-    n_chunks = (n + CHUNK - 1) // CHUNK
-    per_row = mus.shape[0] > 1
-    for c in prange(n_chunks):
-        state = np.empty(4, dtype=np.uint64)
-        chunk_state(key, c, state)
-        par = np.empty(5)
-        par[0] = -1.0
-        g = np.empty(VMF_BLOCK * d)
-        bv = np.empty(VMF_BLOCK)  # d == 3: 1 - u of vmf_omw; otherwise omw itself
-        bx = np.empty(VMF_BLOCK)  # d == 3: the argument of vmf_omw's log1p
-        bl = np.empty(VMF_BLOCK)  # d == 3: its value
-        bp1 = np.empty(VMF_BLOCK)
-        bp2 = np.empty(VMF_BLOCK)
-        bn = np.empty(VMF_BLOCK)
-        bax = np.empty(VMF_BLOCK, dtype=np.int64)
-        p, amax, sigma = _axis(mus, 0)
-        i_end = min(n, (c + 1) * CHUNK)
-        for b0 in range(c * CHUNK, i_end, VMF_BLOCK):
-            b1 = min(i_end, b0 + VMF_BLOCK)
-            for i in range(b0, b1):  # the draws, in stream order
-                k = i - b0
-                r = i if per_row else 0
-                if kappas[r] != par[0]:
-                    vmf_params(d, kappas[r], par)
-                if d == 3:
-                    bv[k] = 1.0 - uniform_pos(state)  # vmf_omw's draw; its log1p is deferred
-                    bp1[k] = par[1] if par[0] >= 1e-12 else np.nan
-                    bp2[k] = par[2]
-                else:
-                    bv[k] = vmf_omw(state, d, par)
-                if per_row:
-                    p, amax, sigma = _axis(mus, r)
-                bax[k] = p
-                bn[k] = _compose_draw(state, p, g, k * d, d)
-            if d == 3:
-                for k in range(b1 - b0):
-                    bx[k] = bv[k] * bp1[k]
-                log1p_into(bx, bl, b1 - b0)  # vectorised; the bits of vmf_omw's scalar log1p
-                for i in range(b0, b1):  # the arithmetic
-                    k = i - b0
-                    r = i if per_row else 0
-                    if np.isnan(bp1[k]):
-                        omw = 2.0 * bv[k]
-                    else:
-                        omw = -bl[k] * bp2[k]
-                    if per_row:
-                        p, amax, sigma = _axis(mus, r)
-                    _compose_finish(mus, r, p, amax, sigma, omw, bn[k], g, k * d, out, i)
-            else:
-                i = b0
-                while i + 1 < b1:  # two rows at a time
-                    k = i - b0
-                    ra = i if per_row else 0
-                    rb = i + 1 if per_row else 0
-                    pa, amaxa, sigmaa = p, amax, sigma
-                    pb, amaxb, sigmab = p, amax, sigma
-                    if per_row:
-                        pa, amaxa, sigmaa = _axis(mus, ra)
-                        pb, amaxb, sigmab = _axis(mus, rb)
-                    _compose_finish2(mus, ra, pa, amaxa, sigmaa, bv[k], bn[k],
-                                     rb, pb, amaxb, sigmab, bv[k + 1], bn[k + 1],
-                                     g, k * d, (k + 1) * d, out, i, i + 1)
-                    i += 2
-                if i < b1:
-                    k = i - b0
-                    r = i if per_row else 0
-                    if per_row:
-                        p, amax, sigma = _axis(mus, r)
-                    _compose_finish(mus, r, p, amax, sigma, bv[k], bn[k], g, k * d, out, i)
+    state = np.empty(4, dtype=np.uint64)
+    chunk_state(key, c, state)
+    for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
+        while True:
+            nrm2 = 0.0
+            for j in range(d):
+                g = normal(state)
+                out[i, j] = g
+                nrm2 += g * g
+            if nrm2 > 0.0:
+                break
+        inv = 1.0 / np.sqrt(nrm2)
+        for j in range(d):
+            out[i, j] *= inv
 
 
 @njit(parallel=True, cache=True)
 def sample_uniform(key, out):
     """Fill out with uniform points on S^{d-1}: normalised standard normal vectors."""
-    n, d = out.shape
-    n_chunks = (n + CHUNK - 1) // CHUNK
+    n_chunks = (out.shape[0] + CHUNK - 1) // CHUNK
     for c in prange(n_chunks):
-        state = np.empty(4, dtype=np.uint64)
-        chunk_state(key, c, state)
-        for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
-            while True:
-                nrm2 = 0.0
-                for j in range(d):
-                    g = normal(state)
-                    out[i, j] = g
-                    nrm2 += g * g
-                if nrm2 > 0.0:
-                    break
-            inv = 1.0 / np.sqrt(nrm2)
-            for j in range(d):
-                out[i, j] *= inv
+        _uniform_chunk(key, out, np.int64(c))
 
 
 @njit(inline="always")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from simkit.runner._compiling import CompileNote
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
 from simkit.runner.memory import check_memory
 from simkit.runner.params import resolve_config
@@ -303,6 +304,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         from tqdm.auto import tqdm
         bar = tqdm(total=n_tasks, initial=resumed, desc=f"simkit {study.name}", unit="task", file=sys.stderr,
                    dynamic_ncols=True)
+    compiling = CompileNote(bar)  # "compiling, once: ..." while Numba compiles (a first run)
     new_done = 0
 
     def record(kind, ci, b, exc):
@@ -379,6 +381,7 @@ def _run_locked(study, cfg, out, executor, progress, keep_checkpoint, stop_after
         raise type(exc)(f"{exc}; {done}/{n_tasks} finished tasks are kept in {ckpt.dir}; run the same command "
                         "again to resume") from None
     finally:
+        compiling.close()
         if bar is not None:
             bar.close()
     if owned:
