@@ -272,7 +272,8 @@ def test_batch_size_and_queue_map_to_k():
     dg = diagnose(SMALL_X, labels=SMALL_LABELS, tau=TAU, batch_size=33, symmetric=True, n_tuples=64)
     assert dg.k == 64 and dg.bias_at().k == 64
     text = dg.summary()
-    assert "k = 2B - 2" in text and "i.i.d.-negatives proxy" in text and "correlated" in text
+    # the in-batch constant answers for the batch; the i.i.d. curve at the same k is named a proxy
+    assert "k = 2B - 2" in text and "in-batch (NT-Xent" in text and "c1_batch" in text and "(a proxy)" in text
     assert "proxy" not in diagnose(SMALL_X, labels=SMALL_LABELS, tau=TAU, k=64, n_tuples=64).summary()
 
 
@@ -501,7 +502,7 @@ def test_cli_npy_inputs_keys_and_outputs(tmp_path):
                                  "0.5", "--batch-size", "16", "--symmetric", "--n-tuples", "256", "--k-grid", "1,3,30",
                                  "--out", str(tmp_path / "o.nc"), "--report", str(tmp_path / "r.pdf")])
     assert status == 0, err
-    assert "at k = 30 (batch size B = 16" in out and "i.i.d.-negatives proxy" in out
+    assert "at k = 30 (batch size B = 16" in out and "in-batch (NT-Xent" in out and "(a proxy)" in out
     ref = diagnose(GOOD_X, labels=GOOD_Y, tau=0.5, n_tuples=64)
     with xr.open_dataset(tmp_path / "o.nc", engine="h5netcdf") as ds:
         assert float(ds["ce"]) == ref.ce and list(ds["k"].values) == [1, 3, 30]

