@@ -10,7 +10,7 @@ else: checks without a protocol, quick designs, a protocol edited after its run,
 modified work tree: its ``git_commit`` ends in "-dirty", so the commit alone does not say what ran).
 ``simkit run`` refuses a confirmatory design on a modified work tree (:func:`confirmatory_protocols`).
 ``tests/claims/test_protocols.py`` checks every committed dataset that names a protocol: its hash matches
-the file, and the protocol commit is a strict ancestor of the dataset's ``git_commit``.
+the file, and the protocol commit is the dataset's ``git_commit`` or an ancestor of it.
 """
 
 from __future__ import annotations
