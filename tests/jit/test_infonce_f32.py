@@ -44,7 +44,7 @@ from simkit._jit.infonce32 import (ARG_HI, ARG_MIN, EXP32_COEF, TILE_A, TILE_N, 
 from simkit.estimators.infonce import TAU_MIN, infonce_losses
 # brute force in float64 (l_k = -s0 + logsumexp(s0, s_1..s_k), every score formed explicitly) and unit
 # vectors: the helpers of the float64 path's tests
-from test_infonce import _reference_losses, _unit
+from estimators.test_infonce import _reference_losses, _unit  # tests/ is on sys.path (tests/conftest.py)
 
 EPS = 2.0 ** -24
 
