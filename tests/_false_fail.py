@@ -17,6 +17,8 @@ import math
 import re
 from pathlib import Path
 
+from simkit.stats.truth_tests import N_BOOT
+
 BUDGET_LINE = re.compile(r"False-failure budget of the default suite:\s*\**\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)")
 
 # A test function "draws random numbers" when its source, or that of a fixture or helper of the same
@@ -179,6 +181,18 @@ def null_pvalues(study, ds) -> dict[str, float]:
     return out
 
 
-def below_floor(pvalues: dict[str, float], floor: float) -> dict[str, float]:
-    """The entries of ``pvalues`` below ``floor`` or not finite (a test that could not be made)."""
-    return {name: p for name, p in pvalues.items() if not (math.isfinite(p) and p >= floor)}
+#: a bootstrap max-t p-value (simkit.stats.truth_tests.max_t_test) is (1 + #exceedances)/(N_BOOT + 1), never below
+#: 1/(N_BOOT + 1) = 1e-4: a floor of 1e-5 cannot fail it. Such a test fails at that minimum (no resample as extreme
+#: as the data), which under the null has probability about BOOTSTRAP_RATE.
+BOOTSTRAP_RATE = 1.0 / (N_BOOT + 1)
+BOOTSTRAP_FLOOR = 1.5 * BOOTSTRAP_RATE
+#: the component tests of Check.pvalues that are bootstrap max-t tests against the exact curve
+BOOTSTRAP_TESTS = (":curve", ":dgap")
+
+
+def below_floor(pvalues: dict[str, float], floor: float, bootstrap: tuple[str, ...] = ()) -> dict[str, float]:
+    """The entries of ``pvalues`` below ``floor`` or not finite (a test that could not be made); entries whose
+    name ends in one of ``bootstrap`` are bootstrap p-values, checked against :data:`BOOTSTRAP_FLOOR` instead."""
+    def low(name: str, p: float) -> bool:
+        return not (math.isfinite(p) and p >= (BOOTSTRAP_FLOOR if name.endswith(bootstrap) and bootstrap else floor))
+    return {name: p for name, p in pvalues.items() if low(name, p)}

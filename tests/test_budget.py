@@ -180,3 +180,13 @@ def test_scan_flags_an_unmarked_statistical_test(tmp_path):
         "def test_no_randomness():\n    assert 0.5 > 1e-3  # alpha\n")
     assert ff.unregistered(path) == [f"{path.name}:8: test_forgotten"]
     assert ff.unregistered(path, {f"{path.name}::test_forgotten"}) == []
+
+
+@pytest.mark.deterministic(reason="a dictionary of given p-values; no random draw")
+def test_bootstrap_p_values_are_checked_against_their_minimum():
+    """A bootstrap max-t p-value is never below 1/(N_BOOT + 1) = 1e-4, so a 1e-5 floor cannot fail it; the floor
+    check flags one at that minimum (positive control) and passes one just above it."""
+    at_min = 1.0 / (ff.N_BOOT + 1)
+    pv = {"0:C1:a:curve": at_min, "0:C1:a:dgap": 2.0 * at_min, "0:C1:a:slope": 0.5}
+    assert ff.below_floor(pv, 1e-5) == {}  # the plain floor cannot see it
+    assert ff.below_floor(pv, 1e-5, ff.BOOTSTRAP_TESTS) == {"0:C1:a:curve": at_min}

@@ -24,7 +24,7 @@ import pytest
 from scipy import stats
 
 from simkit.runner import read_dataset, resolve_config, run_study
-from _false_fail import below_floor, null_pvalues
+from _false_fail import BOOTSTRAP_RATE, BOOTSTRAP_TESTS, below_floor, null_pvalues
 from studies.rate_k import ALPHA, STUDY
 
 QUICK_SETTINGS = ["uniform-d3", "vmf-d8", "mixture-d16"]
@@ -42,7 +42,8 @@ def quick(tmp_path_factory):
 FLOOR = 1e-5  # the default suite's level for the component null tests (ALPHA is the study's)
 
 
-@pytest.mark.false_fail(15 * FLOOR, reason="15 component null tests (Check.pvalues) at p >= 1e-5 each (Bonferroni); "
+@pytest.mark.false_fail(9 * FLOOR + 6 * BOOTSTRAP_RATE, reason="15 component null tests (Check.pvalues): 9 analytic at "
+                        "p >= 1e-5 each, 6 bootstrap (curve, dgap) above their minimum p 1e-4 (probability about 1e-4 each); "
                         "rejecting -1/2 is a matter of precision (90-700 SE), not a false-failure rate")
 @pytest.mark.statistical
 def test_c1_null_pvalues_quick(quick):
@@ -51,7 +52,8 @@ def test_c1_null_pvalues_quick(quick):
     doc: power)."""
     _, ds = quick
     pv = null_pvalues(STUDY, ds)
-    assert len(pv) == 15 and below_floor(pv, FLOOR) == {}, below_floor(pv, FLOOR)
+    low = below_floor(pv, FLOOR, BOOTSTRAP_TESTS)
+    assert len(pv) == 15 and low == {}, low
     assert np.all(ds["slope_p_half"].values < ALPHA), ds["slope_p_half"].values
     assert np.all((ds["slope_ci_high"].values - ds["slope_ci_low"].values) / 2 <= 0.05)
 
