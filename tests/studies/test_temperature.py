@@ -646,8 +646,9 @@ def test_norms_quick_rows(quick):
 
 
 def test_committed_dataset_records_the_protocol():
-    """data/temperature.nc (the confirmatory run) names protocols/temperature.md with its current hash; its
-    norms rows are confirmatory, the KL / CE / c1 rows exploratory."""
+    """data/temperature.nc (the confirmatory run) names protocols/temperature.md and
+    protocols/temperature_scaled.md with their current hashes; the norms rows of both are confirmatory, the
+    KL / CE / c1 rows exploratory."""
     path = ROOT / "data" / "temperature.nc"
     ds = read_dataset(path)
     assert ds.attrs["protocol_path"] == PROTOCOL_PATH
@@ -657,6 +658,10 @@ def test_committed_dataset_records_the_protocol():
     assert [r["analysis"] for r in rows[:4]] == ["exploratory"] * 4
     assert all(r["analysis"].startswith(f"confirmatory ({PROTOCOL_PATH}, sha256 ") for r in rows[4:7])
     assert ds.sizes["norm_block"] == 64 and ds.sizes["tau_n"] == 6
+    # the scaled rule's rows: confirmatory for protocols/temperature_scaled.md, its 384 blocks x 3 tau
+    assert ds.attrs["protocol_scaled_sha256"] == protocol_sha256(SCALED_PROTOCOL)
+    assert all(r["analysis"].startswith(f"confirmatory ({SCALED_PROTOCOL}, sha256 ") for r in rows[7:])
+    assert ds.sizes["scaled_block"] == 384 and ds["tau_s"].values.tolist() == [1.0, 0.5, 0.2]
 
 
 # ----------------------------------------------------------------------------------------------
