@@ -5,7 +5,8 @@ Over the C1 catalogue's settings and a log grid of tau: CE, c1, the expansion sc
 KL(Q(x,.) || pi), exact where possible and by Monte Carlo with MCSE (simkit.stats.temperature); every exact
 KL against 2/tau (deterministic), CE Monte Carlo against exact, the growth of E[Z2/Z^2] and |c1| as tau falls.
 Norms clause (confirmatory; simkit.estimators.norms, docs/theory.md section 14): for psi = r u_W the gap's
-sensitivity S = dG/deps to the negatives' norms must grow as tau falls while its two controls do not pass.
+sensitivity S = dG/deps to the negatives' norms must grow as tau falls while its two controls do not pass;
+and tau S must grow, beyond the 1/tau score scale (protocols/temperature_scaled.md; simkit.stats.temperature_scaled).
 ADEMP: ``Temperature.ademp``; docs/design.md, "studies/temperature". Run: ``simkit run temperature``.
 """
 
@@ -23,17 +24,17 @@ from simkit.distributions.softmax_kernel import kl_estimates
 from simkit.estimators.infonce import TAU_MIN, GapEstimator, k_grid
 from simkit.estimators.norms import FD_STEP, NORM_BLOCK_STATS, NormProfile, norm_block
 from simkit.exact.divergence import temperature_constants
-from simkit.runner import (Check, Param, Study, Var, block_of, cell_detail, cell_grid, check_result, common_seeds,
-                           dataset_config, estimate_table, recorded_sha, verdict)
+from simkit.runner import (Check, Param, Study, Var, block_of, cell_grid, common_seeds, dataset_config,
+                           estimate_table, recorded_sha, verdict)
 from simkit.runner.run import ENGINE_SCHEMA
-from simkit.stats.analysis import combine_verdicts
-from simkit.stats.temperature import (NORM_RULE_NAMES, bias_summary, ce_pvalues, ce_summary, gap_summary, kl_summary,
-                                      nan_reduce, norm_schema, norm_summary, norm_verdicts, setting_rules,
-                                      summary_schema, tau_grid)
+from simkit.stats.temperature import (NORM_RULE_NAMES, bias_summary, c1_check, ce_check, ce_pvalues, ce_summary,
+                                      gap_summary, kl_exact_check, kl_mc_check, kl_summary, norm_schema, norm_summary,
+                                      norm_verdicts, setting_rules, summary_schema, tau_grid)
 from simkit.stats.temperature import critical_values as _critical_values
+from simkit.stats.temperature_scaled import rule_check, scaled_schema, scaled_summary, scaled_verdicts
 
 __all__ = ["ALPHA", "SCHEMA", "STUDY", "Temperature", "critical_values", "NORM_ALPHA", "NORM_B0", "NORM_CHECKS",
-           "PROTOCOL_PATH", "NORM_SEED_GROUP"]
+           "PROTOCOL_PATH", "NORM_SEED_GROUP", "SCALED_PROTOCOL", "SCALED_SEED_GROUP"]
 
 #: family-wise false-failure rate of each statistical C5 check (Bonferroni within a check)
 ALPHA = 1e-3
@@ -114,54 +115,6 @@ def _setting_verdicts(i: int, s: dict, ex: np.ndarray, cell_error: np.ndarray, t
     return out
 
 
-def _argmax2(a: np.ndarray) -> tuple[int, int]:
-    return np.unravel_index(int(np.argmax(np.where(np.isfinite(a), a, -np.inf))), a.shape)
-
-
-def _detail(ds: xr.Dataset, texts: list[str], v: str, c: str) -> str:
-    """One clause per setting; the reason of check ``c`` shown where the verdict ``v`` did not pass."""
-    verdicts = [str(x) for x in ds[v].values]
-    reasons = [str(r) if x != "pass" else "" for r, x in zip(ds[f"verdict_{c}_reason"].values, verdicts)]
-    return cell_detail(ds["setting"].values, texts, verdicts, reasons)
-
-
-def _kl_exact_check(ds: xr.Dataset) -> dict:
-    ratio = np.fmax(ds["kl_max_anchor_exact"].values, ds["kl_sup_exact"].values) / ds["kl_bound"].values
-    i, j = _argmax2(ratio)
-    texts = [f"largest exact KL/(2/tau) = {float(nan_reduce(np.nanmax, r, axis=0)):.3g}" for r in ratio]
-    return {"estimate": ratio[i, j], "estimate_mcse": 0.0, "verdict": combine_verdicts(ds["verdict_kl_exact"].values),
-            "detail": _detail(ds, texts, "verdict_kl_exact", "kl")}
-
-
-def _kl_mc_check(ds: xr.Dataset) -> dict:
-    ratio = ds["kl_ratio"].values
-    i, j = _argmax2(ratio)
-    texts = [f"max KL/(2/tau) = {float(ds['kl_ratio_max'].values[n]):.3g}, at tau_min KL max "
-             f"{float(ds['kl_max'].values[n, 0]):.3g} ± {float(ds['kl_max_mcse'].values[n, 0]):.2g} vs 2/tau = "
-             f"{float(ds['kl_bound'].values[0]):.3g}" for n in range(ds.sizes["setting"])]
-    return {"estimate": ratio[i, j], "estimate_mcse": ds["kl_ratio_mcse"].values[i, j],
-            "verdict": combine_verdicts(ds["verdict_kl_mc"].values), "detail": _detail(ds, texts, "verdict_kl_mc", "kl")}
-
-
-def _ce_check(ds: xr.Dataset) -> dict:
-    z = ds["ce_z"].values
-    i, j = _argmax2(np.abs(z))
-    texts = [f"max |z| = {float(m):.2f}" for m in ds["ce_max_abs_z"].values]
-    return {"estimate": z[i, j], "estimate_mcse": 1.0, "verdict": combine_verdicts(ds["verdict_ce"].values),
-            "detail": _detail(ds, texts, "verdict_ce", "ce")}
-
-
-def _c1_check(ds: xr.Dataset) -> dict:
-    f = {n: ds[n].values for n in ("tau_c1_peak", "tau_c1_zero", "c1_ratio", "scale_slope", "scale_slope_predicted")}
-    texts = [f"c1 peaks at tau = {f['tau_c1_peak'][n]:.3g}, changes sign at tau = {f['tau_c1_zero'][n]:.3g}, "
-             f"|c1(tau_min)| / max |c1(tau >= 1/kappa_M)| = {f['c1_ratio'][n]:.3g}, E[Z2/Z^2] slope "
-             f"{f['scale_slope'][n]:.2f} (-(d-1)/2 = {f['scale_slope_predicted'][n]:.1f})"
-             for n in range(ds.sizes["setting"])]
-    w = int(np.argmin(np.where(np.isfinite(f["c1_ratio"]), f["c1_ratio"], np.inf)))
-    return {"estimate": f["c1_ratio"][w], "estimate_mcse": ds["c1_ratio_mcse"].values[w],
-            "verdict": combine_verdicts(ds["verdict_c1"].values), "detail": _detail(ds, texts, "verdict_c1", "c1")}
-
-
 def _cells_text(ds: xr.Dataset) -> str:
     return f"{ds.sizes['setting']} settings x {ds.sizes['tau']} tau"
 
@@ -169,16 +122,16 @@ def _cells_text(ds: xr.Dataset) -> str:
 CHECKS = (
     Check("C5", lambda ds: f"deterministic check: every exact per-anchor KL(Q(x,.)||pi) (sampled anchors and the "
                            f"largest over x) <= 2/tau, {_cells_text(ds)}; estimate: the largest exact KL / (2/tau)",
-          _kl_exact_check, None),
+          kl_exact_check, None),
     Check("C5", lambda ds: f"max over anchors of KL(Q(x,.)||pi) / (2/tau), {_cells_text(ds)}; Monte Carlo: "
                            f"KL_hat - {ds.attrs['z_kl']:.2f} MCSE <= 2/tau for both estimators (a proven "
                            f"inequality: no false-failure rate is stated)",
-          _kl_mc_check, None),
+          kl_mc_check, None),
     Check("C5", lambda ds: f"CE Monte Carlo (block mean of l_inf) against exact CE at every tau: |z| <= "
-                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", _ce_check, ALPHA, lambda ds: ce_pvalues(ds, ALPHA)),
+                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", ce_check, ALPHA, lambda ds: ce_pvalues(ds, ALPHA)),
     Check("C5", "small tau inflates the bias: E[Z2/Z^2] nondecreasing as tau decreases; |c1(tau_min)| > max |c1| "
                 "over tau >= 1/kappa_M (estimate: the smallest ratio of the two over settings; a test that must "
-                "reject: its level is a false-pass rate, its miss rate is 1 - power and is not stated)", _c1_check, None),
+                "reject: its level is a false-pass rate, its miss rate is 1 - power and is not stated)", c1_check, None),
 )
 
 
@@ -203,37 +156,33 @@ NORM_SEED_GROUP = {"design": "norms"}
 _NORM_RAW = {f"norm_{n}": () for n in NORM_BLOCK_STATS}
 
 
-SCHEMA.update(norm_schema(NORM_RULE_NAMES))
+SCHEMA.update(norm_schema(NORM_RULE_NAMES), **scaled_schema(NORM_RULE_NAMES))
+#: the scaled rule (same margin as a rate, level, planned miss rate): cells "norms-scaled-<chunk>", seeds apart
+SCALED_PROTOCOL, SCALED_SETTING, SCALED_SEED_GROUP = "protocols/temperature_scaled.md", "norms-scaled", {"design": "norms-scaled"}
 
 
 def _norm_generate(cell: dict, cfg: dict, rng: np.random.Generator) -> dict:
     """One norms block at the cell's tau (simkit.estimators.norms.norm_block); every tau of a block shares
     its seeds (NORM_SEED_GROUP). Blocks beyond norm_blocks are NaN and marked skipped."""
-    block = block_of(rng)
+    block, chunk = block_of(rng), cell["setting"].removeprefix(SCALED_SETTING + "-")
+    group, index = (NORM_SEED_GROUP, block) if chunk == cell["setting"] else (
+        SCALED_SEED_GROUP, int(chunk) * cfg["norm_blocks"] + block)  # scaled cells: chunks of norm_blocks blocks
     out = {name: np.nan for name in NORM_BLOCK_STATS}
     if block >= cfg["norm_blocks"]:
         out["skipped"] = 1.0
     else:
         out = norm_block(cell["kappa_m"], cell["tau"], cfg["norm_beta"], cfg["norm_n"], cfg["norm_k"], cfg["norm_eval"],
-                         common_seeds(cfg["seed"], "temperature", NORM_SEED_GROUP, block, 3), dim=P_NORM,
+                         common_seeds(cfg["seed"], "temperature", group, index, 3), dim=P_NORM,
                          maxiter=cfg["norm_maxiter"])
     return {f"norm_{n}": np.asarray(v, dtype=float) for n, v in out.items()}
 
 
-def _norm_rule_text(ds: xr.Dataset, c: str) -> str:
-    g = lambda f: float(ds[f"norm_{c}_{f}"].values)  # noqa: E731
-    return (f"slope b = {g('b'):.3f} ± {g('b_se'):.3f} (H0 b >= {NORM_B0:.3f}: t = {g('t'):.2f}, p = {g('p'):.3g}); "
-            f"E[S](tau_min) = {g('level'):.4g} ± {g('level_se'):.2g} (p = {g('level_p'):.3g}); "
-            f"ratio tau_min/tau_max {g('ratio'):.3g}; {int(g('n_blocks'))} blocks")
-
-
 def _norm_eval(ds: xr.Dataset, c: str) -> dict:
-    name = {"primary": "norm_verdict", "null": "norm_null_verdict", "ignored": "norm_ignored_verdict"}[c]
-    out = check_result(float(ds[f"norm_{c}_b"].values), float(ds[f"norm_{c}_b_se"].values), str(ds[name].values),
-                       f"{NORM_RULE_NAMES[c]}: {_norm_rule_text(ds, c)}", str(ds[f"{name}_reason"].values))
-    if c == "primary":
-        out["detail"] += f"; conclusion: {ds['norm_conclusion'].values}"
-    return out
+    return rule_check(ds, "norm", c, NORM_B0, NORM_RULE_NAMES[c])
+
+
+def _scaled_sha(ds: xr.Dataset) -> str:
+    return str(ds.attrs.get("protocol_scaled_sha256", "?"))[:16]
 
 
 NORM_CHECKS = (
@@ -256,6 +205,20 @@ NORM_CHECKS = (
           "negatives' norms changed in a component the score ignores (S = 0 up to rounding); the rule must NOT "
           "pass (deterministic)",
           lambda ds: _norm_eval(ds, "ignored"), None, protocol=PROTOCOL_PATH),
+    Check("C5", lambda ds: f"pre-registered rule ({SCALED_PROTOCOL}, sha256 {_scaled_sha(ds)}…): tau S, the sensitivity "
+          f"with the 1/tau score scale removed, grows as tau falls: one-sided jackknife t test of H0 slope of log(tau "
+          f"E[S]) on log tau >= {NORM_B0:.3f} AND E[S] > 0 at the smallest tau of its grid, each at {NORM_ALPHA:g} "
+          f"(false-failure rate {NORM_BETA:g} = 1 - planned power at the realised effect, not a guarantee)",
+          lambda ds: rule_check(ds, "scaled", "primary", NORM_B0, "tau S", "of log(tau E[S]) "), NORM_BETA,
+          protocol=SCALED_PROTOCOL),
+    Check("C5", lambda ds: f"pre-registered null control ({SCALED_PROTOCOL}, sha256 {_scaled_sha(ds)}…): the scaled "
+          "rule on S of the fixed reference psi = r x (E[S] = 0 exactly) must NOT pass",
+          lambda ds: rule_check(ds, "scaled", "null", NORM_B0, "null control", "of log(tau E[S]) "), NORM_ALPHA,
+          pvalues=lambda ds: {"level": (float(ds["scaled_null_level_p"].values), NORM_ALPHA)}, protocol=SCALED_PROTOCOL),
+    Check("C5", lambda ds: f"pre-registered control ({SCALED_PROTOCOL}, sha256 {_scaled_sha(ds)}…): the scaled rule "
+          "with the norms changed in a score-ignored component (S = 0) must NOT pass (deterministic)",
+          lambda ds: rule_check(ds, "scaled", "ignored", NORM_B0, "score-ignored control", "of log(tau E[S]) "), None,
+          protocol=SCALED_PROTOCOL),
 )
 
 
@@ -320,6 +283,11 @@ class Temperature(Study):
                            high=1 << 22, quick=512),
         "norm_maxiter": Param("norm_maxiter", int, 2000, "L-BFGS-B iteration limit of the norms design", low=10,
                               high=100000, quick=500),
+        "scaled_taus": Param("scaled_taus", float, "1,0.5,0.2", f"temperatures of the scaled rule ({SCALED_PROTOCOL})",
+                             multi=True, min_items=2, low=TAU_MIN, high=100.0, descending=True,
+                             items_doc=f"temperatures in [{TAU_MIN:g}, 100]"),
+        "scaled_chunks": Param("scaled_chunks", int, 6, "chunks of norm_blocks blocks of the scaled rule (pre-registered)",
+                               low=1, high=1000, quick=1),
     }
 
     def check_config(self, cfg):
@@ -339,7 +307,10 @@ class Temperature(Study):
                  for n, (f, d, kp, km, _) in s.items() for t in taus]
                 + [{"setting": NORMS_SETTING, "pi": "uniform", "dim": P_NORM, "kappa_pi": 0.0,
                     "kappa_m": float(cfg["norm_kappa_m"]), "tau": float(t)}
-                   for t in self.params["norm_taus"].values(cfg["norm_taus"])])
+                   for t in self.params["norm_taus"].values(cfg["norm_taus"])]
+                + [{"setting": f"{SCALED_SETTING}-{c}", "pi": "uniform", "dim": P_NORM, "kappa_pi": 0.0, "kappa_m": float(
+                    cfg["norm_kappa_m"]), "tau": float(t)} for c in range(cfg["scaled_chunks"])
+                   for t in self.params["scaled_taus"].values(cfg["scaled_taus"])])
 
     def _estimator(self, cell, cfg) -> GapEstimator:
         return GapEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["k_max"])
@@ -350,7 +321,7 @@ class Temperature(Study):
     def prepare(self, cell, cfg, rng):
         """Control-variate pilot, then every exact constant; Monte Carlo (mixtures) from ``rng`` only.
         The norms cells have no constants."""
-        if cell["setting"] == NORMS_SETTING:
+        if cell["setting"].startswith(NORMS_SETTING):
             return {}
         est = self._estimator(cell, cfg)
         coef = est.calibrate(cfg["block_anchors"], rng, n_blocks=cfg["pilot_blocks"])
@@ -360,7 +331,7 @@ class Temperature(Study):
     def generate(self, cell, cfg, prep, rng):
         nan = {n: np.full(len(self.block_dims(cfg)[1][dims[0]]) if dims else (), np.nan)
                for n, dims in {**_RAW, **_NORM_RAW}.items()}
-        if cell["setting"] == NORMS_SETTING:
+        if cell["setting"].startswith(NORMS_SETTING):
             return {**nan, **_norm_generate(cell, cfg, rng)}
         key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
         if len(key) >= 2 and key[-2] == 1 and key[-1] >= cfg["n_blocks"]:
@@ -374,10 +345,12 @@ class Temperature(Study):
     def summarise(self, raw: xr.Dataset, cfg) -> xr.Dataset:
         """The raw cells laid out over (setting, tau), the summaries with their MCSE, and the verdicts; the
         norms cells over (tau_n, norm_block) with their summaries, rules and verdicts."""
-        is_norm = raw["setting"].values.astype(str) == NORMS_SETTING
-        norm_raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(is_norm),
-                             "block": slice(0, int(cfg["norm_blocks"]))})
-        raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(~is_norm), "block": slice(0, int(cfg["n_blocks"]))})
+        setting, nb = raw["setting"].values.astype(str), int(cfg["norm_blocks"])
+        is_norm, is_scaled = setting == NORMS_SETTING, np.char.startswith(setting, SCALED_SETTING + "-")
+        norm_raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(is_norm), "block": slice(0, nb)})
+        scaled_raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(is_scaled), "block": slice(0, nb)})
+        raw = raw.isel({raw["setting"].dims[0]: np.flatnonzero(~is_norm & ~is_scaled),
+                        "block": slice(0, int(cfg["n_blocks"]))})
         norm_taus = np.array(self.params["norm_taus"].values(cfg["norm_taus"]))
         settings = cfg["settings"].split(",")
         taus = np.array(tau_grid(cfg["tau_min"], cfg["tau_max"], cfg["n_tau"]))
@@ -412,6 +385,15 @@ class Temperature(Study):
         errors = "; ".join(f"tau = {t:g}: {e}" for t, e in zip(norm_taus, norm_raw["cell_error"].values) if str(e))
         out.update(norms, **{f"raw_norm_{n}": a for n, a in v.items()},
                    **norm_verdicts(rules["primary"], rules["null"], rules["ignored"], errors))
+        s_taus = np.array(self.params["scaled_taus"].values(cfg["scaled_taus"]))
+        ds.coords["tau_s"], ds.coords["scaled_block"] = ("tau_s", s_taus), np.arange(nb * int(cfg["scaled_chunks"]))
+        w = {n: scaled_raw[f"raw_norm_{n}"].values.reshape(-1, s_taus.size, nb).transpose(1, 0, 2).reshape(
+            s_taus.size, -1) for n in NORM_BLOCK_STATS}  # (chunk x tau, block) -> (tau, chunk x block)
+        scaled, srules = scaled_summary(w, s_taus, b0=NORM_B0, alpha=NORM_ALPHA)
+        errors = "; ".join(f"{s}, tau = {t:g}: {e}" for s, t, e in zip(
+            scaled_raw["setting"].values, scaled_raw["tau"].values, scaled_raw["cell_error"].values) if str(e))
+        out.update(scaled, **{f"raw_scaled_{n}": a for n, a in w.items()},
+                   **scaled_verdicts(srules["primary"], srules["null"], srules["ignored"], errors))
         r = NormProfile.axis(cfg["norm_beta"], P_NORM).r_max
         out["norm_r_min"], out["norm_r_max"] = 1.0 / r, r
         for name, value in out.items():
@@ -424,6 +406,7 @@ class Temperature(Study):
                 "ess_reliable": ESS_RELIABLE, "k_onset_factor": K_ONSET_FACTOR, "norm_alpha": NORM_ALPHA,
                 "norm_b0": NORM_B0, "norm_beta_rate": NORM_BETA, "norm_fd_step": FD_STEP,
                 "norm_seed_split": NORM_SEED_SPLIT, **protocol_attrs(PROTOCOL_PATH),
+                **protocol_attrs(SCALED_PROTOCOL, prefix="protocol_scaled"),
                 "analysis": ("norms clause confirmatory (protocols/temperature.md); KL, CE and c1 checks exploratory"
                              if not cfg.get("quick") else "quick (CI) design: not the confirmatory run")}
 
@@ -441,7 +424,9 @@ class Temperature(Study):
         norms = estimate_table(ds, "tau_n", {"norm_gap_cv": "G", "norm_gap_tau": "G·tau", "norm_sens_cv": "S",
                                              "norm_sens_tau": "S·tau", "norm_sens_ref": "S null",
                                              "norm_sens_ignored": "S ignored", "norm_fd_rel_error": "FD rel err"})
-        return "\n\n".join([*tables, "norms clause\n" + norms, super().summary_text(ds)])
+        scaled = estimate_table(ds, "tau_s", {"scaled_sens_cv": "S", "scaled_sens_tau": "S·tau", "scaled_gap_cv": "G",
+                                              "scaled_sens_ref": "S null"})
+        return "\n\n".join([*tables, "norms clause\n" + norms, "scaled rule\n" + scaled, super().summary_text(ds)])
 
 
 STUDY = Temperature()

@@ -208,3 +208,21 @@ def temperature_sections(doc, ds: xr.Dataset, study=None) -> None:
                          NORMS_TABLE))
         render(doc, rows, (NORM_CHECKS,))
         render(doc, ds, (NORMS_FIGURE,))
+    if "scaled_verdict" in ds:  # the rule of protocols/temperature_scaled.md: tau S, its own blocks
+        rows = gather(ds, {k: v.replace("norm_", "scaled_") for k, v in NORM_ROWS.items()}, (
+            "b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks", "passed", "refuted"))
+        rows["verdict"] = ("row", [str(ds[f"scaled{c}_verdict"].values) for c in ("", "_null", "_ignored")])
+        render(doc, ds, (Text(lambda d: (
+            f"τ = {', '.join(f'{t:g}' for t in d['tau_s'].values)}; {d.sizes['scaled_block']} new blocks (seeds apart "
+            f"from the blocks above), the same estimator. Rule: the slope b of log(τ E[S]) on log τ < b0 = "
+            f"{float(d.attrs.get('norm_b0', np.nan)):.4f} (a pure 1/τ scaling has b = 0) AND E[S] > 0 at τ = "
+            f"{d['tau_s'].values.min():g}, each one-sided at α = {float(d.attrs.get('norm_alpha', np.nan)):g}; refuted when "
+            "b ≥ b0 or E[S] ≤ 0 is shown at α. In the table below 'slope b' is that of log(τ E[S]). Conclusion: "
+            "{scaled_conclusion}."), heading="Norms clause beyond the 1/τ score scale (pre-registered, "
+            "protocols/temperature_scaled.md)"), Table((
+                ("τ", "{facet:g}"), ("E[S]", "{scaled_sens_cv±scaled_sens_cv_mcse}"),
+                ("S·τ", "{scaled_sens_tau±scaled_sens_tau_mcse}"), ("E[G]", "{scaled_gap_cv±scaled_gap_cv_mcse}"),
+                ("G·τ", "{scaled_gap_tau±scaled_gap_tau_mcse}"), ("E[S]/E[G]", "{scaled_sens_gap±scaled_sens_gap_se}"),
+                ("null: E[S_ref]", "{scaled_sens_ref±scaled_sens_ref_mcse}"), ("FD (max rel.)", "{scaled_fd_rel_error:.2g}")),
+                dim="tau_s", verdict=None, size=7.0)))
+        render(doc, rows, (NORM_CHECKS,))

@@ -18,12 +18,13 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from simkit.stats.analysis import mean_mcse
+from simkit.stats.analysis import combine_verdicts, mean_mcse
 from simkit.stats.trend import growth_rule
 
 __all__ = ["tau_grid", "critical_values", "nan_reduce", "ce_summary", "bias_summary", "kl_summary", "gap_summary",
            "kl_problems", "ce_problems", "c1_problems", "c1_shape", "norm_summary", "norm_verdicts", "NORM_CONTROLS",
-           "RULE_FIELDS", "summary_schema", "norm_schema", "ce_pvalues", "setting_rules", "NORM_RULE_NAMES"]
+           "RULE_FIELDS", "summary_schema", "norm_schema", "ce_pvalues", "setting_rules", "NORM_RULE_NAMES",
+           "kl_exact_check", "kl_mc_check", "ce_check", "c1_check"]
 
 
 def tau_grid(tau_min: float, tau_max: float, n: int) -> list[float]:
@@ -425,3 +426,59 @@ def norm_schema(rule_names: dict[str, str]) -> dict:
         for f, d in RULE_FIELDS.items():
             out[f"norm_{c}_{f}"] = Var((), f"{what}: {f}", "1", d)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# claim-check results of the KL, CE and c1 checks from a summarised dataset (studies/temperature.py)
+
+def _argmax2(a: np.ndarray) -> tuple[int, int]:
+    return np.unravel_index(int(np.argmax(np.where(np.isfinite(a), a, -np.inf))), a.shape)
+
+
+def _detail(ds, texts: list[str], v: str, c: str) -> str:
+    """One clause per setting; the reason of check ``c`` shown where the verdict ``v`` did not pass."""
+    from simkit.runner.verdicts import cell_detail
+    verdicts = [str(x) for x in ds[v].values]
+    reasons = [str(r) if x != "pass" else "" for r, x in zip(ds[f"verdict_{c}_reason"].values, verdicts)]
+    return cell_detail(ds["setting"].values, texts, verdicts, reasons)
+
+
+def kl_exact_check(ds) -> dict:
+    """Claim-check result of the exact part of the KL check: the largest exact KL / (2/tau) (verdicts per setting in the detail)."""
+    ratio = np.fmax(ds["kl_max_anchor_exact"].values, ds["kl_sup_exact"].values) / ds["kl_bound"].values
+    i, j = _argmax2(ratio)
+    texts = [f"largest exact KL/(2/tau) = {float(nan_reduce(np.nanmax, r, axis=0)):.3g}" for r in ratio]
+    return {"estimate": ratio[i, j], "estimate_mcse": 0.0, "verdict": combine_verdicts(ds["verdict_kl_exact"].values),
+            "detail": _detail(ds, texts, "verdict_kl_exact", "kl")}
+
+
+def kl_mc_check(ds) -> dict:
+    """Claim-check result of the Monte Carlo part of the KL check: the largest KL_hat / (2/tau) (verdicts per setting in the detail)."""
+    ratio = ds["kl_ratio"].values
+    i, j = _argmax2(ratio)
+    texts = [f"max KL/(2/tau) = {float(ds['kl_ratio_max'].values[n]):.3g}, at tau_min KL max "
+             f"{float(ds['kl_max'].values[n, 0]):.3g} ± {float(ds['kl_max_mcse'].values[n, 0]):.2g} vs 2/tau = "
+             f"{float(ds['kl_bound'].values[0]):.3g}" for n in range(ds.sizes["setting"])]
+    return {"estimate": ratio[i, j], "estimate_mcse": ds["kl_ratio_mcse"].values[i, j],
+            "verdict": combine_verdicts(ds["verdict_kl_mc"].values), "detail": _detail(ds, texts, "verdict_kl_mc", "kl")}
+
+
+def ce_check(ds) -> dict:
+    """Claim-check result of the CE check: the largest |z| of CE Monte Carlo against exact (verdicts per setting in the detail)."""
+    z = ds["ce_z"].values
+    i, j = _argmax2(np.abs(z))
+    texts = [f"max |z| = {float(m):.2f}" for m in ds["ce_max_abs_z"].values]
+    return {"estimate": z[i, j], "estimate_mcse": 1.0, "verdict": combine_verdicts(ds["verdict_ce"].values),
+            "detail": _detail(ds, texts, "verdict_ce", "ce")}
+
+
+def c1_check(ds) -> dict:
+    """Claim-check result of the c1 check: the smallest |c1(tau_min)| / max |c1(tau >= 1/kappa_M)| over settings (verdicts per setting in the detail)."""
+    f = {n: ds[n].values for n in ("tau_c1_peak", "tau_c1_zero", "c1_ratio", "scale_slope", "scale_slope_predicted")}
+    texts = [f"c1 peaks at tau = {f['tau_c1_peak'][n]:.3g}, changes sign at tau = {f['tau_c1_zero'][n]:.3g}, "
+             f"|c1(tau_min)| / max |c1(tau >= 1/kappa_M)| = {f['c1_ratio'][n]:.3g}, E[Z2/Z^2] slope "
+             f"{f['scale_slope'][n]:.2f} (-(d-1)/2 = {f['scale_slope_predicted'][n]:.1f})"
+             for n in range(ds.sizes["setting"])]
+    w = int(np.argmin(np.where(np.isfinite(f["c1_ratio"]), f["c1_ratio"], np.inf)))
+    return {"estimate": f["c1_ratio"][w], "estimate_mcse": ds["c1_ratio_mcse"].values[w],
+            "verdict": combine_verdicts(ds["verdict_c1"].values), "detail": _detail(ds, texts, "verdict_c1", "c1")}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from simkit.claims.protocol import analysis_label, is_confirmatory, protocol_attrs
+from simkit.claims.protocol import analysis_label, is_confirmatory, protocol_attrs, recorded_protocols
 from simkit.runner import read_dataset
 from simkit.claims.validate import combine_checks
 
@@ -25,11 +25,11 @@ def _git(*args) -> subprocess.CompletedProcess:
 
 
 def _with_protocol():
+    """(dataset, attribute prefix) for every protocol a committed dataset records."""
     out = []
     for p in DATASETS:
         with xr.open_dataset(p, engine="h5netcdf") as ds:
-            if "protocol_path" in ds.attrs:
-                out.append(p)
+            out += [(p, prefix) for prefix in recorded_protocols(ds.attrs).values()]
     return out
 
 
@@ -40,13 +40,13 @@ def test_some_dataset_is_confirmatory():
     assert PROTOCOL_DATASETS, "no committed dataset names a protocol"
 
 
-@pytest.mark.parametrize("path", PROTOCOL_DATASETS, ids=lambda p: p.name)
-def test_dataset_matches_its_protocol_committed_before_the_run(path):
+@pytest.mark.parametrize("path, prefix", PROTOCOL_DATASETS, ids=lambda p: getattr(p, "name", p))
+def test_dataset_matches_its_protocol_committed_before_the_run(path, prefix):
     ds = read_dataset(path)
-    proto = str(ds.attrs["protocol_path"])
-    assert ds.attrs["protocol_sha256"] == hashlib.sha256((ROOT / proto).read_bytes()).hexdigest(), \
+    proto = str(ds.attrs[f"{prefix}_path"])
+    assert ds.attrs[f"{prefix}_sha256"] == hashlib.sha256((ROOT / proto).read_bytes()).hexdigest(), \
         f"{proto} changed after the run of {path.name}"
-    commit = str(ds.attrs["protocol_commit"])
+    commit = str(ds.attrs[f"{prefix}_commit"])
     data_commit = str(ds.attrs["git_commit"]).removesuffix("-dirty")
     if _git("cat-file", "-e", f"{data_commit}^{{commit}}").returncode != 0:
         pytest.skip(f"the dataset's git_commit {data_commit} is not in this clone")
@@ -77,6 +77,16 @@ def test_analysis_label_rules(tmp_path):
     dirty = full.assign_attrs(git_commit="0123abcd-dirty")
     assert analysis_label(dirty, "protocols/x.md", tmp_path) == \
         "exploratory (the protocols/x.md design run from a modified work tree)"
+    # a second protocol recorded under another prefix is confirmatory on its own hash
+    (tmp_path / "protocols" / "z.md").write_text("second rule\n")
+    both = full.assign_attrs(**protocol_attrs("protocols/z.md", tmp_path, prefix="protocol_two"))
+    assert recorded_protocols(both.attrs) == {"protocols/x.md": "protocol", "protocols/z.md": "protocol_two"}
+    assert analysis_label(both, "protocols/z.md", tmp_path).startswith("confirmatory (protocols/z.md, sha256 ")
+    (tmp_path / "protocols" / "z.md").write_text("second rule, edited after the run\n")
+    assert analysis_label(both, "protocols/z.md", tmp_path) == "exploratory"
+    assert analysis_label(both, "protocols/x.md", tmp_path).startswith("confirmatory (protocols/x.md")
+    with pytest.raises(ValueError, match="'prefix'"):
+        protocol_attrs("protocols/z.md", tmp_path, prefix="scaled")
     f.write_text("rule, edited after the run\n")
     assert analysis_label(full, "protocols/x.md", tmp_path) == "exploratory"
 
