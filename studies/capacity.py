@@ -15,10 +15,13 @@ Rule, per class: one-sided non-inferiority of the slope b of log2 E[G] on log2 d
 ``b >= b0`` excludes ``E[G] ~ C x log d``. The control must not pass the same rule.
 
 Run it: ``simkit run capacity`` (the pre-registered design) or ``simkit run capacity --quick`` (CI).
+``STUDY_REPLICATION`` (``simkit run capacity_replication``) is the same study under
+``protocols/capacity_replication.md``: fresh random numbers and the control at n >= P(d).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -36,7 +39,8 @@ from simkit.runner import Check, Param, Study, Var, block_of, common_seeds
 from simkit.stats.analysis import mean_mcse
 from simkit.stats.trend import NonInferiority, non_inferiority, non_inferiority_miss_rate
 
-__all__ = ["STUDY", "SCHEMA", "CHECKS", "ALPHA", "FAMILIES", "PROTOCOL_PATH", "SEED_SPLIT", "verdicts", "margin"]
+__all__ = ["STUDY", "STUDY_REPLICATION", "SCHEMA", "CHECKS", "CHECKS_REPLICATION", "ALPHA", "FAMILIES", "PROTOCOL_PATH",
+           "PROTOCOL_REPLICATION", "SEED_SPLIT", "verdicts", "margin"]
 
 #: one-sided level of every rule of the study
 ALPHA = 0.01
@@ -347,3 +351,39 @@ class Capacity(Study):
 
 
 STUDY = Capacity()
+
+
+# ----------------------------------------------------------------------------------------------
+# the replication (protocols/capacity_replication.md): fresh random numbers, the control at n >= P(d)
+
+PROTOCOL_REPLICATION = "protocols/capacity_replication.md"
+#: the replication's positive-control n: >= P(d) = d(d + 1)/2 - 1 on d = 4..32 (P(32) = 527)
+N_CONTROL_REPLICATION = 1080
+CHECKS_REPLICATION = tuple(
+    dataclasses.replace(c, protocol=PROTOCOL_REPLICATION,
+                        statistic=lambda ds, s=c.statistic: s(ds).replace(PROTOCOL_PATH, PROTOCOL_REPLICATION))
+    for c in CHECKS)
+
+
+class CapacityReplication(Capacity):
+    """``capacity`` under protocols/capacity_replication.md: the same design, rule and code but the study name
+    (every seed is keyed by it, so every cell draws fresh random numbers), the seed, and the positive
+    control's n (1080 >= P(d) at every d; at n = 280 < P(32) = 527 the control is over-parameterised and one
+    of its trainings reached a singular W)."""
+
+    name = "capacity_replication"
+    title = "Claim C6 (confirmatory replication): the generalisation gap follows the complexity term, not d"
+    checks = CHECKS_REPLICATION
+    default_seed = 20261206
+    ademp = {**Capacity.ademp, "aim": Capacity.ademp["aim"].replace(PROTOCOL_PATH, PROTOCOL_REPLICATION)
+             + "; a replication on fresh random numbers with the control at n >= P(d)"}
+    params = {**Capacity.params,
+              "n_control": dataclasses.replace(Capacity.params["n_control"], default=N_CONTROL_REPLICATION)}
+
+    def attrs(self, cfg):
+        out = super().attrs(cfg)
+        out["seed_split"] = out["seed_split"].replace("'capacity'", f"'{self.name}'")
+        return {**out, **protocol_attrs(path=PROTOCOL_REPLICATION)}
+
+
+STUDY_REPLICATION = CapacityReplication()

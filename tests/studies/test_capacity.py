@@ -144,3 +144,21 @@ def test_stated_rates(quick):
         assert row["false_fail_rate"] == pytest.approx(planned, rel=1e-12)
     assert rows[2]["false_fail_rate"] == ALPHA
     assert np.isnan(STUDY.checks[0].false_fail_rate(xr.Dataset()))
+
+
+# ----------------------------------------------------------------------------------------------
+# the replication (studies/capacity.py: STUDY_REPLICATION, protocols/capacity_replication.md)
+
+def test_replication_design():
+    from simkit.exact.capacity import linear_class_dimension
+    from studies.capacity import CHECKS_REPLICATION, N_CONTROL_REPLICATION as N_CONTROL, STUDY_REPLICATION as REP
+    cfg, cfg0 = resolve_config(REP), resolve_config(STUDY)
+    # only the control's n and the seed differ from the capacity design; the control is not over-parameterised
+    assert {k for k in cfg if cfg[k] != cfg0[k]} == {"n_control", "seed"} and cfg["n_control"] == N_CONTROL == 1080
+    assert all(N_CONTROL >= linear_class_dimension(d, d) for d in REP.params["ds_growing"].values(cfg["ds_growing"]))
+    assert [c.protocol for c in CHECKS_REPLICATION] == ["protocols/capacity_replication.md"] * 3
+    # fresh random numbers: seeds are keyed by the study name
+    from simkit.runner import common_seeds
+    a = common_seeds(1, STUDY.name, {"design": "blocks"}, 0, 4)[0].generate_state(2)
+    b = common_seeds(1, REP.name, {"design": "blocks"}, 0, 4)[0].generate_state(2)
+    assert not np.array_equal(a, b)
