@@ -13,7 +13,7 @@ __all__ = ["capacity_sections"]
 
 C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d; their "
            "complexity term is √(P/n) (P the class dimension; docs/theory.md §19). Tested prediction "
-           "(protocols/capacity.md): along a line of constant √(P/n), E[G] grows with d more slowly than a ln d "
+           "(the protocol named below): along a line of constant √(P/n), E[G] grows with d more slowly than a ln d "
            "factor, for a fixed class (9-parameter Fourier lift) and a class whose dimension grows with d (Wx/|Wx|, "
            "P = d(d+1)/2 − 1, n = 8P); the same class at a fixed n (complexity growing) must fail the rule.")
 FAMILIES = {"fixed class: Fourier lift, P = 9, n fixed": "fourier_",
@@ -47,7 +47,7 @@ def _conclusion(ds: xr.Dataset) -> str:
     if v[2] != "pass":
         return "C6 NOT CONFIRMED (inconclusive): the positive control passed the rule"
     if v[0] == v[1] == "pass":
-        return "C6 CONFIRMED: a ln d factor excluded for both classes at level 0.01; the positive control behaved"
+        return "C6 CONFIRMED: ln d factor excluded for both classes (α 0.01); control behaved"
     return "C6 NOT CONFIRMED: a ln d factor not excluded for " + " and ".join(
         n for n, x in zip(("the fixed class", "the growing class"), v) if x != "pass")
 
