@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_diagnose.py             # both cases at N / 5, 15 rounds, benchmarks/results/diagnose.json
+    python benchmarks/bench_diagnose.py             # both cases at N / 20, 15 rounds, benchmarks/results/diagnose.json
     python benchmarks/bench_diagnose.py --scale 1   # the full sizes (15 rounds: about 10 minutes each)
     python benchmarks/bench_diagnose.py --quick     # N / 20, 3 rounds (smoke test, nothing written)
 
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N / 20, 3 rounds, nothing written")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--scale", type=int, default=5, help="N / scale rows (1: the full sizes and their targets)")
+    ap.add_argument("--scale", type=int, default=20, help="N / scale rows (1: the full sizes and their targets)")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # child process: one case
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "diagnose.json"))
     args = ap.parse_args(argv)
