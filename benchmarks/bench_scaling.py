@@ -186,11 +186,13 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
 
 
 def _same_results(a, b) -> bool:
-    """results_identical, ignoring git_commit: the shared checkout may get commits during a run."""
+    """results_identical, ignoring the checkout's provenance (git_commit, and for a modified tree the
+    changed files and the diff's hash): the checkout may get commits or edits during a run."""
     from simkit.runner import results_identical
     a, b = a.copy(), b.copy()
     for d in (a, b):
-        d.attrs.pop("git_commit", None)
+        for key in ("git_commit", "git_changed_files", "git_diff_sha256"):
+            d.attrs.pop(key, None)
     return results_identical(a, b)
 
 
