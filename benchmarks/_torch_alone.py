@@ -1,12 +1,14 @@
 """Single-pass PyTorch InfoNCE over a k grid (the baseline of ``bench_infonce.py``), importable
 without simkit, and run as a script: the same contender in a process of its own.
 
-``python benchmarks/_torch_alone.py IN.npz OUT.npz REPEATS`` loads ``x, xp, y, tau, grid`` from
-IN.npz, times ``torch_single_pass`` in float32 and float64 (one warm-up call, then the best of
-REPEATS consecutive calls each) in a process that imports only NumPy and PyTorch, and writes the
-times and the outputs to OUT.npz. ``bench_infonce.py`` reports this "alone" figure beside the one
-measured in its own process (where Numba's and OpenBLAS's thread pools live too), and compares
-simkit with the better of the two, so that sharing a process cannot handicap PyTorch unseen.
+``python benchmarks/_torch_alone.py IN.npz OUT.npz`` loads ``x, xp, y, tau, grid`` from IN.npz in a
+process that imports only NumPy and PyTorch, makes one warm-up call of ``torch_single_pass`` in
+float32 and in float64, writes their outputs to OUT.npz, prints ``ready``, and then serves
+``bench_infonce.py``'s interleaved rounds: for each line ``f32`` or ``f64`` read from stdin it times
+one call in that precision and prints its seconds. ``bench_infonce.py`` reports this "alone" figure
+beside the one measured in its own process (where Numba's and OpenBLAS's thread pools live too), and
+compares simkit with the better of the two in each round, so that sharing a process cannot handicap
+PyTorch unseen.
 """
 
 from __future__ import annotations
@@ -48,25 +50,30 @@ def torch_single_pass(x, xp, y, tau, grid, dtype, chunk_elems=1 << 20):
     return out.double().numpy()
 
 
+def serve(call, dst, extra) -> int:
+    """Warm-up call per precision (outputs to ``dst``), then time one call per stdin line."""
+    outs = {f"out_{k}": call(k) for k in ("f32", "f64")}
+    np.savez(dst, **outs, **extra())
+    print("ready", flush=True)
+    for line in sys.stdin:
+        which = line.strip()
+        if which not in ("f32", "f64"):
+            break
+        t0 = time.perf_counter()
+        call(which)
+        print(f"{time.perf_counter() - t0!r}", flush=True)
+    return 0
+
+
 def _main(argv):
     import torch
-    src, dst, repeats = argv[0], argv[1], int(argv[2])
-    z = np.load(src)
+    z = np.load(argv[0])
     x, xp, y, tau, grid = z["x"], z["xp"], z["y"], float(z["tau"]), z["grid"]
-    out = {}
-    for name, dt in (("f32", torch.float32), ("f64", torch.float64)):
-        res = torch_single_pass(x, xp, y, tau, grid, dt)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            res = torch_single_pass(x, xp, y, tau, grid, dt)
-            best = min(best, time.perf_counter() - t0)
-        out[f"t_{name}"] = best
-        out[f"out_{name}"] = res
-    out["torch_threads"] = torch.get_num_threads()
-    out["foreign_loaded"] = "simkit" in sys.modules or "numba" in sys.modules  # the other contender's
-    np.savez(dst, **out)
-    return 0
+    dts = {"f32": torch.float32, "f64": torch.float64}
+    return serve(lambda k: torch_single_pass(x, xp, y, tau, grid, dts[k]), argv[1],
+                 lambda: {"torch_threads": torch.get_num_threads(),
+                          # the other contender's library must not be loaded here
+                          "foreign_loaded": "simkit" in sys.modules or "numba" in sys.modules})
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ exp(x.y/tau - c) over the grid 1, 2, 4, ...:
 * pair -- simkit._jit.in_batch.pair_prefix_sums over K/2 pairs (y, y'), i.e. the same K negatives
           (NT-Xent's denominator at every batch size, both members' sums kept apart).
 
-Figures are negatives per second (n K / seconds). Each round times both contenders once, in
-alternating order (iid first in even rounds), on the same inputs; the statistic is the median over
-rounds of the per-round ratio pair/iid, with a percentile bootstrap 95% interval (10 000 resamples of
-the rounds). Interleaving is meant to make the ratio robust to the load of a shared machine (other
-jobs slow both contenders of a round alike); the absolute figures are not. Writes
-benchmarks/results/in_batch.json.
+Figures are negatives per second (n K / seconds). The method (benchmarks/_rounds.py): each round
+times both contenders once, in alternating order, on the same inputs; the statistic is the median over
+rounds of the per-round ratio pair/iid throughput (= iid seconds / pair seconds), with a percentile
+bootstrap 95% interval (10 000 resamples of the rounds). Interleaving makes the ratio robust to the
+load of a shared machine (other jobs slow both contenders of a round alike); the absolute figures are
+not. Writes benchmarks/results/in_batch.json in the layout of benchmarks/_rounds.py.
 
 Run: ``python benchmarks/bench_in_batch.py [--rounds 21] [--anchors 2048] [--negatives 16384]``.
 """
@@ -20,17 +20,18 @@ Run: ``python benchmarks/bench_in_batch.py [--rounds 21] [--anchors 2048] [--neg
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from simkit._jit.blas import single_threaded_blas
-from simkit._jit.in_batch import pair_prefix_sums
-from simkit._jit.infonce import prefix_sums, tile_negatives
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the working tree
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _rounds  # noqa: E402
+from simkit._jit.blas import single_threaded_blas  # noqa: E402
+from simkit._jit.in_batch import pair_prefix_sums  # noqa: E402
+from simkit._jit.infonce import prefix_sums, tile_negatives  # noqa: E402
 
 
 def _unit(v):
@@ -44,11 +45,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--negatives", type=int, default=1 << 14)
     ap.add_argument("--dims", default="3,32")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "in_batch.json"))
+    ap.add_argument("--smoke", action="store_true", help="allow fewer than 15 rounds (a trial run)")
     args = ap.parse_args(argv)
+    _rounds.check_rounds(args.rounds, args.smoke)
+    meta = _rounds.meta_start()
     rng = np.random.default_rng(0)
     tau, n, k = 0.1, args.anchors, args.negatives
-    results = {"host": platform.node(), "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg(),
-               "rounds": args.rounds, "anchors": n, "negatives": k, "tau": tau, "dims": {}}
+    cases = []
     for d in (int(v) for v in args.dims.split(",")):
         x = _unit(rng.normal(size=(n, d)))
         y = _unit(rng.normal(size=(k, d)))
@@ -67,27 +70,19 @@ def main(argv=None) -> dict:
         with single_threaded_blas():
             run_iid(), run_pair()  # compile / warm
             np.testing.assert_allclose(out_p[:, -1, :].sum(axis=1), out_i[:, -1], rtol=1e-12)
-            times = {"iid": [], "pair": []}
-            for r in range(args.rounds):
-                order = (("iid", run_iid), ("pair", run_pair)) if r % 2 == 0 else (("pair", run_pair), ("iid", run_iid))
-                for name, fn in order:
-                    t0 = time.perf_counter()
-                    fn()
-                    times[name].append(time.perf_counter() - t0)
-        ti_, tp_ = np.array(times["iid"]), np.array(times["pair"])
-        ratio = ti_ / tp_  # pair throughput / iid throughput (same negatives)
-        boot = np.median(ratio[np.random.default_rng(1).integers(0, ratio.size, (10000, ratio.size))], axis=1)
-        lo, hi = np.percentile(boot, [2.5, 97.5])
-        results["dims"][str(d)] = {
-            "iid_negatives_per_s_median": float(n * k / np.median(ti_)),
-            "pair_negatives_per_s_median": float(n * k / np.median(tp_)),
-            "ratio_median": float(np.median(ratio)), "ratio_ci95": [float(lo), float(hi)],
-            "seconds_iid": ti_.tolist(), "seconds_pair": tp_.tolist()}
-        print(f"d = {d}: pair/iid throughput ratio {np.median(ratio):.3f} (95% CI {lo:.3f}-{hi:.3f}); "
+            t = _rounds.interleaved({"iid": run_iid, "pair": run_pair}, args.rounds)
+        r = _rounds.ratio(t["seconds"], "iid", "pair",
+                          means="pair/iid throughput of the same negatives = iid seconds / pair seconds")
+        ti_, tp_ = np.array(t["seconds"]["iid"]), np.array(t["seconds"]["pair"])
+        cases.append({"case": f"d={d}", "params": {"d": d, "anchors": n, "negatives": k, "tau": tau}, **t,
+                      "ratios": {"pair/iid": r},
+                      "iid_negatives_per_s_median": float(n * k / np.median(ti_)),
+                      "pair_negatives_per_s_median": float(n * k / np.median(tp_))})
+        print(f"d = {d}: pair/iid throughput ratio {_rounds.fmt(r, digits=3)} over {args.rounds} rounds; "
               f"iid {n * k / np.median(ti_) / 1e6:.0f} M/s, pair {n * k / np.median(tp_) / 1e6:.0f} M negatives/s")
-    results["load_average_end"] = os.getloadavg()
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    return results
+    doc = _rounds.document("in_batch", meta, cases)
+    _rounds.write(args.out, doc)
+    return doc
 
 
 if __name__ == "__main__":

@@ -14,32 +14,27 @@ process, side by side, on the same inputs:
                       one matmul (x / tau) @ y.T into a reused buffer, subtract the positive's score
                       and ``exp_`` in place, the sums of the grid's segments (k_{g-1}, k_g] of the
                       negatives, a cumulative sum over the grid and log1p;
-* torch1p-f32/f64-alone -- the same code timed in a fresh process that imports only NumPy and
-                      PyTorch (``_torch_alone.py``), on the same inputs, so that sharing a process
-                      with Numba's and OpenBLAS's thread pools cannot handicap PyTorch unseen. On
-                      2026-12-04 (AMD EPYC host) PyTorch's figure moved up to 2x between runs, in
-                      this process and alone alike (cause not found), so since 2026-12-05 the lone
-                      figure is the best over ``--alone-processes`` (default 4) fresh processes of
-                      ``--repeats`` calls each, as in the separate script of 2026-12-04 whose best,
-                      990 M pairs/s at (32, 1024), the single-process figure had not reached. simkit
-                      gets as many lone processes (next item). Compare the better of each
-                      contender's two figures;
-* simkit-alone, simkit-f32-alone -- simkit's two contenders timed the same way in as many fresh
-                      processes that never import PyTorch (``_simkit_alone.py``), added on
-                      2026-12-05 after simkit float32 at (32, 1024) read 842 and 1145 M pairs/s in
-                      this process, 1.4-1.6 G in processes of its own in a separate script (the
-                      lone processes of the next two runs then read 0.8-1.1 G while the in-process
-                      figure read 1.4-1.6 G: this machine's two speed levels, see docs/performance.md): the
-                      issue's ratio is the better of simkit's two float32 figures over the better
-                      of PyTorch's two;
+* torch1p-f32/f64-alone -- the same code timed in a process that imports only NumPy and PyTorch
+                      (``_torch_alone.py``), on the same inputs, so that sharing a process with
+                      Numba's and OpenBLAS's thread pools cannot handicap PyTorch unseen;
+* simkit-alone, simkit-f32-alone -- simkit's two contenders timed the same way in a process that
+                      never imports PyTorch (``_simkit_alone.py``). The headline ratio compares, in
+                      each round, the better of simkit's two float32 figures with the better of
+                      PyTorch's two;
 * torch-perk-f32/f64 -- the per-k PyTorch baseline of earlier versions of this benchmark: logits
                       on anchor chunks, then torch.nn.functional.cross_entropy on the first k+1
                       columns, once for every k of the grid (17 passes at K_max = 65536).
 
-Figures are pair evaluations per second (n * K_max / seconds), best of ``--repeats`` (default 7)
-consecutive calls per contender (per-k PyTorch: 2 calls at K_max = 65536); every contender's
-output is checked against simkit's (largest absolute difference, in nats). Numba compilation is
-done before timing and reported separately.
+Method (benchmarks/_rounds.py): interleaved rounds (default 16); each round times every contender
+once, in alternating order (the lone processes are kept alive for the whole size and time their own
+call on a line from this process), after ``--settle`` seconds of sleep (default 0.1: OpenBLAS
+threads keep spinning for a while after a NumPy/PyTorch matmul, which slowed whichever contender
+ran next by up to 30% in a trial without it). Every ratio is the median over rounds of the
+per-round ratio of seconds (baseline / simkit: how many times faster simkit is), with a 95%
+percentile bootstrap interval; the float32 target, >= 1.5x single-pass PyTorch float32, is met only
+when the interval's lower end clears it. Every contender's output (its warm-up call) is checked
+against simkit's (largest absolute difference, in nats). Numba compilation is done before timing
+and reported separately. Figures are pair evaluations per second (n * K_max / seconds).
 
 The machine's limits are measured in the same process, before the contenders: the throughput of
 a vectorised ``exp`` (elements/s; NumPy's ``np.exp``, simkit's own Numba ``vexp_inplace`` and ``torch.exp``,
@@ -52,10 +47,11 @@ smaller of the two for its precision on all cores (at d = 3 that is the exponent
 measures its output writes, not arithmetic, so the matmul bound there is the d = 32 shape's
 GFLOP/s over 2 d and is reported for information only). The limits are measured before and again
 after the contenders (the load of a shared machine changes during a run); the bounds are the
-better of the two, and every contender is reported as a fraction of its binding limit. All-core
+better of the two, and every contender is reported as a fraction of its binding limit (per round,
+median with its interval; the interval reflects the contender's rounds, not the limit's). All-core
 figures are measured, not the one-core figure times the cores. Run: ``python benchmarks/bench_infonce.py`` (``--quick`` for a
-short run; ``--append`` adds this run to the ``runs`` of an existing results file). Results go to
-benchmarks/results/infonce.json, with the load average at the start and at the end.
+smoke test, nothing written). Results go to benchmarks/results/infonce.json (layout of
+benchmarks/_rounds.py), with the load averages.
 
 On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set (a workaround for old OpenBLAS
 builds), run this benchmark with both unset in its own command; the OpenBLAS kernel used is
@@ -65,10 +61,11 @@ recorded (threadpoolctl) in the results.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +79,7 @@ from simkit.estimators.infonce import infonce_losses
 from simkit.distributions.sphere import Uniform
 
 from _torch_alone import torch_single_pass  # noqa: E402  (imports neither simkit nor torch at the top)
+import _rounds  # noqa: E402
 
 TAU = 0.1
 
@@ -137,47 +135,30 @@ def torch_ce(x, xp, y, tau, grid, dtype, chunk_a=256):
     return out
 
 
-def run_alone(script, x, xp, y, tau, grid, repeats, processes=1):
-    """A contender's lone figure: ``script`` (``_torch_alone.py``: single-pass PyTorch, importing
-    only NumPy and PyTorch; ``_simkit_alone.py``: simkit's estimator, never importing PyTorch) run
-    in ``processes`` fresh processes, one after the other, each making ``repeats`` timed calls in
-    float32 and float64 on these inputs: {"f32": (best seconds, output), "f64": ...,
-    "per_process": {"f32": [best seconds of each process], "f64": [...]}}."""
-    import subprocess
-    import tempfile
-    best, per = {}, {"f32": [], "f64": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+class Lone:
+    """A contender in a process of its own (``_torch_alone.py`` or ``_simkit_alone.py``), kept alive
+    for one size: its warm-up outputs, and the seconds of one call in a precision on request."""
+
+    def __init__(self, script, tmp, x, xp, y, tau, grid):
+        src, self.dst = Path(tmp) / f"{script}-in.npz", Path(tmp) / f"{script}-out.npz"
         np.savez(src, x=x, xp=xp, y=y, tau=tau, grid=grid)
-        for _ in range(processes):
-            subprocess.run([sys.executable, str(Path(__file__).parent / script), str(src), str(dst),
-                            str(repeats)], check=True)
-            z = np.load(dst)
-            if bool(z["foreign_loaded"]):
-                raise RuntimeError(f"the lone process of {script} loaded the other contender's library")
-            for k in ("f32", "f64"):
-                t = float(z[f"t_{k}"])
-                per[k].append(t)
-                if k not in best or t < best[k][0]:
-                    best[k] = (t, z[f"out_{k}"])
-    return {**best, "per_process": per}
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / script), str(src), str(self.dst)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{script} did not start")
+        z = np.load(self.dst)
+        if bool(z["foreign_loaded"]):
+            raise RuntimeError(f"the lone process of {script} loaded the other contender's library")
+        self.outputs = {"f32": z["out_f32"], "f64": z["out_f64"]}
 
+    def seconds(self, which):
+        self.proc.stdin.write(which + "\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
 
-def best_times(fns, repeats):
-    """Best wall time of each zero-argument callable over ``repeats`` consecutive calls (a
-    ``(fn, r)`` pair: ``r`` calls). Contenders run one after the other, not interleaved: OpenBLAS
-    threads keep spinning for a while after a NumPy/PyTorch matmul, which slowed whichever
-    contender ran next by up to 30% in an interleaved trial. Returns [(seconds, last result)]."""
-    out = []
-    for f in fns:
-        fn, reps = f if isinstance(f, tuple) else (f, repeats)
-        best, res = float("inf"), None
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            res = fn()
-            best = min(best, time.perf_counter() - t0)
-        out.append((best, res))
-    return out
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -406,184 +387,158 @@ def binding_limit(limits, d, dtype):
     return exp_b, "exp", exp_b, mm_b
 
 
+def _pairs_headline(names):
+    """Ratios reported for one size: label -> (baseline(s), contender(s), target)."""
+    have = set(names)
+    out = {"f64 vs numpy-tuned": ("numpy-tuned", "simkit", None)}
+    if "torch1p-f32" in have:
+        out.update({
+            "f32 vs torch1p-f32 (better of in-process and alone, per round)":
+                (["torch1p-f32", "torch1p-f32-alone"], ["simkit-f32", "simkit-f32-alone"], 1.5),
+            "f32 vs torch1p-f32, both in this process": ("torch1p-f32", "simkit-f32", None),
+            "f32 vs torch1p-f32, both alone": ("torch1p-f32-alone", "simkit-f32-alone", None),
+            "f64 vs torch1p-f64 (better of in-process and alone, per round)":
+                (["torch1p-f64", "torch1p-f64-alone"], ["simkit", "simkit-alone"], None),
+            "f32 vs torch-perk-f32": ("torch-perk-f32", "simkit-f32", None),
+            "f64 vs torch-perk-f64": ("torch-perk-f64", "simkit", None)})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="n / 4, 3 rounds, nothing written (a smoke test)")
+    ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--anchors", type=int, default=1024,
+                    help="n at K_max = 1024 (n / 4 at 65536); 1024 keeps 16 rounds near 8 minutes on a loaded 2-core machine")
+    ap.add_argument("--settle", type=float, default=0.1, help="seconds of sleep before each timed call")
+    ap.add_argument("--limit-repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--alone-processes", type=int, default=4,
-                    help="fresh processes for the lone PyTorch figure, the best counts (default 4)")
-    ap.add_argument("--append", action="store_true", help="add this run to the runs of the results file")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "infonce.json")
     args = ap.parse_args(argv)
-    for name in ("repeats", "alone_processes"):
-        if getattr(args, name) < 1:
-            ap.error(f"argument --{name.replace('_', '-')}: must be a positive integer, got {getattr(args, name)}")
+    if args.quick:
+        args.rounds, args.anchors = 3, args.anchors // 4
+    _rounds.check_rounds(args.rounds, args.quick)
+    if args.settle < 0 or args.limit_repeats < 1 or args.anchors < 1:
+        ap.error("--settle must be >= 0, --limit-repeats and --anchors >= 1")
     import numba
-    load_start = os.getloadavg()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta = _rounds.meta_start()
     have_torch = False
     if not args.no_torch:
         try:
             import torch
             have_torch = True
         except ImportError:
-            print("PyTorch not installed (pip install 'simkit[bench]'); skipping its rows")
+            print("PyTorch not installed (pip install 'simkit[bench]'); skipping its contenders")
     sizes = [(3, 1024), (3, 65536), (32, 1024), (32, 65536)]
-    n = 1024 if args.quick else 4096
+    n = args.anchors
     rng = np.random.default_rng(0)
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs; numba threads {numba.get_num_threads()}"
           + (f"; torch threads {torch.get_num_threads()}, torch {torch.__version__}" if have_torch else ""))
     blas = [{k: v for k, v in i.items() if k in ("internal_api", "version", "architecture", "num_threads")}
             for i in threadpool_info()]
     print(f"BLAS: {blas}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}; "
-          f"load average at start {tuple(round(v, 2) for v in load_start)}")
-    # compile before timing
-    t0 = time.perf_counter()
-    xw = Uniform(3).rvs(8, rng=rng)
-    infonce_losses(xw, xw, Uniform(3).rvs(16, rng=rng), TAU, np.array([1, 2, 16]))
-    xw = Uniform(32).rvs(8, rng=rng)
-    infonce_losses(xw, xw, Uniform(32).rvs(16, rng=rng), TAU, np.array([1, 2, 16]))
+          f"load average at start {tuple(meta['load_average_start'])}")
+    t0 = time.perf_counter()  # compile before timing
+    for d in (3, 32):
+        xw = Uniform(d).rvs(8, rng=rng)
+        for dt in (np.float64, np.float32):
+            infonce_losses(xw, xw, Uniform(d).rvs(16, rng=rng), TAU, np.array([1, 2, 16]), dtype=dt)
     compile_s = time.perf_counter() - t0
     print(f"Numba compile/load time of the estimator (not in the figures): {compile_s:.2f} s")
 
-    limits = measure_limits(min(args.repeats, 5), args.quick, with_torch=have_torch)
-    print("\nlimits of this machine (measured now):")
-    for k_, v in limits["exp_elements_per_s"].items():
-        print(f"  exp {k_:<26} {v / 1e9:7.2f} G elements/s")
-    for k_, v in limits["gemm_gflops"].items():
-        m_, kk, nn_ = limits["gemm_shapes_mkn"][k_.split("_float")[0]]
-        print(f"  gemm {k_:<25} {v:7.1f} GFLOP/s  ({m_} x {kk}) @ ({kk} x {nn_})")
-    print()
-
-    rows = []
-    alone_per_process = {}
-    simkit_alone_per_process = {}
-    header = (f"{'d':>3} {'K_max':>6} {'n':>5} {'contender':<15} {'Mpairs/s':>9} {'simkit x':>9} {'f32 x':>9} "
-              f"{'max abs err':>12} {'limit':>7} {'of limit':>8}")
-    print(header)
-    print("-" * len(header))
+    limits_before = measure_limits(args.limit_repeats, args.quick, with_torch=have_torch)
+    cases = []
     for d, k_max in sizes:
-        nn = n if k_max <= 4096 else max(256, n // 4)
+        nn = n if k_max <= 4096 else max(64, n // 4)
         x = Uniform(d).rvs(nn, rng=rng)
         xp = simkit.VMFKernel(10.0).sample(x, rng=rng)
         y = Uniform(d).rvs(k_max, rng=rng)
         grid = 1 << np.arange(int(np.log2(k_max)) + 1)
+        fns = {"simkit": lambda: infonce_losses(x, xp, y, TAU, grid),
+               "simkit-f32": lambda: infonce_losses(x, xp, y, TAU, grid, dtype=np.float32),
+               "numpy-tuned": lambda: numpy_tuned(x, xp, y, TAU, grid)}
+        if have_torch:
+            fns.update({"torch1p-f32": lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float32),
+                        "torch1p-f64": lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float64),
+                        "torch-perk-f32": lambda: torch_ce(x, xp, y, TAU, grid, torch.float32),
+                        "torch-perk-f64": lambda: torch_ce(x, xp, y, TAU, grid, torch.float64)})
+        outputs = {name: fn() for name, fn in fns.items()}  # warm-up calls, checked below
+        with tempfile.TemporaryDirectory() as tmp:
+            lone = {}
+            if have_torch:
+                lone["torch"] = Lone("_torch_alone.py", tmp, x, xp, y, TAU, grid)
+                lone["simkit"] = Lone("_simkit_alone.py", tmp, x, xp, y, TAU, grid)
+                for who, tag in (("torch", "torch1p"), ("simkit", "simkit")):
+                    for prec in ("f32", "f64"):
+                        name = f"{tag}-{prec}-alone" if who == "torch" or prec == "f32" else "simkit-alone"
+                        fns[name] = (lone[who], prec)
+                        outputs[name] = lone[who].outputs[prec]
+            ref = outputs["simkit"]
+            err = {name: float(np.max(np.abs(out - ref))) for name, out in outputs.items()}
+
+            def timer(name, fn):
+                if isinstance(fn, tuple):
+                    return fn[0].seconds(fn[1])
+                t = time.perf_counter()
+                fn()
+                return time.perf_counter() - t
+
+            t = _rounds.interleaved(fns, args.rounds, timer=timer, between=lambda: time.sleep(args.settle))
+            for p in lone.values():
+                p.close()
         pairs = nn * k_max
-        names = ["simkit", "simkit-f32", "numpy-tuned"]
-        fns = [lambda: infonce_losses(x, xp, y, TAU, grid),
-               lambda: infonce_losses(x, xp, y, TAU, grid, dtype=np.float32),
-               lambda: numpy_tuned(x, xp, y, TAU, grid)]
-        if have_torch:
-            reps = 2 if k_max > 4096 else args.repeats
-            names += ["torch1p-f32", "torch1p-f64", "torch-perk-f32", "torch-perk-f64"]
-            fns += [lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float32),
-                    lambda: torch_single_pass(x, xp, y, TAU, grid, torch.float64),
-                    (lambda: torch_ce(x, xp, y, TAU, grid, torch.float32), reps),
-                    (lambda: torch_ce(x, xp, y, TAU, grid, torch.float64), reps)]
-        timed = best_times(fns, args.repeats)
-        if have_torch:
-            # the same PyTorch contender in a process of its own: the baseline is never handicapped
-            # by sharing a process with Numba's and OpenBLAS's thread pools (the better one counts)
-            alone = run_alone("_torch_alone.py", x, xp, y, TAU, grid, args.repeats, args.alone_processes)
-            alone_per_process[f"d={d} K={k_max}"] = alone["per_process"]
-            names += ["torch1p-f32-alone", "torch1p-f64-alone"]
-            timed += [alone["f32"], alone["f64"]]
-            # and simkit in processes without PyTorch, as many: neither is judged in the other's
-            # environment only (the better of each contender's two figures counts)
-            ours = run_alone("_simkit_alone.py", x, xp, y, TAU, grid, args.repeats, args.alone_processes)
-            simkit_alone_per_process[f"d={d} K={k_max}"] = ours["per_process"]
-            names += ["simkit-alone", "simkit-f32-alone"]
-            timed += [ours["f64"], ours["f32"]]
-        t_s, ref = timed[0]
-        t_s32 = timed[1][0]  # simkit-f32: the like-for-like time of the float32 contenders
-        for name, (t, out) in zip(names, timed):
-            err = float(np.max(np.abs(out - ref)))  # nats
-            rate = pairs / t
-            dt = "float32" if "-f32" in name else "float64"
-            lim, which, exp_b, mm_b = binding_limit(limits, d, dt)
-            rows.append({"d": d, "k_max": k_max, "n": nn, "contender": name, "dtype": dt, "pairs_per_s": rate,
-                         "simkit_speedup": t / t_s, "simkit_f32_speedup": t / t_s32,
-                         "max_abs_err_nat": err, "seconds": t,
-                         "limit_pairs_per_s": lim, "limit_binding": which, "fraction_of_limit": rate / lim,
-                         "exp_bound_pairs_per_s": exp_b, "matmul_bound_pairs_per_s": mm_b})
-            print(f"{d:>3} {k_max:>6} {nn:>5} {name:<15} {rate / 1e6:>9.1f} {t / t_s:>9.2f} {t / t_s32:>9.2f} {err:>12.1e} "
-                  f"{which:>7} {rate / lim:>8.0%}")
+        ratios = {label: _rounds.ratio(t["seconds"], b, c, target=tgt,
+                                       means="baseline seconds / simkit seconds (how many times faster simkit is)")
+                  for label, (b, c, tgt) in _pairs_headline(list(fns)).items()}
+        cases.append({"case": f"d={d} K={k_max}", "params": {"d": d, "k_max": k_max, "n": nn, "tau": TAU,
+                                                              "settle_s": args.settle}, **t,
+                      "ratios": ratios, "max_abs_err_nat": err,
+                      "pairs_per_s_median": {k: pairs / float(np.median(v)) for k, v in t["seconds"].items()}})
+        print(f"\n(d, K_max) = ({d}, {k_max}), n = {nn}, {args.rounds} rounds; load {t['load_1min_per_round'][0]}"
+              f"-{t['load_1min_per_round'][-1]}")
+        for name, v in t["seconds"].items():
+            print(f"  {name:<18} {pairs / np.median(v) / 1e6:9.1f} M pairs/s (median)  max abs err {err[name]:.1e}")
+        for label, r in ratios.items():
+            extra = "" if r["target"] is None else f"  (target >= {r['target']}x: {'met' if r['met'] else 'not shown'})"
+            print(f"  {label:<64} {_rounds.fmt(r)}{extra}")
     # the limits again, after the contenders: on a shared machine the load changes during the run, so
     # the bounds are the better of the two measurements (and the fractions computed against them)
-    limits_after = measure_limits(min(args.repeats, 5), args.quick, with_torch=have_torch)
-    limits_before = limits
+    limits_after = measure_limits(args.limit_repeats, args.quick, with_torch=have_torch)
     limits = _best_of(limits_before, limits_after)
-    for row in rows:
-        lim, which, exp_b, mm_b = binding_limit(limits, row["d"], row["dtype"])
-        row.update(limit_pairs_per_s=lim, limit_binding=which, fraction_of_limit=row["pairs_per_s"] / lim,
-                   exp_bound_pairs_per_s=exp_b, matmul_bound_pairs_per_s=mm_b)
-    print("\nfraction of the limit, with the limits the better of the measurements before and after "
-          "the contenders:")
-    print(f"{'d':>3} {'K_max':>6} {'contender':<15} {'Mpairs/s':>9} {'limit':>7} {'Mpairs/s':>9} {'of limit':>8}")
-    for row in rows:
-        print(f"{row['d']:>3} {row['k_max']:>6} {row['contender']:<15} {row['pairs_per_s'] / 1e6:>9.1f} "
-              f"{row['limit_binding']:>7} {row['limit_pairs_per_s'] / 1e6:>9.1f} {row['fraction_of_limit']:>8.0%}")
-    over = [r for r in rows if r["fraction_of_limit"] > 1.0]
-    for r in over:  # a limit below a contender's own rate was measured under a disturbance
-        print(f"WARNING: {r['contender']} at d = {r['d']}, K_max = {r['k_max']} ran at {r['fraction_of_limit']:.0%} "
-              f"of its {r['limit_binding']} limit: that limit's measurement is too low, and so are the fractions "
-              "computed against it")
+    print("\nfraction of the binding limit (per round; median [95% CI]), limits the better of before and after:")
+    for c in cases:
+        d, k_max, nn = c["params"]["d"], c["params"]["k_max"], c["params"]["n"]
+        fr = {}
+        for name, v in c["seconds"].items():
+            dt = "float32" if "-f32" in name else "float64"
+            lim, which, exp_b, mm_b = binding_limit(limits, d, dt)
+            fr[name] = _rounds.summarise(nn * k_max / np.asarray(v) / lim, means=f"pairs/s / {which} limit",
+                                         limit_pairs_per_s=lim, limit_binding=which)
+        best32 = np.minimum(*(np.asarray(c["seconds"][k]) for k in ("simkit-f32", "simkit-f32-alone"))) \
+            if "simkit-f32-alone" in c["seconds"] else np.asarray(c["seconds"]["simkit-f32"])
+        lim32, which32, _, _ = binding_limit(limits, d, "float32")
+        tgt = 0.6 if (d, k_max) in ((3, 65536), (32, 1024), (32, 65536)) else None
+        fr["simkit-f32, better of in-process and alone"] = _rounds.summarise(
+            nn * k_max / best32 / lim32, target=tgt, means=f"pairs/s / {which32} limit", limit_pairs_per_s=lim32,
+            limit_binding=which32)
+        c["fraction_of_limit"] = fr
+        print(f"  ({d}, {k_max}): " + "; ".join(f"{k} {_rounds.fmt(v, '', 2)}" for k, v in fr.items()
+                                                 if k.startswith("simkit") or k.startswith("torch1p")))
     for dt, b in limits["best"].items():
         print(f"  {dt}: exp {b['exp_per_s_all_cores'] / 1e9:.2f} G/s all cores ({b['exp_per_s_one_core'] / 1e9:.2f} "
               f"one core); d32 gemm {b['gemm_gflops_d32_all_cores']:.1f} GFLOP/s all cores "
               f"({b['gemm_gflops_d32_one_core']:.1f} one core)")
-    # the issue's ratio: simkit float32 against the better of the two single-pass PyTorch float32 figures
-    vs_best = {}
-    for d, k_max in sizes:
-        rate = {r["contender"]: r["pairs_per_s"] for r in rows if (r["d"], r["k_max"]) == (d, k_max)}
-        torch_best = max((rate[c] for c in ("torch1p-f32", "torch1p-f32-alone") if c in rate), default=None)
-        ours_best = max(rate[c] for c in ("simkit-f32", "simkit-f32-alone") if c in rate)
-        if torch_best is not None:
-            vs_best[f"d={d} K={k_max}"] = ours_best / torch_best
-    if vs_best:
-        print("\nthe better of simkit-f32 (this process) and simkit-f32-alone / the better of torch1p-f32 "
-              "(this process) and torch1p-f32-alone: "
-              + ", ".join(f"{k} {v:.2f}x" for k, v in vs_best.items()))
-    load_end = os.getloadavg()
-    print(f"\nlimit = min(exp bound, matmul bound) for the contender's precision on all cores: "
-          f"exp bound = exp/s, matmul bound = d32 GFLOP/s / (2 d) (binding only at d = 32)")
-    print(f"load average at end {tuple(round(v, 2) for v in load_end)}")
-    run = {"started_utc": started, "platform": platform.platform(), "cpus": os.cpu_count(),
-           "numba_threads": numba.get_num_threads(),
-           "torch": torch.__version__ if have_torch else None,
-           "torch_threads": torch.get_num_threads() if have_torch else None,
-           "blas": blas, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-           "loadavg_start": load_start, "loadavg_end": load_end,
-           "torch_imported_before_simkit": TORCH_FIRST,
-           "gomp_spincount_at_torch_import": SPINCOUNT_AT_TORCH_IMPORT,
-           "compile_s": compile_s, "tau": TAU, "repeats": args.repeats, "limits": limits,
-           "alone_processes": args.alone_processes if have_torch else None,
-           "torch1p_alone_seconds_per_process": alone_per_process,
-           "simkit_alone_seconds_per_process": simkit_alone_per_process,
-           "simkit_f32_vs_best_torch1p_f32": vs_best,
-           "simkit_f32_vs_best_torch1p_f32_means": "since 2026-12-05 (the runs before it are in archive/infonce-2026-12-05-epyc-rows8-inprocess.json): the better of simkit-f32 and simkit-f32-alone over the better of torch1p-f32 and torch1p-f32-alone (before: simkit-f32 in this process over the better PyTorch)", "limits_before_contenders": limits_before, "limits_after_contenders": limits_after, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs = []
-    if args.append and args.out.exists():
-        prev = json.loads(args.out.read_text())
-        runs = prev.get("runs", [])
-    runs.append(run)
-    doc = {"benchmark": "InfoNCE l_k on the whole k grid: simkit vs NumPy and PyTorch CPU, with the "
-                        "machine's exp and matmul limits measured in the same run",
-           "runs": runs}
-    if len(runs) >= 2:
-        doc["simkit_speedup_by_run"] = {
-            f"d={r['d']} K={r['k_max']} {r['contender']}": [
-                next(q["simkit_speedup"] for q in rr["rows"] if (q["d"], q["k_max"], q["contender"])
-                     == (r["d"], r["k_max"], r["contender"])) for rr in runs]
-            for r in runs[-1]["rows"]}
-        doc["simkit_f32_speedup_by_run"] = {
-            f"d={r['d']} K={r['k_max']} {r['contender']}": [
-                next(q["simkit_f32_speedup"] for q in rr["rows"] if (q["d"], q["k_max"], q["contender"])
-                     == (r["d"], r["k_max"], r["contender"])) for rr in runs]
-            for r in runs[-1]["rows"]}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    meta.update(numba_threads=numba.get_num_threads(), torch=torch.__version__ if have_torch else None,
+                torch_threads=torch.get_num_threads() if have_torch else None, blas=blas,
+                openblas_coretype=os.environ.get("OPENBLAS_CORETYPE"), torch_imported_before_simkit=TORCH_FIRST,
+                gomp_spincount_at_torch_import=SPINCOUNT_AT_TORCH_IMPORT)
+    doc = _rounds.document("InfoNCE l_k on the whole k grid: simkit vs NumPy and PyTorch CPU, with the machine's "
+                           "exp and matmul limits measured in the same run", meta, cases, compile_s=compile_s,
+                           limits=limits, limits_before_contenders=limits_before,
+                           limits_after_contenders=limits_after)
+    print(f"load average at end {tuple(doc['meta']['load_average_end'])}")
+    if not args.quick:
+        _rounds.write(args.out, doc)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Scaling of the study engine: in-process against a Dask LocalCluster of 1 and of 2 worker processes.
 
-Runs, side by side and round-robin (so that load from other jobs on the machine hits every mode
-alike), each design
+Runs, in interleaved rounds (benchmarks/_rounds.py: each round runs every mode once, the order of
+the modes alternating between rounds, so that load from other jobs on the machine hits every mode
+alike), each design of ``--designs`` (default ``quick``)
     * ``quick``: the quick rate_k study, ``resolve_config(STUDY, quick=True)`` (3 settings x (1 + 32) tasks,
       and the mixture's preparation split into 16 parts: 115 tasks);
     * ``blocks``: a design whose work is mostly parallel blocks (uniform-d3 and vmf-d8, K = 65536,
@@ -24,17 +25,19 @@ Dask task stream on the cluster, a timer around each task in-process), the overh
 ``1 - task time / (wall x workers)``, the CPU seconds of the driver process (the engine's loop,
 checkpoints, summary and netCDF, and the LocalCluster's scheduler and nannies), the phases (preparations, blocks, driver tail), the ideal
 wall time of the engine's two-stage schedule from the measured task durations, and the task size
-that would keep the overhead under 5%; medians over ``--repeats`` rounds, and the best (smallest)
-wall times. The machine is shared, so each round also measures the parallel capacity that two
-worker processes get at that moment: a fixed load (16 blocks of the ``blocks`` design) on one
-worker alone, then on both at once; 2.0 means two full cores. The datasets of all modes are
-checked identical.
+that would keep the overhead under 5%; medians over ``--rounds`` rounds (default 15). The speed-ups
+are per-round ratios of wall times (1 worker / 2 workers, 1 worker / in-process), their medians with
+95% percentile bootstrap intervals. The machine is shared, so each round also measures the parallel
+capacity that two worker processes get at that moment: a fixed load (``--capacity-blocks`` blocks
+of the ``blocks`` design) on one worker alone, then on both at once; 2.0 means two full cores; the
+fraction of capacity is the per-round speed-up over that round's capacity (target >= 0.9, met when
+the interval's lower end clears it). The datasets of all modes are checked identical.
 
 ``--full-tasks`` instead times, in-process, each cell's preparation (its tasks, the second call:
 the first loads Numba's cache) and 4 blocks of the full (default) rate_k design, the task sizes that
 docs/scaling.md uses to plan a 64-worker run.
 
-Run: ``python benchmarks/bench_scaling.py [--repeats R]`` and ``python benchmarks/bench_scaling.py
+Run: ``python benchmarks/bench_scaling.py [--rounds R] [--designs quick,blocks]`` and ``python benchmarks/bench_scaling.py
 --full-tasks``; results in benchmarks/results/scaling.json (each updates its own part).
 """
 
@@ -49,6 +52,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _rounds  # noqa: E402  (NumPy only: nothing that fixes Numba's thread count)
 
 # Heavy imports (simkit, and through it Numba) happen inside the functions below: worker
 # processes are spawned, and a spawned process re-imports this file as ``__mp_main__``; importing
@@ -113,7 +119,7 @@ def _spin(cfg: dict, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def _capacity(client, cfg: dict, n: int = 16) -> dict:
+def _capacity(client, cfg: dict, n: int) -> dict:
     """What two worker processes get from the machine right now: the same fixed load run on one
     worker alone, then on both at once; capacity = 2 x alone / together (2 = two full cores)."""
     w = sorted(client.scheduler_info()["workers"])
@@ -180,11 +186,13 @@ def _timed_dask(cfg, out: Path, cluster, client) -> dict:
 
 
 def _same_results(a, b) -> bool:
-    """results_identical, ignoring git_commit: the shared checkout may get commits during a run."""
+    """results_identical, ignoring the checkout's provenance (git_commit, and for a modified tree the
+    changed files and the diff's hash): the checkout may get commits or edits during a run."""
     from simkit.runner import results_identical
     a, b = a.copy(), b.copy()
     for d in (a, b):
-        d.attrs.pop("git_commit", None)
+        for key in ("git_commit", "git_changed_files", "git_diff_sha256"):
+            d.attrs.pop(key, None)
     return results_identical(a, b)
 
 
@@ -267,26 +275,41 @@ def _write(part: str, value) -> None:
     print(f"wrote {path} ({part})")
 
 
+MODES = ("in-process", "1 worker", "2 workers")
+TARGET_FRACTION_OF_CAPACITY = 0.9
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per design and mode (default 3)")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (>= 15)")
+    ap.add_argument("--designs", default="quick", help="comma-separated: quick, blocks (default quick)")
+    ap.add_argument("--capacity-blocks", type=int, default=8, help="blocks of the capacity calibration")
+    ap.add_argument("--smoke", action="store_true", help="allow fewer than 15 rounds (a trial run)")
     ap.add_argument("--full-tasks", action="store_true", help="only time the full design's tasks in-process")
     args = ap.parse_args(argv)
     if args.full_tasks:
         _write("full_design_tasks", full_tasks())
         return 0
+    _rounds.check_rounds(args.rounds, args.smoke)
+    wanted = [d.strip() for d in args.designs.split(",") if d.strip()]
+    if not wanted or any(d not in ("quick", "blocks") for d in wanted) or args.capacity_blocks < 1:
+        ap.error(f"--designs must list quick and/or blocks (got {args.designs!r}); --capacity-blocks >= 1")
 
     import logging
+
+    import numpy as np
 
     from distributed import Client, LocalCluster
 
     import simkit
 
-    designs = _designs()
-    load_before = os.getloadavg()
-    print(f"{platform.platform()}; {os.cpu_count()} CPUs; load average {load_before[0]:.2f}", flush=True)
+    meta = _rounds.meta_start()
+    all_designs = _designs()
+    designs = {k: all_designs[k] for k in wanted}
+    print(f"{platform.platform()}; {os.cpu_count()} CPUs; load average {meta['load_average_start'][0]:.2f}", flush=True)
     t = time.perf_counter()
-    _, _, threads_here = _warm(list(designs.values()))
+    warm_cfgs = list({**designs, "blocks": all_designs["blocks"]}.values())
+    _, _, threads_here = _warm(warm_cfgs)
     print(f"in-process warm-up {time.perf_counter() - t:.1f} s (Numba threads {threads_here})", flush=True)
     clusters = {}
     for n in (1, 2):
@@ -302,22 +325,23 @@ def main(argv=None) -> int:
         client.register_plugin(MallocTuning())
         started = time.perf_counter() - t
         workers = list(client.scheduler_info()["workers"])
-        warm = client.gather([client.submit(_warm, list(designs.values()), workers=[w], allow_other_workers=False,
+        warm = client.gather([client.submit(_warm, warm_cfgs, workers=[w], allow_other_workers=False,
                                             pure=False, key=f"warm-up-{w}") for w in workers])
         assert {th for _, _, th in warm} == {1}, f"workers run {warm} Numba threads, not 1"
         print(f"{n} worker(s): started in {started:.1f} s, warm-up {max(s for _, s, _ in warm):.1f} s "
               f"(Numba threads per worker: {[th for _, _, th in warm]})", flush=True)
         clusters[n] = (cluster, client)
 
-    runs = {d: {m: [] for m in ("in-process", "1 worker", "2 workers")} for d in designs}
-    capacity = []
+    runs = {d: {m: [] for m in MODES} for d in designs}
+    capacity, loads = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            capacity.append(_capacity(clusters[2][1], designs["blocks"]))
-            print(f"[{r + 1}/{args.repeats}] parallel capacity of 2 worker processes: {capacity[-1]['capacity']:.2f} "
-                  f"cores", flush=True)
+        for r in range(args.rounds):
+            loads.append(_rounds.loadavg()[0])
+            capacity.append(_capacity(clusters[2][1], all_designs["blocks"], args.capacity_blocks))
+            print(f"[{r + 1}/{args.rounds}] load {loads[-1]:.2f}; parallel capacity of 2 worker processes: "
+                  f"{capacity[-1]['capacity']:.2f} cores", flush=True)
             for dname, cfg in designs.items():
-                for mode in ("in-process", "1 worker", "2 workers"):
+                for mode in _rounds.order_of(MODES, r):
                     out = Path(tmp) / f"{dname}-{mode.replace(' ', '')}-{r}.nc"
                     if mode == "in-process":
                         s = _timed_in_process(cfg, out)
@@ -325,7 +349,7 @@ def main(argv=None) -> int:
                         cluster, client = clusters[int(mode[0])]
                         s = _timed_dask(cfg, out, cluster, client)
                     runs[dname][mode].append(s)
-                    print(f"[{r + 1}/{args.repeats}] {dname:<6} {mode:<10} wall {s['wall_s']:6.2f} s  "
+                    print(f"[{r + 1}/{args.rounds}] {dname:<6} {mode:<10} wall {s['wall_s']:6.2f} s  "
                           f"tasks {s['task_time_s']:6.2f} s  overhead {100 * s['overhead_fraction']:5.1f}%",
                           flush=True)
     logging.getLogger("distributed").setLevel(logging.ERROR)  # no INFO lines while closing
@@ -333,17 +357,16 @@ def main(argv=None) -> int:
         client.close()
         cluster.close()
 
-    results = {}
+    cap = [c["capacity"] for c in capacity]
+    cases = []
     for dname, modes in runs.items():
         ref = modes["in-process"][0]["dataset"]
         identical = all(_same_results(ref, s["dataset"]) for ss in modes.values() for s in ss)
         med = {m: {k: (statistics.median(s[k] for s in ss) if isinstance(ss[0][k], float) else ss[0][k])
                    for k in ss[0] if k not in ("dataset", "prepare_durations_s", "block_durations_s")}
                for m, ss in modes.items()}
-        for m, ss in modes.items():
-            med[m]["wall_s_runs"] = [s["wall_s"] for s in ss]
-            med[m]["wall_s_min"] = min(s["wall_s"] for s in ss)
-        w1, w2, ip = med["1 worker"], med["2 workers"], med["in-process"]
+        seconds = {m: [s["wall_s"] for s in ss] for m, ss in modes.items()}
+        w1 = med["1 worker"]
         # the ceiling of the engine's schedule (every preparation, a barrier, every block) on 2
         # workers, from the task durations measured on 1 worker (no contention between workers)
         one = modes["1 worker"][0]
@@ -352,63 +375,62 @@ def main(argv=None) -> int:
         # per-task cost of the engine + Dask in the block phase, and the task size for < 5%
         n_blocks = w1["n_tasks"] - len(w1["prepare_task_s"])
         per_task = max(w1["block_phase_s"] - w1["block_task_s_total"], 0.0) / n_blocks
-        fixed = w1["head_s"] + w1["tail_s"]
-        results[dname] = {
-            "config": {k: v for k, v in designs[dname].items()},
-            "identical_datasets": identical,
-            "modes": med,
-            "speedup_2_vs_1_worker": w1["wall_s"] / w2["wall_s"],
-            "speedup_in_process_vs_1_worker": w1["wall_s"] / ip["wall_s"],
-            "speedup_2_vs_1_worker_best_runs": w1["wall_s_min"] / w2["wall_s_min"],
-            "speedup_in_process_vs_1_worker_best_runs": w1["wall_s_min"] / ip["wall_s_min"],
+        speedup = _rounds.ratio(seconds, "1 worker", "2 workers", means="1-worker wall / 2-worker wall")
+        ratios = {
+            "2 vs 1 worker": speedup,
+            "in-process vs 1 worker": _rounds.ratio(seconds, "1 worker", "in-process",
+                                                    means="1-worker wall / in-process wall"),
+            "2 workers vs in-process": _rounds.ratio(seconds, "in-process", "2 workers",
+                                                     means="in-process wall / 2-worker wall"),
+            "fraction of capacity": _rounds.summarise(
+                np.asarray(speedup["per_round"]) / np.asarray(cap), target=TARGET_FRACTION_OF_CAPACITY,
+                means="per-round speed-up 2 vs 1 worker / that round's parallel capacity of 2 workers"),
+        }
+        cases.append({
+            "case": dname, "params": {k: v for k, v in designs[dname].items()}, "rounds": args.rounds,
+            "order": "alternating: " + ", ".join(MODES) + " in even rounds, reversed in odd ones",
+            "seconds": seconds, "load_1min_per_round": loads, "ratios": ratios,
+            "identical_datasets": identical, "modes_median": med,
             "ceiling_speedup_2_vs_1_worker": ceiling,
-            "block_phase_speedup_2_vs_1_worker": w1["block_phase_s"] / w2["block_phase_s"],
+            "ceiling_fraction_of_capacity": min(ceiling, statistics.median(cap)) / statistics.median(cap),
+            "block_phase_speedup_2_vs_1_worker": w1["block_phase_s"] / med["2 workers"]["block_phase_s"],
             "serial_fraction_1_worker": max(w1["prepare_task_s"]) / w1["task_time_s"],
             "overhead_per_block_task_s": per_task,
-            "fixed_driver_s": fixed,
+            "fixed_driver_s": w1["head_s"] + w1["tail_s"],
             "block_task_s_for_5pct_overhead": 19.0 * per_task,
-        }
-    load_after = os.getloadavg()
-    out = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_before": load_before, "load_average_after": load_after},
-        "simkit_version": simkit.__version__,
-        "repeats": args.repeats,
-        "worker_env": WORKER_ENV,
-        "worker_malloc": "simkit.runner._dask_plugin.MallocTuning in every worker (mmap threshold 32 MiB, "
-                         "trim threshold 64 MiB, over the nanny's MALLOC_TRIM_THRESHOLD_=65536); since 2026-12-04",
-        "parallel_capacity_2_workers": {"runs": capacity,
-                                        "median": statistics.median(c["capacity"] for c in capacity)},
-        "results": results,
-    }
-    cap = out["parallel_capacity_2_workers"]["median"]
-    for r in results.values():  # issue 15: the measured speed-up against what two processes can get here
-        r["fraction_of_capacity"] = r["speedup_2_vs_1_worker"] / cap
-        r["ceiling_fraction_of_capacity"] = min(r["ceiling_speedup_2_vs_1_worker"], cap) / cap
+        })
+    meta.update(simkit_version=simkit.__version__)
+    out = _rounds.document(
+        "scaling", meta, cases, worker_env=WORKER_ENV,
+        worker_malloc="simkit.runner._dask_plugin.MallocTuning in every worker (mmap threshold 32 MiB, "
+                      "trim threshold 64 MiB, over the nanny's MALLOC_TRIM_THRESHOLD_=65536)",
+        parallel_capacity_2_workers={"runs": capacity, "blocks": args.capacity_blocks,
+                                     **_rounds.summarise(cap, means="2 x alone / together")})
     print()
-    for dname, r in results.items():
-        m = r["modes"]
-        print(f"{dname}: {r['config']['settings']}, k_max {r['config']['k_max']}, {r['config']['n_blocks']} blocks;"
-              f" datasets identical across modes: {r['identical_datasets']}")
-        print(f"  {'mode':<11}{'wall s':>8}{'best s':>8}{'tasks s':>9}{'overhead':>10}{'prep phase':>12}{'block phase':>13}"
+    for c in cases:
+        m, r = c["modes_median"], c["ratios"]
+        print(f"{c['case']}: {c['params']['settings']}, k_max {c['params']['k_max']}, {c['params']['n_blocks']} "
+              f"blocks; datasets identical across modes: {c['identical_datasets']}")
+        print(f"  {'mode':<11}{'wall s':>8}{'tasks s':>9}{'overhead':>10}{'prep phase':>12}{'block phase':>13}"
               f"{'tail s':>8}{'ideal s':>9}")
         for mode, s in m.items():
-            print(f"  {mode:<11}{s['wall_s']:>8.2f}{s['wall_s_min']:>8.2f}{s['task_time_s']:>9.2f}{100 * s['overhead_fraction']:>9.1f}%"
+            print(f"  {mode:<11}{s['wall_s']:>8.2f}{s['task_time_s']:>9.2f}{100 * s['overhead_fraction']:>9.1f}%"
                   f"{s['prepare_phase_s']:>12.2f}{s['block_phase_s']:>13.2f}{s['tail_s']:>8.2f}{s['ideal_wall_s']:>9.2f}")
-        print(f"  speed-up 2 vs 1 worker {r['speedup_2_vs_1_worker']:.2f}x (best runs "
-              f"{r['speedup_2_vs_1_worker_best_runs']:.2f}x; {r['fraction_of_capacity']:.2f} of the calibrated "
-              f"capacity of two processes; ceiling of the engine's schedule "
-              f"{r['ceiling_speedup_2_vs_1_worker']:.2f}x; block phase {r['block_phase_speedup_2_vs_1_worker']:.2f}x); "
-              f"in-process vs 1 worker {r['speedup_in_process_vs_1_worker']:.2f}x")
-        print(f"  longest preparation = {100 * r['serial_fraction_1_worker']:.0f}% of the task time; overhead per "
-              f"block task {1000 * r['overhead_per_block_task_s']:.1f} ms (median block "
+        print(f"  speed-up 2 vs 1 worker {_rounds.fmt(r['2 vs 1 worker'])}; fraction of capacity "
+              f"{_rounds.fmt(r['fraction of capacity'])} (target >= 0.9: "
+              f"{'met' if r['fraction of capacity']['met'] else 'not shown'}); in-process vs 1 worker "
+              f"{_rounds.fmt(r['in-process vs 1 worker'])}; 2 workers vs in-process {_rounds.fmt(r['2 workers vs in-process'])}"
+              f"; schedule ceiling {c['ceiling_speedup_2_vs_1_worker']:.2f}x; block phase "
+              f"{c['block_phase_speedup_2_vs_1_worker']:.2f}x")
+        print(f"  longest preparation = {100 * c['serial_fraction_1_worker']:.0f}% of the task time; overhead per "
+              f"block task {1000 * c['overhead_per_block_task_s']:.1f} ms (median block "
               f"{1000 * m['1 worker']['block_task_s_median']:.0f} ms): blocks of >= "
-              f"{r['block_task_s_for_5pct_overhead']:.2f} s keep it under 5%; fixed driver cost {r['fixed_driver_s']:.2f} s")
+              f"{c['block_task_s_for_5pct_overhead']:.2f} s keep it under 5%; fixed driver cost {c['fixed_driver_s']:.2f} s")
         print(f"  driver process CPU: {m['1 worker']['driver_cpu_s']:.2f} s (1 worker), "
               f"{m['2 workers']['driver_cpu_s']:.2f} s (2 workers)")
-    print(f"parallel capacity of 2 worker processes (fixed load alone vs both at once): median "
-          f"{out['parallel_capacity_2_workers']['median']:.2f} cores; load average before {load_before[0]:.2f}, "
-          f"after {load_after[0]:.2f}")
+    pc = out["parallel_capacity_2_workers"]
+    print(f"parallel capacity of 2 worker processes: {_rounds.fmt(pc, ' cores')}; load average before "
+          f"{meta['load_average_start'][0]:.2f}, after {out['meta']['load_average_end'][0]:.2f}")
     _write("scaling", out)
     return 0
 
