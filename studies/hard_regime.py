@@ -29,7 +29,7 @@ from simkit.estimators.infonce import GapEstimator, control_variate_means, k_gri
 from simkit.stats.sensitivity import (block_groups, exact_fit_bias, k_min_sensitivity, nested_pilot_coefficients,
                                       pilot_sensitivity, put_row, sensitivity_tables, sensitivity_vars, size_cell_blocks,
                                       sub_blocks_per_task)
-from simkit.claims.protocol import protocol_attrs
+from simkit.claims.protocol import protocol_attrs, protocol_sha256
 from simkit.runner import Check, Param, Study, Var, block_of, check_result, estimate_vars, recorded_sha
 
 __all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "PROTOCOL_MAXT_PATH", "rate_rule",
@@ -184,17 +184,17 @@ def _c1_check(ds, max_t: bool = False) -> dict:
 
 
 def _c1_pvalues(ds, max_t: bool = False) -> dict[str, tuple[float, float]]:
-    h = _hard(ds)
-    curve = {n: ("p", f"{n}_max_t_p" if max_t else f"{n}_p") for n in ("curve", "dgap")}
+    h, curve = _hard(ds), {n: ("p", f"{n}_max_t_p" if max_t else f"{n}_p") for n in ("curve", "dgap")}
     return cell_pvalues(h, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t"), **curve},
                         n_blocks=int(h["n_units"].values), label="hard")
 
 
 def _c1(max_t: bool) -> Check:
     path, curve = (PROTOCOL_MAXT_PATH, "bootstrap max-t") if max_t else (PROTOCOL_PATH, "Hotelling T^2")
+    sha = lambda ds: recorded_sha(ds) if ds.attrs.get("protocol_path") == path else str(protocol_sha256(path))[:16]  # noqa: E731
     return Check(
         claim="C1",
-        statistic=lambda ds: (f"pre-registered rule ({path}, sha256 {recorded_sha(ds)}…): C1 at tau = 0.02 "
+        statistic=lambda ds: (f"pre-registered rule ({path}, sha256 {sha(ds)}…): C1 at tau = 0.02 "
                               f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
                               f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student "
                               f"t), MC curve and Z-free dgap against the exact curve at every k ({curve}), each at "

@@ -111,6 +111,9 @@ def test_quick_records_the_protocol_and_is_exploratory(quick):
     rows = STUDY.claim_rows(ds)
     assert len(rows) == 2 and [r["claim"] for r in rows] == ["C1", "C1"]
     assert PROTOCOL_PATH in rows[0]["statistic"] and PROTOCOL_MAXT_PATH in rows[1]["statistic"]
+    for r, path in zip(rows, (PROTOCOL_PATH, PROTOCOL_MAXT_PATH)):  # each row cites its own protocol's hash
+        if (ROOT / path).is_file():
+            assert hashlib.sha256((ROOT / path).read_bytes()).hexdigest()[:16] in r["statistic"], path
     for r in rows:
         assert r["analysis"] == "exploratory"  # a quick design is never confirmatory
         assert r["false_fail_rate"] == pytest.approx(1 - (1 - ALPHA) ** 5)
