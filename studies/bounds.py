@@ -345,7 +345,7 @@ class Bounds(Study):
                 blocks = raw["raw_gap"].values[i, :, j][:, sel]
                 blocks = blocks[np.all(np.isfinite(blocks), axis=1)]
                 if blocks.shape[0] >= 3:
-                    t = trend_test(np.log2(k[sel]), blocks, alternative="greater", alpha=0.01, power=0.9)
+                    t = trend_test(np.log2(k[sel]), blocks, alternative="greater", alpha=0.01)
                     tr[i, j], tr_se[i, j] = t.slope, t.se
         out["gap_trend"], out["gap_trend_mcse"] = tr, tr_se
         iso = raw["raw_isometry"].values

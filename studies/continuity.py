@@ -27,7 +27,7 @@ import xarray as xr
 from simkit import VMFKernel
 from simkit.stats.analysis import mean_mcse, ratio_of_means
 from simkit.stats import bound_growth as bg
-from simkit.stats.trend import wls_slope_test
+from simkit.stats.trend import DETECT_POWER, wls_slope_test
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, build_pi
 from simkit.embeddings.embedding import family_embedding
 from simkit.embeddings.perturbation import CapBump, perturb
@@ -130,10 +130,9 @@ def _slope_vars(name: str, text: str) -> dict:
                                  "delete-one-block jackknife"),
             f"slope_{name}_se": Var(SE, f"jackknife SE of slope_{name}", "1", "delete-one-block jackknife"),
             f"slope_{name}_p": Var(SE, f"p-value for slope_{name}", "1", f"Student t with n_blocks - 1 df, {sided}"),
-            f"slope_{name}_detect50": Var(SE, f"slope detected with probability 1/2 ({text})", "1",
-                                          f"critical t at level {ALPHA:g} times the SE"),
-            f"slope_{name}_detect80": Var(SE, f"slope detected with probability 0.8 ({text})", "1",
-                                          "(critical t + z_0.8) times the SE")}
+            f"slope_{name}_mde": Var(SE, f"smallest slope detected with probability {DETECT_POWER:g} ({text})", "1",
+                                     f"(critical t at level {ALPHA:g} + t_{DETECT_POWER:g}) times the SE, n_blocks - "
+                                     "1 df (simkit.stats.trend.detectable_t)")}
 
 
 def _ni_vars(q: str, role: str) -> dict:
@@ -374,7 +373,7 @@ class Continuity(Study):
             fits = np.array([[wls_slope_test(k, blocks[var][s, :, e], cfg["k_fit_min"], alpha=ALPHA,
                                              one_sided=name in _ONE_SIDED)
                               for e in range(n_eps)] for s in range(n_set)])
-            for i, suffix in enumerate(("", "_se", "_p", "_detect50", "_detect80")):
+            for i, suffix in enumerate(("", "_se", "_p", "_mde")):
                 out[f"slope_{name}{suffix}"] = fits[..., i]
         errors = [str(e) for e in raw["cell_error"].values]
         cells = [[bg.cell_verdict({t: int(out[f"violations_{t}"][s, e].sum()) for t in ("avg", "max", "score")},

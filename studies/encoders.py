@@ -27,7 +27,7 @@ from simkit.stats.retrieval import RETRIEVAL_METRICS, collapsed_start_rule, retr
 from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, mixture_means
 from simkit.embeddings.embedding import TwoLayerEmbedding, family_embedding, padded_params
 from simkit.embeddings.perturbation import collapse_output
-from simkit.stats.trend import paired_t_power, sqrt_k_term_test, sqrt_k_term_vars
+from simkit.stats.trend import DETECT_POWER, paired_t_power, sqrt_k_term_test, sqrt_k_term_vars
 from simkit.exact.finite import exact_constants, log_weights
 from simkit.estimators.finite import block_terms, retrieval_terms, sample_rows
 from simkit.estimators.infonce import k_grid
@@ -57,7 +57,7 @@ FAMILY = {"lin": "linear", "mlp": "two_layer"}
 #: the pre-registered rules R (D_k with its second-order term) and L (retrieval from a far start)
 PROTOCOL_PATH = "protocols/encoders.md"
 #: R: power 0.9 against a 1/sqrt(k) term as large as D_k at k_min, or the setting is not assessed
-R_POWER = 0.9
+R_POWER = DETECT_POWER
 #: L: collapsed start (output layer u a^T + FAR_NOISE x random), precondition, margin, planned sd
 FAR_NOISE = 0.05
 MIN_RISK_FALL = 0.1

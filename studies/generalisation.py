@@ -20,6 +20,7 @@ from scipy import stats
 
 from simkit import Uniform, VMFKernel
 from simkit.stats.analysis import mean_mcse
+from simkit.stats.trend import DETECT_POWER
 from simkit.stats.generalisation import (BOUND_SCHEMA, bound_vars, c3_conclusion, ni_schema, ni_summary, ni_verdicts,
                                          ni_detail, rate_sweep, sweep_detail, sweep_schema,
                                          trend_sweep)
@@ -41,7 +42,7 @@ TASK_ERRORS = "task errors: {errors}"
 #: level of every check (one-sided tests at ALPHA; the two-sided C6 test at ALPHA in total)
 ALPHA = 0.01
 #: detection probability at which each check's power is stated
-POWER = 0.9
+POWER = DETECT_POWER
 #: equivalence margin of the supplementary C6 check: |trend of E[G]| per doubling of d, relative to E[G].
 #: Bounds with an explicit sqrt(d) grow by 41% per doubling, log d by 1/log2(d) (14-50% here).
 EQUIV_MARGIN = 0.10

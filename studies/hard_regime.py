@@ -1,21 +1,13 @@
 """Claim C1 at expansion scale 50 (confirmatory): uniform pi on S^2, tau = 0.02, k up to 2^20; and
 sensitivity tables of the rate verdict (exploratory).
 
-Pre-registered in ``protocols/hard_regime.md`` (committed alone before the confirmatory run; its
-path, SHA-256 and commit are global attributes of the dataset). ``rate_k`` tests C1 where the
-expansion scale max(E[Z2/Z^2], E[m1/Z]) is about 10; here it is 50 (kappa = 50), k * gap_k rises to
-a maximum near k = 300 before settling to c1 = 25.5, and the fit starts at k_min = smallest grid
-k >= 16 * 50 = 1024. The estimator and verdict are rate_k's (simkit.estimators.infonce.GapEstimator,
-simkit.stats.analysis.rate_verdict and truth_verdict at alpha = 1e-3). Exploratory tables: the rate
-verdict's sensitivity to the k_min factor, the block size and the pilot size, here and at the three
-rate_k settings.
-
-Cells: ``hard`` (the confirmatory cell, the design of the protocol) and ``<base>:b=<size>`` (the same
-setting with blocks of ``size`` anchors, ``sens_total`` anchors in all: exploratory); for each
-rate_k setting ``<setting>`` (256-anchor blocks) and ``<setting>:b=<size>`` likewise (exploratory).
-How block-size cells split into sub-blocks and how the pilot-size table reuses the 256-anchor cells'
-blocks: docs/design.md, "studies/hard_regime", with the ADEMP statement (also the class attribute
-``HardRegime.ademp``, stored in the dataset).
+Pre-registered in ``protocols/hard_regime.md`` (Hotelling F curve tests) and, on the same design and
+blocks, ``protocols/hard_regime_maxt.md`` (rate_k's bootstrap max-t curve tests; the protocol whose
+path, SHA-256 and commit the dataset records). Estimator and rules are rate_k's (GapEstimator,
+rate_verdict and truth_verdict at alpha = 1e-3); the fit starts at k_min = smallest grid k >= 16 * 50.
+Cells: ``hard`` (confirmatory), ``hard:b=<size>`` and the rate_k settings (exploratory tables of the
+rate verdict's sensitivity to the k_min factor, block size and pilot size); their layout and the ADEMP
+statement: docs/design.md, "studies/hard_regime" (also ``HardRegime.ademp``, stored in the dataset).
 
 Run it: ``simkit run hard_regime`` (the pre-registered design) or ``--quick`` (CI, never confirmatory).
 """
@@ -24,28 +16,31 @@ from __future__ import annotations
 
 import copy
 import math
+from functools import partial
 
 import numpy as np
-from scipy import stats
 
 from simkit import VMFKernel, exact
-from simkit.stats.analysis import C1_NAMES, RATE_FIELDS, TRUTH_FIELDS, mean_mcse, rate_truth_verdict, rate_verdict
+from simkit.stats.analysis import (C1_NAMES, RATE_FIELDS, TRUTH_FIELDS, cell_pvalues, mean_mcse, rate_truth_verdict,
+                                   rate_verdict, truth_rng)
 from simkit.distributions.designs import RATE_SETTINGS, build_pi
 from simkit.exact.curve import gap_curve, second_order_constant
 from simkit.estimators.infonce import GapEstimator, control_variate_means, k_grid
 from simkit.stats.sensitivity import (block_groups, exact_fit_bias, k_min_sensitivity, nested_pilot_coefficients,
                                       pilot_sensitivity, put_row, sensitivity_tables, sensitivity_vars, size_cell_blocks,
                                       sub_blocks_per_task)
-from simkit.claims.protocol import protocol_attrs
+from simkit.claims.protocol import protocol_attrs, protocol_sha256
 from simkit.runner import Check, Param, Study, Var, block_of, check_result, estimate_vars, recorded_sha
 
-__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "rate_rule", "confirmatory_verdict"]
+__all__ = ["STUDY", "SCHEMA", "ALPHA", "N_ALPHA_TESTS", "HARD", "PROTOCOL_PATH", "PROTOCOL_MAXT_PATH", "rate_rule",
+           "confirmatory_verdict"]
 
-#: level of each of the five component tests of the rule (as rate_k): slope interval, slope = -1/2,
-#: c1 t, and via the exact-curve tests c2 t, the exact curve and the exact dgap
+#: level of each of the five component tests of both rules (as rate_k): slope interval, c1 t, c2 t, curve, dgap
 ALPHA = 1e-3
 N_ALPHA_TESTS = 5
 PROTOCOL_PATH = "protocols/hard_regime.md"
+#: the same rule with the bootstrap max-t curve and dgap tests (the dataset's confirmatory protocol)
+PROTOCOL_MAXT_PATH = "protocols/hard_regime_maxt.md"
 #: uniform pi on S^2, vMF kernel kappa_M = 50, tau = 1/kappa_M: expansion scale 50 (not the pre-asymptotic regime)
 HARD = {"pi": "uniform", "dim": 3, "kappa_pi": 0.0, "kappa_m": 50.0, "tau": 0.02}
 #: anchors per block of the confirmatory cell and of the rate_k-setting cells (rate_k's value)
@@ -81,9 +76,8 @@ SCHEMA = {
                           "nested pilots (the same first pilot blocks); 0 = Taylor values (1, 1, -1/2)"),
     **{f"prep_{n}": _v(C, f"per-cell constant {n}", "prepare stage (exact values; nats for c1, c2 and CE)")
        for n in ("c1_exact", "c1_exact_mcse", "ce_exact", "ce_exact_mcse", "c2_exact", "c2_exact_mcse", "rho", "mbar")},
-    "prep_gap_exact": _v(("cell", "gap_exact_dim0"), "exact gap on the k grid, in nats",
-                         "simkit.exact.curve.gap_curve; 256-anchor cells with exact quadrature (uniform, vMF pi); NaN "
-                         "elsewhere"),
+    "prep_gap_exact": _v(("cell", "gap_exact_dim0"), "exact gap on the k grid, in nats", "simkit.exact.curve.gap_curve; "
+                         "256-anchor cells with exact quadrature (uniform, vMF pi); NaN elsewhere"),
     "prep_gap_exact_cov": _v(("cell", "gap_exact_cov_dim0", "gap_exact_cov_dim1"), "covariance of the exact gap's "
                              "Monte Carlo error across k (nats squared)", "zero: the curve is exact where computed"),
     # per-cell summaries
@@ -103,10 +97,8 @@ SCHEMA = {
                 "factor; see rate_k's dataset for the definitions") for name in
        ("slope", "slope_se", "slope_ci_low", "slope_ci_high", "slope_p_half", "slope_p_one", "slope_verdict_low",
         "slope_verdict_high", "curvature", "slope_se_wls", "k_min")},
-    **estimate_vars("c1_estimate", C, "estimated c1", "WLS of gap on 1/k and 1/k^2 over k >= k_min",
-                    nats=True, mcse="delete-one-block jackknife"),
-    **estimate_vars("c2_estimate", C, "estimated c2", "coefficient of 1/k^2",
-                    nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c1_estimate", C, "estimated c1", "WLS of gap on 1/k, 1/k^2, k >= k_min", nats=True, mcse="delete-one-block jackknife"),
+    **estimate_vars("c2_estimate", C, "estimated c2", "coefficient of 1/k^2", nats=True, mcse="delete-one-block jackknife"),
     "c1_z": _v(C, "standardised difference of c1_estimate from c1_exact", "Student t on n_units - 1 df"),
     **estimate_vars("c1_exact", C, "exact c1", "E[m1/Z - (Z2/Z^2 - 1)/2] (simkit.exact.bias_constant); (kappa coth kappa "
                    "+ 1)/2 for the hard cell", nats=True, mcse="0 where exact (Monte Carlo over x for the mixture)"),
@@ -117,22 +109,26 @@ SCHEMA = {
     **{name: _v(C, f"exact-curve test: {name}", "simkit.stats.analysis.truth_verdict_standardised (the tests of "
                 "truth_verdict on columns divided by their between-block sd; the confirmatory cell only, NaN elsewhere): "
                 "c2_t Student t, curve and dgap Hotelling T^2 with p-values") for name in TRUTH_FIELDS},
+    **{f"{t}_max_t{p}": _v(C, f"{'p-value of ' if p else ''}max_k |t_k| of the {t} against the exact {t}", "simkit."
+                           "stats.truth_tests.max_t_test, Efron bootstrap of the blocks (truth_rng(seed, 'hard')); the "
+                           "confirmatory cell only (protocols/hard_regime_maxt.md)") for t in ("curve", "dgap") for p in ("", "_p")},
+    "max_t_verdict": _v(C, "verdict for C1 under the max-t rule", "confirmatory cell: protocols/hard_regime_maxt.md "
+                        "(rate rule, c2 t, max-t curve and dgap tests at 1e-3 each); other cells: the rate rule alone"),
+    "max_t_verdict_reason": _v(C, "why the cell failed the max-t rule", "empty when it passed"),
     "rate_verdict": _v(C, "rate-rule verdict", "simkit.stats.analysis.rate_verdict at the protocol's k_min factor: pass, "
                        "fail or error"),
     "verdict": _v(C, "verdict for C1", f"confirmatory cell: pass when the rate rule passes AND the exact-curve tests find no "
                   f"problem (every component test at {ALPHA:g}); other cells: the rate rule alone (exploratory)"),
     "verdict_reason": _v(C, "why the cell failed", "empty when it passed"),
-    "slope_exact_fit": _v(C, "slope of the rate fit applied to the exact curve",
-                          "the same WLS (log gap on 1, log k, 1/k; the Monte Carlo weights) on gap_exact: the "
-                          "method's deterministic bias at k_min (exploratory)"),
+    "slope_exact_fit": _v(C, "slope of the rate fit applied to the exact curve", "the same WLS (log gap on 1, log k, "
+                          "1/k; the Monte Carlo weights) on gap_exact: the method's bias at k_min (exploratory)"),
     "c1_exact_fit": _v(C, "c1 of the constant fit applied to the exact curve, in nats",
                        "WLS of gap_exact on 1/k, 1/k^2 (Monte Carlo weights): the fit's truncation bias (exploratory)"),
     **sensitivity_vars("cell", "the first sens_pilot_blocks blocks of the 256-anchor cells"),
     # coordinates
     "cell": _v(C, "design cell", "hard (confirmatory), hard:b=<size> and the rate_k settings (exploratory)"),
     "base": _v(C, "setting of the cell", "hard or a name of simkit.distributions.designs.RATE_SETTINGS"),
-    "role": _v(C, "role of the cell", "confirmatory, rate_k (256-anchor blocks, exploratory) or block_size "
-               "(exploratory)"),
+    "role": _v(C, "role of the cell", "confirmatory, rate_k (256-anchor blocks, exploratory) or block_size (exploratory)"),
     "block_size": _v(C, "anchors per block", "sharing the block's k_max negatives"),
     "total_anchors": _v(C, "anchors per cell by design", "n_blocks * 256 (256-anchor cells) or sens_total"),
     "k_max": _v(C, "negatives per block", "largest k of the cell; the k grid beyond it is NaN"),
@@ -144,8 +140,7 @@ SCHEMA = {
     "k": _v(("k",), "number of negatives k", "geometric grid 1, 2, 4, ..., k_max"),
     "sub": _v(("sub",), "sub-block within a task", "index"),
     "kmf": _v(("kmf",), "k_min factor", "k_min = smallest grid k >= kmf * expansion_scale"),
-    "pilot": _v(("pilot",), "pilot size", "pilot blocks of 256 anchors for the control-variate coefficients (0 = "
-                "the Taylor values (1, 1, -1/2), no pilot)"),
+    "pilot": _v(("pilot",), "pilot size", "pilot blocks of 256 anchors for the control-variate coefficients (0: Taylor)"),
 }
 
 
@@ -160,12 +155,11 @@ def rate_rule(k: np.ndarray, blocks: np.ndarray, scale: float, k_min_factor: flo
 
 def confirmatory_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray,
                          gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
-                         c2_exact: tuple[float, float]) -> tuple[str, str, dict]:
+                         c2_exact: tuple[float, float], **kw) -> tuple[str, str, dict]:
     """The whole rule: the rate part (``rate`` from :func:`rate_rule`) and the exact-curve tests, each at
-    :data:`ALPHA`, combined as rate_k combines them (:func:`simkit.stats.analysis.rate_truth_verdict`: standardised
-    Hotelling tests, as the raw covariance over k = 1..2^20 is too ill-conditioned). Returns ``(verdict, reason,
-    truth fields)``."""
-    return rate_truth_verdict(rate, k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=ALPHA)
+    :data:`ALPHA` (:func:`simkit.stats.analysis.rate_truth_verdict`): standardised Hotelling (protocols/hard_regime.md)
+    or, with ``kw`` ``reference="max-t", rng=...``, bootstrap max-t (protocols/hard_regime_maxt.md)."""
+    return rate_truth_verdict(rate, k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact, alpha=ALPHA, **kw)
 
 
 # the check
@@ -176,38 +170,40 @@ def _hard(ds):
     return ds.isel(cell=cells.index("hard"))
 
 
-def _c1_check(ds) -> dict:
+def _c1_check(ds, max_t: bool = False) -> dict:
     h = _hard(ds)
     g = lambda n: float(h[n].values)  # noqa: E731
-    verdict, reason = str(h["verdict"].values), str(h["verdict_reason"].values)
+    verdict, reason = (str(h[f"{'max_t_' * max_t}verdict{r}"].values) for r in ("", "_reason"))
+    m = ("_max_t", " max-t") if max_t else ("", "")
     detail = (f"hard (uniform S^2, kappa_M 50, tau 0.02, k <= {int(g('k_max'))}, k_min {g('k_min'):.0f}): slope "
               f"{g('slope'):.4f} ± {g('slope_se'):.4f} (level-{1 - ALPHA:g} interval [{g('slope_verdict_low'):.4f}, "
               f"{g('slope_verdict_high'):.4f}], p(-1/2) {g('slope_p_half'):.2g}); c1 {g('c1_estimate'):.4f} ± "
               f"{g('c1_estimate_mcse'):.4f} vs exact {g('c1_exact'):.4f} (t {g('c1_z'):+.2f}); c2 t {g('c2_t'):+.2f}; "
-              f"curve p {g('curve_p'):.3g}, dgap p {g('dgap_p'):.3g}")
+              f"curve{m[1]} p {g(f'curve{m[0]}_p'):.3g}, dgap{m[1]} p {g(f'dgap{m[0]}_p'):.3g}")
     return check_result(g("slope"), g("slope_se"), verdict, detail, reason)
 
 
-def _c1_pvalues(ds) -> dict[str, tuple[float, float]]:
-    h = _hard(ds)
-    t = {"slope": (float(h["slope"].values) + 1.0) / float(h["slope_se"].values), "c1": float(h["c1_z"].values),
-         "c2": float(h["c2_t"].values)}
-    out = {f"hard:{n}": (float(2 * stats.t.sf(abs(v), int(h["n_units"].values) - 1)), ALPHA) for n, v in t.items()}
-    return {**out, **{f"hard:{n}": (float(h[f"{n}_p"].values), ALPHA) for n in ("curve", "dgap")}}
+def _c1_pvalues(ds, max_t: bool = False) -> dict[str, tuple[float, float]]:
+    h, curve = _hard(ds), {n: ("p", f"{n}_max_t_p" if max_t else f"{n}_p") for n in ("curve", "dgap")}
+    return cell_pvalues(h, ALPHA, {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t"), **curve},
+                        n_blocks=int(h["n_units"].values), label="hard")
 
 
-C1_CHECK = Check(
-    claim="C1",
-    statistic=lambda ds: (f"pre-registered rule (protocols/hard_regime.md, sha256 {recorded_sha(ds)}…): C1 at tau = 0.02 "
-                          f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
-                          f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student t), "
-                          f"MC curve and Z-free dgap against the exact curve at every k (Hotelling T^2), each at "
-                          f"{ALPHA:g} (simkit.stats.analysis.rate_verdict, truth_verdict)"),
-    evaluate=_c1_check,
-    false_fail_rate=1.0 - (1.0 - ALPHA) ** N_ALPHA_TESTS,
-    pvalues=_c1_pvalues,
-    protocol=PROTOCOL_PATH,
-)
+def _c1(max_t: bool) -> Check:
+    path, curve = (PROTOCOL_MAXT_PATH, "bootstrap max-t") if max_t else (PROTOCOL_PATH, "Hotelling T^2")
+    sha = lambda ds: recorded_sha(ds) if ds.attrs.get("protocol_path") == path else str(protocol_sha256(path))[:16]  # noqa: E731
+    return Check(
+        claim="C1",
+        statistic=lambda ds: (f"pre-registered rule ({path}, sha256 {sha(ds)}…): C1 at tau = 0.02 "
+                              f"(expansion scale 50), k up to 2^20: log-log slope (with 1/k term) over k >= 16 x scale, "
+                              f"-1 in the level-{1 - ALPHA:g} interval, -1/2 rejected, c1 and c2 against exact (Student "
+                              f"t), MC curve and Z-free dgap against the exact curve at every k ({curve}), each at "
+                              f"{ALPHA:g} (simkit.stats.analysis.rate_verdict, truth_verdict)"),
+        evaluate=partial(_c1_check, max_t=max_t), false_fail_rate=1.0 - (1.0 - ALPHA) ** N_ALPHA_TESTS,
+        pvalues=partial(_c1_pvalues, max_t=max_t), protocol=path)
+
+
+C1_CHECK, C1_MAXT_CHECK = _c1(False), _c1(True)
 
 
 # the study
@@ -225,11 +221,11 @@ class HardRegime(Study):
         "estimand": "gap_k on k = 1..2^20; its log-log slope; c1 = 25.5",
         "methods": "GapEstimator (CRN across k, exact-mean control variates, pilot coefficients); rate_verdict and "
                    "truth_verdict at alpha = 1e-3 (the rate_k rule); jackknife over blocks",
-        "performance": "slope +- SE, intervals, p(-1/2), c1/c2 t, curve and dgap T^2 p; sensitivity tables over the "
-                       "k_min factor, block size and pilot size",
+        "performance": "slope +- SE, intervals, p(-1/2), c1/c2 t, curve and dgap T^2 p and max-t p; sensitivity tables "
+                       "over the k_min factor, block size and pilot size",
     }
     schema = SCHEMA
-    checks = (C1_CHECK,)
+    checks = (C1_CHECK, C1_MAXT_CHECK)
     params = {
         "n_blocks": Param("n_blocks", int, 64, "replicate blocks of the confirmatory cell (pre-registered); also the "
                           "number of engine tasks of every cell", low=8, high=100000, quick=20),
@@ -323,8 +319,7 @@ class HardRegime(Study):
     def prepare(self, cell, cfg, rng):
         est = self._estimator(cell)
         pi, kernel, tau = est.pi, est.kernel, est.tau
-        n_full = k_grid(cfg["k_max"]).size
-        n_k = est.grid.size
+        n_full, n_k = k_grid(cfg["k_max"]).size, est.grid.size
         pilots = self._list(cfg, "sens_pilots")
         main = cell["role"] != "block_size"
         pilot_coef = (nested_pilot_coefficients(est, BLOCK_ANCHORS, rng, pilots, n_full) if main
@@ -375,10 +370,11 @@ class HardRegime(Study):
         n_cell, n_full = raw.sizes["cell"], k_all.size
         kmfs = self._list(cfg, "sens_k_min_factors")
         pilots = self._list(cfg, "sens_pilots")
-        text = set(self.cells(cfg)[0]) | {"rate_verdict", "verdict", "verdict_reason"}  # design and verdicts
+        verdicts = ("rate_verdict", "verdict", "verdict_reason", "max_t_verdict", "max_t_verdict_reason")
+        text = set(self.cells(cfg)[0]) | set(verdicts)  # design and verdicts
         out = {n: np.full((n_cell, n_full) if v.dims == CK else n_cell, np.nan) for n, v in SCHEMA.items()
                if v.dims in (C, CK) and not n.startswith("prep_") and n not in text}
-        for n in ("rate_verdict", "verdict", "verdict_reason"):
+        for n in verdicts:
             out[n] = [""] * n_cell
         out.update(sensitivity_tables(n_cell, len(kmfs), len(pilots)))
         for i in range(n_cell):
@@ -414,8 +410,8 @@ class HardRegime(Study):
                 if name in out and name not in ("sign", "k_sign"):
                     out[name][i] = r[f]
             out["fit_gap"][i, :n_k], out["resid_rate"][i, :n_k] = r["fit_abs"], r["resid_rate"]
-            out["rate_verdict"][i] = out["verdict"][i] = r["verdict"]
-            out["verdict_reason"][i] = r["reason"]
+            out["rate_verdict"][i] = out["verdict"][i] = out["max_t_verdict"][i] = r["verdict"]
+            out["verdict_reason"][i] = out["max_t_verdict_reason"][i] = r["reason"]
             if np.isfinite(r["k_min"]):
                 out["slope_exact_fit"][i], out["c1_exact_fit"][i] = exact_fit_bias(k, gx, mcse, r["k_min"])
             put_row(out, "kmf", i, k_min_sensitivity(verdict, units, kmfs, k, gx, mcse))
@@ -426,19 +422,23 @@ class HardRegime(Study):
             put_row(out, "pilot", i, pilot_sensitivity(verdict, raw["raw_gap_plain"].values[i][rows, :n_k], means,
                                                        raw["prep_pilot_coef"].values[i][:, :n_k], cfg["k_min_factor"]))
             if role == "confirmatory":
-                v, reason, fields = confirmatory_verdict(
-                    r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,
-                    raw["prep_gap_exact_cov"].values[i][:n_k, :n_k], (out["c2_estimate"][i], out["c2_estimate_mcse"][i]),
-                    (out["c2_exact"][i], out["c2_exact_mcse"][i]))
+                args = (r, k, units, raw["raw_dgap_cv"].values[i][:, :n_k], gx,
+                        raw["prep_gap_exact_cov"].values[i][:n_k, :n_k], (out["c2_estimate"][i],
+                        out["c2_estimate_mcse"][i]), (out["c2_exact"][i], out["c2_exact_mcse"][i]))
+                v, reason, fields = confirmatory_verdict(*args)
                 for n, val in fields.items():
                     out[n][i] = val
                 out["verdict"][i], out["verdict_reason"][i] = v, reason
+                v, reason, fields = confirmatory_verdict(*args, reference="max-t", rng=truth_rng(cfg["seed"], "hard"))
+                for t in ("curve", "dgap"):
+                    out[f"{t}_max_t"][i], out[f"{t}_max_t_p"][i] = fields[f"{t}_max_t"], fields[f"{t}_p"]
+                out["max_t_verdict"][i], out["max_t_verdict_reason"][i] = v, reason
         out["kmf"] = np.asarray(kmfs, dtype=float)
         out["pilot"] = np.asarray(pilots, dtype=float)
         return out
 
     def attrs(self, cfg):
-        return {"alpha": ALPHA, **protocol_attrs(PROTOCOL_PATH),
+        return {"alpha": ALPHA, **protocol_attrs(PROTOCOL_MAXT_PATH),
                 "analysis": "confirmatory (cell 'hard'); every other cell and table exploratory"
                 if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
 

@@ -33,6 +33,7 @@ from simkit.runner import (Check, Param, Study, Var, cell_errors, check_result, 
                            verdict)
 from simkit.stats.analysis import mean_mcse
 from simkit.stats.exponents import exponent_test
+from simkit.stats.trend import DETECT_POWER
 
 __all__ = ["LOSSES", "ALPHA", "SCHEMA", "C3_CHECK", "STUDY"]
 
@@ -100,11 +101,11 @@ SCHEMA = {
     "slope": _v(LO, "exponent b of hat R_n ~ k^b", "WLS slope of log hat R_n on log k over k >= k_fit_min, jackknife SE"),
     "slope_se": _v(LO, "jackknife SE of slope", JK),
     "slope_df": _v(LO, "degrees of freedom of the slope tests", "finished blocks - 1 (Student t of slope_p, "
-                   "slope_upper and the detectable slopes)"),
+                   "slope_upper and slope_mde)"),
     "slope_upper": _v(LO, f"one-sided upper {1 - ALPHA:g} confidence bound of slope", "slope + t_(1-alpha, df) SE"),
     "slope_p": _v(LO, "p-value of H0: slope <= 0", "one-sided Student t, slope_df df; small = growth in k"),
-    "slope_detect50": _v(LO, "growth exponent detected with probability 1/2", f"t_(1-{ALPHA:g}) x SE"),
-    "slope_detect80": _v(LO, "growth exponent detected with probability 0.8", "(t_(1-alpha) + z_0.8) x SE"),
+    "slope_mde": _v(LO, f"smallest growth exponent detected with probability {DETECT_POWER:g}",
+                    f"(t_(1-{ALPHA:g}) + t_{DETECT_POWER:g}) x SE on slope_df df (simkit.stats.trend.detectable_t)"),
     "slope_by_restart": _v(("loss", "restart"), "k-slope using the best of the first r starts", "as slope, with "
                            "fewer starts"),
     "slope_by_restart_se": _v(("loss", "restart"), "jackknife SE of slope_by_restart", JK),
@@ -152,7 +153,7 @@ def _k_slopes(k: NDArray, blk: NDArray, kmin: int) -> dict:
     """The k-exponent of every loss (best of all starts, with its one-sided test) and per number of starts."""
     L, R = blk.shape[0], blk.shape[-1]
     fields = {"slope": "slope", "slope_se": "se", "slope_df": "df", "slope_upper": "upper", "slope_p": "p",
-              "slope_detect50": "detect50", "slope_detect80": "detect80"}
+              "slope_mde": "mde"}
     out = {n: np.full(L, np.nan) for n in fields}
     out["slope_by_restart"], out["slope_by_restart_se"] = np.full((L, R), np.nan), np.full((L, R), np.nan)
     for i in range(L):
@@ -240,7 +241,7 @@ class Rademacher(Study):
         "methods": "sup by box-constrained L-BFGS-B with restarts (a LOWER bound on the sup); centred at theta_0 = I "
                    "(same expectation, less noise); WLS log-log slopes with delete-one-block jackknife SE",
         "performance": "hat R_n and best-of-r with MCSE; one-sided t test of k-slope <= 0 (claim) and the same test on "
-                       "the control (must reject); detectable slopes; n-slope against -1/2 (one-sided)",
+                       "the control (must reject); detectable slope; n-slope against -1/2 (one-sided)",
     }
     schema = SCHEMA
     checks = (C3_CHECK,)
@@ -376,12 +377,12 @@ class Rademacher(Study):
 
     def summary_text(self, ds) -> str:
         lines = [f"{'loss':<9}{'hat R_n(k=1)':>20}{'hat R_n(k_max)':>20}{'k-exponent':>20}{'p(<=0)':>9}"
-                 f"{'detect@80%':>11}{'last-start gain':>22}"]
+                 f"{'mde@90%':>11}{'last-start gain':>22}"]
         for j, name in enumerate(ds["loss"].values):
             c, s = ds["complexity"].values[j], ds["complexity_mcse"].values[j]
             lines.append(f"{name:<9}{c[0]:>11.4f} ± {s[0]:<6.4f}{c[-1]:>11.4f} ± {s[-1]:<6.4f}"
                          f"{ds['slope'].values[j]:>+11.4f} ± {ds['slope_se'].values[j]:<6.4f}"
-                         f"{ds['slope_p'].values[j]:>9.2g}{ds['slope_detect80'].values[j]:>11.4f}"
+                         f"{ds['slope_p'].values[j]:>9.2g}{ds['slope_mde'].values[j]:>11.4f}"
                          f"{np.nanmax(ds['restart_gain_last'].values[j]):>14.2e} (max)")
         for j, kk in enumerate(ds["kn"].values):
             i = list(ds["loss"].values).index("infonce") if "infonce" in ds["loss"].values else 0

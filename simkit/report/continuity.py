@@ -86,7 +86,7 @@ CONFIRMATORY = Table(_CELL_COLS + (
 EXPLORATORY = Table(_CELL_COLS + (
     ("violations (B_score · B_avg · B_max)", "{viol_score:.0f} · {viol_avg:.0f} · {viol_max:.0f}"),
     ("B_avg slope ± SE (two-sided p)", "{slope_avg±slope_avg_se} ({slope_avg_p:.2g})"),
-    ("slope detected by the B_avg test (80%)", "{slope_avg_detect80:.1e}"),
+    ("slope detected by the B_avg test (90%)", "{slope_avg_mde:.1e}"),
     ("B_max slope ± SE (one-sided p)", "{slope_max±slope_max_se} ({slope_max_p:.1e})"),
     ("E B_max / E B_avg at k_max", "{max_avg_end±max_avg_end_mcse}"),
     ("E max|Δw| / E avg|Δw| at k_max", "{negmax_negavg_end±negmax_negavg_mcse_end}"),

@@ -17,7 +17,8 @@ C1_TEXT = (
     "dominates — is about 10. Here π is uniform on S², M(x,·) = vMF(x, 50) and τ = 0.02 = 1/κ (so Q = M): the scale "
     "is 50, k·gap_k climbs to a maximum near k ≈ 300 before settling to c1 = (κ coth κ + 1)/2 = 25.5, and k runs to "
     "2^20. The verdict uses the rule of rate_k unchanged (simkit.stats.analysis.rate_verdict and truth_verdict), "
-    "pre-registered in protocols/hard_regime.md.")
+    "pre-registered in protocols/hard_regime.md (Hotelling curve tests) and protocols/hard_regime_maxt.md (the "
+    "same rule with bootstrap max-t curve tests, which keep their size on heavy-tailed blocks).")
 
 
 def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
@@ -43,13 +44,19 @@ def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
          f"{_fin(g('ce_exact'), '.7g')}"],
         ["rate fit on the exact curve: slope | c1 (the method's bias at k_min)",
          f"{_fin(g('slope_exact_fit'), '.6f')}  |  {_fin(g('c1_exact_fit'), '.6f')}"],
-        ["verdict", str(g("verdict")).upper()],
+        ["verdict, Hotelling rule (protocols/hard_regime.md)", str(g("verdict")).upper()],
+        [f"curve vs exact, bootstrap max-t: max |t| (p; verdict: ≥ {alpha:g})",
+         f"{_fin(g('curve_max_t'), '.4g')} (p = {_fin(g('curve_max_t_p'), '.3g')})"],
+        ["dgap vs exact, bootstrap max-t: max |t| (p)",
+         f"{_fin(g('dgap_max_t'), '.4g')} (p = {_fin(g('dgap_max_t_p'), '.3g')})"],
+        ["verdict, max-t rule (protocols/hard_regime_maxt.md)", str(g("max_t_verdict")).upper()],
     ]
-    colors = {(len(rows) - 1, 1): COLORS.get(str(g("verdict")), COLORS["fail"])}
+    colors = {(len(rows) - 4, 1): COLORS.get(str(g("verdict")), COLORS["fail"]),
+              (len(rows) - 1, 1): COLORS.get(str(g("max_t_verdict")), COLORS["fail"])}
     doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows, [3.2, 3.0], colors=colors)
-    reason = str(g("verdict_reason"))
-    if reason:
-        doc.text(f"Reason: {reason}", weight="bold")
+    for name in ("verdict_reason", "max_t_verdict_reason"):
+        if str(g(name)) not in ("", "nan"):
+            doc.text(f"Reason ({'max-t' if 'max_t' in name else 'Hotelling'} rule): {g(name)}", weight="bold")
 
 
 def _curves(ds: xr.Dataset) -> FigurePage:
@@ -117,7 +124,7 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
         doc.text("The dataset has no 'hard' cell.", weight="bold")
         return
     i = cells.index("hard")
-    doc.heading("Confirmatory verdict (protocol section 5)")
+    doc.heading("Confirmatory verdicts (protocols/hard_regime.md §5; protocols/hard_regime_maxt.md §2)")
     _verdict_table(doc, ds, i)
     n_k = int(np.log2(float(ds["k_max"].values[i]))) + 1
     render(doc, ds.isel({"cell": i, "k": slice(0, n_k)}), (_curves(ds.isel(cell=i)),))

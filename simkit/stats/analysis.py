@@ -35,6 +35,9 @@ __all__ = [
     "C1_NAMES",
     "rate_columns",
     "rate_verdict",
+    "setting_pvalues",
+    "cell_pvalues",
+    "t_pvalue",
     "TRUTH_FIELDS",
     "truth_verdict",
     "truth_verdict_standardised",
@@ -445,13 +448,35 @@ def setting_pvalues(ds, alpha: float, tests: dict[str, tuple[str, str]], *,
     for i, s in enumerate(labels):
         if keep is not None and not keep[i]:
             continue
-        for name, (kind, var) in tests.items():
-            v = float(ds[var].values[i])
-            if kind == "t":
-                v = float(2 * stats.t.sf(abs(v), n - 1)) if np.isfinite(v) else math.nan
-            elif kind != "p":
-                raise ValueError(f"'tests' entries must be ('p' or 't', variable), got {kind!r} for {name!r}")
-            out[f"{s}:{name}"] = (v, alpha)
+        out.update(cell_pvalues({var: ds[var].values[i] for _, var in tests.values()}, alpha, tests, n_blocks=n,
+                                label=str(s)))
+    return out
+
+
+def t_pvalue(t: ArrayLike, df: int) -> NDArray[np.float64] | float:
+    """Two-sided Student-t p-value ``2 P(T_df >= |t|)`` of a statistic (or an array of them) compared with
+    ``t_{1 - alpha/2, df}``; NaN stays NaN."""
+    with np.errstate(invalid="ignore"):
+        return 2 * stats.t.sf(np.abs(t), df)
+
+
+def cell_pvalues(values, alpha: float, tests: dict[str, tuple[str, str]], *, n_blocks: int,
+                 label: str) -> dict[str, tuple[float, float]]:
+    """The scalar counterpart of :func:`setting_pvalues`: the component tests of one cell as
+    ``{"<label>:<test>": (p-value, alpha)}``.
+
+    ``values`` maps each variable of ``tests`` to a scalar (a dict, or a dataset of one cell); ``tests``
+    is as in :func:`setting_pvalues` (``("p", var)`` a p-value, ``("t", var)`` a statistic compared
+    two-sided with Student t on ``n_blocks - 1`` df); a NaN statistic gives a NaN p-value.
+    """
+    out = {}
+    for name, (kind, var) in tests.items():
+        v = float(np.asarray(values[var]))
+        if kind == "t":
+            v = float(t_pvalue(v, n_blocks - 1)) if np.isfinite(v) else math.nan
+        elif kind != "p":
+            raise ValueError(f"'tests' entries must be ('p' or 't', variable), got {kind!r} for {name!r}")
+        out[f"{label}:{name}"] = (v, alpha)
     return out
 
 
@@ -580,19 +605,26 @@ def truth_columns(out: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks:
 
 def rate_truth_verdict(rate: dict, k: np.ndarray, gap_blocks: np.ndarray, dgap_blocks: np.ndarray,
                        gap_exact: np.ndarray, gap_exact_cov: np.ndarray | None, c2: tuple[float, float],
-                       c2_exact: tuple[float, float], *, alpha: float) -> tuple[str, str, dict]:
-    """A rate verdict (``rate`` from :func:`rate_verdict`) combined with the exact-curve tests of
-    :func:`truth_verdict_standardised` (c2 t, the Monte Carlo curve and the Z-free dgap against the exact
-    curve at every k, each at ``alpha``): "fail" when either finds a problem; the rate verdict as it is
-    when it is "error" or its slope is not finite. Returns ``(verdict, reason, truth fields)``.
+                       c2_exact: tuple[float, float], *, alpha: float, reference: str = "F",
+                       rng: np.random.Generator | None = None) -> tuple[str, str, dict]:
+    """A rate verdict (``rate`` from :func:`rate_verdict`) combined with the exact-curve tests (c2 t, the
+    Monte Carlo curve and the Z-free dgap against the exact curve at every k, each at ``alpha``): "fail"
+    when either finds a problem; the rate verdict as it is when it is "error" or its slope is not finite.
+    Returns ``(verdict, reason, truth fields)`` (the fields of :func:`truth_fields` of ``reference``).
 
-    The standardised form runs the same Hotelling tests on columns divided by their between-block sd
-    (the statistics are invariant under that rescaling): over a long k grid at small tau the block sd of
-    gap_k spans orders of magnitude and the raw covariance is too ill-conditioned to solve, although its
-    correlation matrix is not (hard_regime: k = 1..2^20 at tau = 0.02).
+    ``reference="F"``: :func:`truth_verdict_standardised`, the Hotelling tests on columns divided by their
+    between-block sd (the statistics are invariant under that rescaling): over a long k grid at small tau
+    the block sd of gap_k spans orders of magnitude and the raw covariance is too ill-conditioned to
+    solve, although its correlation matrix is not (hard_regime: k = 1..2^20 at tau = 0.02).
+    ``reference="max-t"``: :func:`truth_verdict` with the bootstrap max-t tests (``rng`` required,
+    :func:`truth_rng`), which invert no covariance and keep their size on heavy-tailed blocks.
     """
-    fields, problems = truth_verdict_standardised(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact,
-                                                  alpha=alpha)
+    if reference == "F":
+        fields, problems = truth_verdict_standardised(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2,
+                                                      c2_exact, alpha=alpha)
+    else:
+        fields, problems = truth_verdict(k, gap_blocks, dgap_blocks, gap_exact, gap_exact_cov, c2, c2_exact,
+                                         alpha=alpha, reference=reference, rng=rng)
     if rate["verdict"] == "error" or not np.isfinite(rate["slope"]):
         return rate["verdict"], rate["reason"], fields
     problems = [p for p in (rate["reason"], *problems) if p]

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from simkit.stats.analysis import fit_rate
+from simkit.stats.trend import detectable_t
 
 __all__ = ["ExponentTest", "exponent_test"]
 
@@ -25,9 +26,9 @@ class ExponentTest:
     """Slope ``b`` of log E[Y] on log x with its jackknife SE and df; the one-sided test of H0 b <= bound.
 
     ``upper`` is the one-sided level-(1 - alpha) upper confidence bound ``b + t_(1-alpha) SE``;
-    ``p`` = P(T >= (b - bound) / SE); ``detect50`` = ``t_(1-alpha) SE`` and ``detect80`` =
-    ``(t_(1-alpha) + z_0.8) SE``: the excess of b over the bound detected with probability 1/2 and
-    about 0.8. NaN where the fit or its SE is undefined.
+    ``p`` = P(T >= (b - bound) / SE); ``mde`` = :func:`simkit.stats.trend.detectable_t` of ``t_(1-alpha)``:
+    the excess of b over the bound detected with probability :data:`simkit.stats.trend.DETECT_POWER`.
+    NaN where the fit or its SE is undefined.
     """
 
     slope: float
@@ -35,8 +36,7 @@ class ExponentTest:
     df: float
     upper: float
     p: float
-    detect50: float
-    detect80: float
+    mde: float
 
 
 def exponent_test(x: ArrayLike, blocks: ArrayLike, x_min: float, *, alpha: float, bound: float = 0.0) -> ExponentTest:
@@ -47,8 +47,7 @@ def exponent_test(x: ArrayLike, blocks: ArrayLike, x_min: float, *, alpha: float
     fit = fit_rate(np.asarray(x, dtype=float), np.asarray(blocks, dtype=float), x_min, with_inverse=False)
     nan = math.nan
     if not (np.isfinite(fit.slope) and fit.slope_se > 0):
-        return ExponentTest(fit.slope, fit.slope_se, fit.df, nan, nan, nan, nan)
+        return ExponentTest(fit.slope, fit.slope_se, fit.df, nan, nan, nan)
     q = stats.t.isf(alpha, fit.df)
     return ExponentTest(fit.slope, fit.slope_se, fit.df, fit.slope + q * fit.slope_se,
-                        stats.t.sf((fit.slope - bound) / fit.slope_se, fit.df), q * fit.slope_se,
-                        (q + stats.norm.isf(0.2)) * fit.slope_se)
+                        stats.t.sf((fit.slope - bound) / fit.slope_se, fit.df), detectable_t(q, fit.df, fit.slope_se))

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from simkit.stats.analysis import mean_mcse
-from simkit.stats.trend import detectable_t, paired_change
+from simkit.stats.trend import DETECT_POWER, detectable_t, paired_change
 
 __all__ = ["retrieval_change", "collapsed_start_rule", "retrieval_schema", "RETRIEVAL_METRICS"]
 
@@ -87,7 +87,7 @@ def collapsed_start_rule(blocks: dict[str, ArrayLike], risk: ArrayLike, unrepres
     top1, diff, se, p = (out[f"{prefix}top1{s}"] for s in ("", "_diff", "_diff_mcse", "_p"))
     fall = out[f"{prefix}risk_fall"] = risk[:, 0] - risk[:, -1]
     out[f"{prefix}sd_diff"] = se * math.sqrt(n_b)
-    out[f"{prefix}mde"] = detectable_t(stats.t.ppf(1 - alpha, n_b - 1), n_b - 1, 0.9, se)
+    out[f"{prefix}mde"] = detectable_t(stats.t.ppf(1 - alpha, n_b - 1), n_b - 1, se)
     verdicts, reasons = [], []
     for i in range(risk.shape[0]):
         if unrepresentable[i]:
@@ -153,5 +153,5 @@ def retrieval_schema(cell: str, alpha: float, *, min_risk_fall: float, margin: f
                  f"first minus last checkpoint; {rule} needs >= {min_risk_fall:g}"))
     out.update(v("far_sd_diff", "realised sd of the paired per-block top-1 differences",
                  f"planned {planned_sd:g} at 256 anchors"))
-    out.update(v("far_mde", "realised smallest top-1 rise detected with probability 0.9", f"margin {margin:g}"))
+    out.update(v("far_mde", f"realised smallest top-1 rise detected with probability {DETECT_POWER:g}", f"margin {margin:g}"))
     return out

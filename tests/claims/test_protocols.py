@@ -100,13 +100,13 @@ def test_confirmatory_design_on_a_modified_tree_exits_2_and_writes_nothing(tmp_p
     from simkit.cli import main
     from simkit.runner import get_study, resolve_config
     study = get_study("hard_regime")
-    assert confirmatory_protocols(study, resolve_config(study, {})) == ["protocols/hard_regime.md"]
+    assert confirmatory_protocols(study, resolve_config(study, {})) == ["protocols/hard_regime_maxt.md"]
     assert confirmatory_protocols(study, resolve_config(study, {}, quick=True)) == []
     monkeypatch.setattr(prov, "changed_files", lambda: ["simkit/x.py"])
     out = tmp_path / "h.nc"
     assert main(["run", "hard_regime", "--out", str(out), "--report", str(tmp_path / "h.pdf")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "protocols/hard_regime.md" in err[0] and "simkit/x.py" in err[0], err
+    assert len(err) == 1 and "protocols/hard_regime_maxt.md" in err[0] and "simkit/x.py" in err[0], err
     assert "--allow-dirty" in err[0]
     assert list(tmp_path.iterdir()) == []
 

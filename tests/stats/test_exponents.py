@@ -1,7 +1,7 @@
 """The one-sided exponent test (simkit.stats.exponents): deterministic inputs, no randomness.
 
 The slope and its SE come from simkit.stats.analysis.fit_rate (tested in test_rate_analysis.py); here
-the test statistic, p-value, bound and detectable exponents are checked against scipy from that fit,
+the test statistic, p-value, bound and detectable exponent (probability 0.9) are checked against scipy from that fit,
 an exact power law gives its exponent, and a growing curve is flagged where a flat one is not.
 """
 
@@ -29,8 +29,7 @@ def test_statistics_follow_from_the_fit():
     assert (t.slope, t.se, t.df) == (fit.slope, fit.slope_se, fit.df)
     assert t.p == pytest.approx(stats.t.sf(fit.slope / fit.slope_se, fit.df), rel=1e-12)
     assert t.upper == pytest.approx(fit.slope + q * fit.slope_se, rel=1e-12)
-    assert t.detect50 == pytest.approx(q * fit.slope_se, rel=1e-12)
-    assert t.detect80 == pytest.approx((q + 0.8416212335729143) * fit.slope_se, rel=1e-12)
+    assert t.mde == pytest.approx((q + stats.t.ppf(0.9, fit.df)) * fit.slope_se, rel=1e-12)
     tb = exponent_test(K, blocks, 4.0, alpha=1e-3, bound=-0.5)  # H0 b <= -1/2: the statistic shifts by 1/2
     assert tb.p == pytest.approx(stats.t.sf((fit.slope + 0.5) / fit.slope_se, fit.df), rel=1e-12)
 
@@ -43,7 +42,7 @@ def test_exact_power_law_and_undefined_fit():
     assert t.slope == pytest.approx(-0.5, abs=1e-12)
     assert t.se == pytest.approx(0.0, abs=1e-12)
     bad = exponent_test(K, -blocks, 1.0, alpha=0.01)
-    assert all(math.isnan(v) for v in (bad.slope, bad.upper, bad.p, bad.detect50, bad.detect80))
+    assert all(math.isnan(v) for v in (bad.slope, bad.upper, bad.p, bad.mde))
 
 
 def test_growth_is_flagged_and_flat_is_not():

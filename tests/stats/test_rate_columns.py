@@ -60,3 +60,50 @@ def test_size_slopes_match_fit_rate_per_curve():
     assert slope.shape == (2, 3) and (slope[0, 1], se[0, 1]) == (f.slope, f.slope_se)
     assert np.isnan(slope[1, 2]) and abs(slope[0, 0] + 0.5) < 0.1
     assert np.isnan(size_slopes(n[:2], blocks[..., :2])[0]).all()
+
+
+@pytest.mark.deterministic(reason="arithmetic identities against scipy written here; no random draw")
+def test_cell_pvalues_is_setting_pvalues_for_one_cell():
+    """The scalar counterpart of setting_pvalues: p-values passed through, t statistics turned into two-sided
+    Student t p-values on n_blocks - 1 df (scipy, here), NaN kept; the same as setting_pvalues on a dataset of
+    that one setting. Positive control: a t of 4 on 63 df rejects at 1e-3, a t of 3 does not."""
+    import xarray as xr
+    from scipy import stats
+
+    from simkit.stats.analysis import cell_pvalues, setting_pvalues
+    tests = {"slope": ("p", "slope_p_one"), "c1": ("t", "c1_z"), "c2": ("t", "c2_t")}
+    values = {"slope_p_one": 0.25, "c1_z": -4.0, "c2_t": 3.0}
+    out = cell_pvalues(values, 1e-3, tests, n_blocks=64, label="hard")
+    assert list(out) == ["hard:slope", "hard:c1", "hard:c2"]
+    assert out["hard:slope"] == (0.25, 1e-3)
+    assert out["hard:c1"][0] == pytest.approx(2 * stats.t.sf(4.0, 63), rel=1e-12) and out["hard:c1"][0] < 1e-3
+    assert out["hard:c2"][0] == pytest.approx(2 * stats.t.sf(3.0, 63), rel=1e-12) and out["hard:c2"][0] > 1e-3
+    assert np.isnan(cell_pvalues({**values, "c1_z": np.nan}, 1e-3, tests, n_blocks=64, label="x")["x:c1"][0])
+    ds = xr.Dataset({n: (("setting",), [v]) for n, v in values.items()},
+                    coords={"setting": ["hard"], "block": np.arange(64)})
+    assert setting_pvalues(ds, 1e-3, tests) == out
+    with pytest.raises(ValueError, match="'tests' entries must be"):
+        cell_pvalues(values, 1e-3, {"slope": ("z", "c1_z")}, n_blocks=64, label="x")
+
+
+@pytest.mark.deterministic(reason="fixed seed; compared with truth_verdict called here exactly; the control is 50 SE "
+                                  "off the exact curve at every k")
+def test_rate_truth_verdict_max_t_reference():
+    """rate_truth_verdict with reference="max-t" combines the rate verdict with truth_verdict's max-t tests (called
+    here with the same generator); the F reference keeps the Hotelling fields. Positive control: a curve off by
+    0.5 at every k fails through its curve test."""
+    from simkit.stats.analysis import TRUTH_FIELDS, rate_truth_verdict, truth_rng, truth_verdict
+    rng = np.random.default_rng(5)
+    k, good = _gap_blocks(rng)
+    _, bad = _gap_blocks(rng, bias=0.5)
+    rate = {"verdict": "pass", "reason": "", "slope": -1.0}
+    for blocks, want in ((good, "pass"), (bad, "fail")):
+        dgap = np.concatenate([blocks[:, :-1] - blocks[:, 1:], np.full((12, 1), np.nan)], axis=1)
+        args = (k, blocks, dgap, 2.0 / k, None, (0.0, 1.0), (0.0, 0.0))
+        v, reason, fields = rate_truth_verdict(rate, *args, alpha=1e-3, reference="max-t", rng=truth_rng(7, "hard"))
+        ref, problems = truth_verdict(*args, alpha=1e-3, reference="max-t", rng=truth_rng(7, "hard"))
+        assert fields == ref and v == want and reason == "; ".join(problems)
+        assert set(rate_truth_verdict(rate, *args, alpha=1e-3)[2]) == set(TRUTH_FIELDS)
+    assert "curve" in reason
+    with pytest.raises(ValueError, match="'rng' must be a numpy Generator"):
+        rate_truth_verdict(rate, *args, alpha=1e-3, reference="max-t")

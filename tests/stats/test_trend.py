@@ -21,7 +21,7 @@ import pytest
 from scipy import stats
 
 from simkit.stats.analysis import fit_rate, ratio_of_means
-from simkit.stats.trend import (detectable_t, equivalence_test, fit_range_non_inferiority, growth_test, log2_slope,
+from simkit.stats.trend import (DETECT_POWER, detectable_t, equivalence_test, fit_range_non_inferiority, growth_test, log2_slope,
                                 log_sd_slope, non_inferiority, non_inferiority_miss_rate,
                                 non_inferiority_plugin_miss_rate, one_sided_rate, relative_trend_se, trend_test,
                                 union_bound, wls_slope_test)
@@ -116,7 +116,19 @@ def test_one_sided_rate_on_exact_power_laws():
 
 
 def test_detectable_t_definition():
-    assert detectable_t(2.0, 9, 0.9, 0.5) == pytest.approx((2.0 + stats.t.ppf(0.9, 9)) * 0.5, rel=1e-15)
+    """The library's one detectable effect: (t_crit + t_0.9) SE at DETECT_POWER = 0.9, and it means what it says: a
+    true effect of that size is detected with probability about 0.9 (noncentral t: 0.887-0.902 at 30-200 df for
+    the one- and two-sided critical values at 1e-3 and 0.05; asserted within 0.015). Positive control: the definitions it replaced (t_crit SE and
+    (t_crit + z_0.8) SE) have power 0.5 and 0.8 there, outside the tolerance."""
+    assert DETECT_POWER == 0.9
+    assert detectable_t(2.0, 9, 0.5) == pytest.approx((2.0 + stats.t.ppf(0.9, 9)) * 0.5, rel=1e-15)
+    assert detectable_t(2.0, 9, 0.5, power=0.8) == pytest.approx((2.0 + stats.t.ppf(0.8, 9)) * 0.5, rel=1e-15)
+    for df in (30, 63, 200):
+        for crit in (stats.t.isf(1e-3, df), stats.t.isf(5e-4, df), stats.t.isf(0.05, df)):
+            power = lambda effect: stats.nct.sf(crit, df, effect)  # noqa: E731 (SE 1: effect = noncentrality)
+            assert power(detectable_t(crit, df, 1.0)) == pytest.approx(0.9, abs=0.015)
+            for old in (crit, crit + stats.norm.isf(0.2)):
+                assert abs(power(old) - 0.9) > 0.05
 
 
 def _synthetic_blocks(rng, n_blocks=16, levels=5, level=0.012, block_sd=0.25, noise_sd=0.02):
@@ -221,18 +233,18 @@ def test_fit_range_rule_agrees_with_the_levels_rule_on_the_full_range():
 
 @pytest.mark.deterministic(reason="formula identities against scipy on one fixed draw (rtol 1e-9)")
 def test_wls_slope_test_detectable_effects_and_ratio_of_means():
-    """wls_slope_test's p and its two detectable effects against scipy, from fit_rate's slope and SE; the ratio
+    """wls_slope_test's p and its detectable effect (probability 0.9) against scipy, from fit_rate's slope and SE; the ratio
     of block means against the jackknife written here."""
     rng = np.random.default_rng(9)
     k = 2.0 ** np.arange(2, 10)
     blocks = (1.0 / k) * np.exp(0.05 * rng.standard_normal((10, k.size)))
     fit = fit_rate(k, blocks, 4, with_inverse=False)
     for one_sided in (True, False):
-        b, se, p, d50, d80 = wls_slope_test(k, blocks, 4, alpha=ALPHA, one_sided=one_sided)
+        b, se, p, mde = wls_slope_test(k, blocks, 4, alpha=ALPHA, one_sided=one_sided)
         assert (b, se) == (fit.slope, fit.slope_se)
         q = stats.t.ppf(1 - (ALPHA if one_sided else ALPHA / 2), 9)
         assert p == pytest.approx(stats.t.sf(b / se, 9) if one_sided else 2 * stats.t.sf(abs(b / se), 9), rel=1e-9)
-        assert d50 == pytest.approx(q * se, rel=1e-9) and d80 == pytest.approx((q + stats.norm.ppf(0.8)) * se, rel=1e-9)
+        assert mde == pytest.approx((q + stats.t.ppf(0.9, 9)) * se, rel=1e-9)
     num, den = 2.0 + rng.standard_normal(12), 4.0 + rng.standard_normal(12)
     r, r_se = np.ravel(ratio_of_means(num, den)[0]), np.ravel(ratio_of_means(num, den)[1])
     assert r.size == 1 and r[0] == pytest.approx(num.mean() / den.mean(), rel=1e-12)
