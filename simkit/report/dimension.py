@@ -1,5 +1,5 @@
 """Report of the confirmatory C6 study (``dimension``): protocol, primary and control verdicts, secondary
-trends, E[G] against d with the fit, every design point."""
+trends, E[G] against d with the fit, every design point; prose in ``pages/dimension.md``."""
 
 from __future__ import annotations
 
@@ -7,14 +7,11 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, render
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, prose, render
 
 __all__ = ["dimension_sections"]
 
-C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d. "
-           "Tested prediction (protocols/dimension.md): at a fixed parameter count (9) and a fixed Lipschitz "
-           "constant in the parameters (1/√3), E[G] of an ERM embedding grows by less than δ = 20% per doubling "
-           "of d (an explicit √d factor would give +41%). One-sided non-inferiority, H0: growth ≥ δ.")
+P = prose("dimension")
 
 
 def _s(ds: xr.Dataset, name: str):
@@ -43,17 +40,10 @@ SECONDARY = Table((("family", "{facet}"), ("trend per doubling (nats)", "{trend�
                    ("mean E[G] (nats)", "{trend_level:.4f}")), dim="row", verdict=None,
                   heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d",
                   widths=(3.2, 1.8, 0.7, 1.0, 1.5, 1.2))
-RULE_TEXT = (
-    "Primary rule: reject H0 (growth ≥ 20% per doubling) when p = P(T ≤ t) < 0.01, t = (b − log2 1.2) / "
-    "SE_jackknife(b) on n_blocks − 1 df. Positive control: passes (behaves) when the same rule does NOT reject. "
-    "False-failure rate of the primary check at growth exactly δ: 0.01.")
 CURVES = FigurePage("E[G] against the embedding dimension d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
           label="E[G] ± 2 MCSE"),),
-    caption="Mean over blocks of the control-variate estimator G_cv ± 2 MCSE, log–log axes, with the fitted "
-            "2^(a + b log2 d) (red); the rule asks whether its growth per doubling is below +20% (a √d law is +41%). "
-            "The secondary trend is descriptive and decides nothing; the earlier two-sided C6 result of the "
-            "generalisation study stays reported there as exploratory.", facet="family")
+    caption=P["curves_caption"], facet="family")
 
 
 def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
@@ -80,9 +70,9 @@ def dimension_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
     quick = "quick" in str(ds.attrs.get("analysis", ""))
     rows, curves = _derived(ds)
-    reasons = " ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason") if str(_s(ds, n)))
-    render(doc, ds, (TitlePage(texts=(C6_TEXT,), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
-    render(doc, rows, (RULE, Text(RULE_TEXT + (" " + reasons if reasons else "")), SECONDARY))
+    rows = rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason") if str(_s(ds, n))))
+    render(doc, ds, (TitlePage(texts=(P["claim"],), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
+    render(doc, rows, (RULE, Text(P["rule"]), SECONDARY))
     render(doc, curves, (CURVES,))
     render(doc, ds, (POINTS,))
 

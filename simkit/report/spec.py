@@ -2,18 +2,23 @@
 
 Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is a value with its MCSE
 (:func:`format_pm`), ``{a}`` / ``{a:fmt}`` a value, ``{facet}`` the facet's label; a variable over the
-facet dimension is read at the current facet. Axis labels come from each variable's ``long_name``.
+facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
+the run's configuration and, as ``n_<dim>``, the dimension sizes. Axis labels come from each variable's
+``long_name``. A study's page prose lives in ``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -24,15 +29,30 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, format_pm, label, residual_legend, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label", "RESIDUAL_KEY",
-           "verdict_heading", "gather", "stack", "panel_title",
-           "fin", "require", "fill", "protocol_block", "config"]
+           "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill", "protocol_block", "config",
+           "prose", "sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
+#: template names that resolved to nothing while filling (a misspelt field prints "n/a"; tests read this)
+UNRESOLVED: set[str] = set()
+
+
+@functools.cache
+def prose(study: str) -> dict[str, str]:
+    """The named paragraphs of ``pages/<study>.md``: each ``## name`` heading starts one, its lines are
+    joined by spaces and a blank line inside it starts a new line (keeping that line's indentation)."""
+    text = (Path(__file__).with_name("pages") / f"{study}.md").read_text(encoding="utf-8")
+    out = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        name, _, body = part.partition("\n")
+        paras = re.split(r"\n\s*\n", body.strip("\n"))
+        out[name.strip()] = "\n".join(p[:len(p) - len(p.lstrip())] + " ".join(p.split()) for p in paras)
+    return out
+
+
 #: the key of a residual page (:class:`Panel` ``kind="residual"``), shared by the studies' captions
-RESIDUAL_KEY = ("Filled points: k ≥ k_min, in the fit; hollow grey points: k < k_min, outside it, where higher orders "
-                "of the expansion dominate and residuals are large by design; grey triangles at the edge: residuals "
-                "beyond the axis range (the largest is given in the panel title). Dashed lines: ±2; dotted: ±3.")
+RESIDUAL_KEY = prose("common")["residual_key"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -51,6 +71,22 @@ def config(ds: xr.Dataset) -> dict:
     """The run's configuration (the dataset's ``config`` attribute) as a dict; empty when unreadable."""
     cfg = _json_attr(ds, "config", {})
     return cfg if isinstance(cfg, dict) else {}
+
+
+def t_crit(ds: xr.Dataset, df_dim: str = "block") -> float:
+    """The two-sided Student t critical value at the dataset's ``alpha`` on ``n_<df_dim> − 1`` degrees of freedom."""
+    alpha, n = float(ds.attrs.get("alpha", np.nan)), ds.sizes.get(df_dim, 0)
+    return float(stats.t.isf(alpha / 2, n - 1)) if math.isfinite(alpha) and n > 1 else math.nan
+
+
+def sections(name: str, pages: Sequence, required: Sequence[str] = (), derive: Callable | None = None):
+    """A study's report sections ``(doc, ds, study=None)``: check the ``required`` variables, then draw
+    ``pages`` from ``derive(ds)`` (display quantities computed from the saved variables) or ``ds``."""
+    def draw(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
+        require(ds, required, name)
+        render(doc, derive(ds) if derive else ds, pages, study=study)
+    draw.__doc__ = f"The pages of the {name} study (all but provenance), from its dataset alone."
+    return draw
 
 
 def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
@@ -98,10 +134,18 @@ def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
 
 
 
+def _meta(ds: xr.Dataset, name: str):
+    """An attribute, a configuration key or ``n_<dim>`` (a dimension's size) named ``name``; NaN if none."""
+    cfg = config(ds)
+    if name in ds.attrs or name in cfg:
+        return ds.attrs[name] if name in ds.attrs else cfg[name]
+    return ds.sizes[name[2:]] if name.startswith("n_") and name[2:] in ds.sizes else np.nan
+
+
 def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
-    """Value of ``name`` at facet ``i`` (a scalar variable as is); NaN when the dataset lacks it."""
+    """Value of ``name`` at facet ``i`` (a scalar variable as is), else :func:`_meta`."""
     if name not in ds.variables:
-        return np.nan
+        return _meta(ds, name)
     v = ds[name]
     if facet is not None and i is not None and facet in v.dims:
         v = v.isel({facet: i})
@@ -120,14 +164,21 @@ def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | No
     def one(m: re.Match) -> str:
         name, se, fmt = m.groups()
         if name == "facet":
+            if facet is None:
+                return ""
             v = ds[facet].values[i]
             return fin(v, fmt) if fmt and not isinstance(v, (str, np.str_)) else str(v)
         v = _at(ds, name, facet, i)
+        if np.ndim(v) > 0:  # a variable over a dimension the text is not faceted on: the run's setting instead
+            v = _meta(ds, name)
+        if v is np.nan:
+            UNRESOLVED.add(name)
         if se:
             return format_pm(v, _at(ds, se, facet, i))
-        if isinstance(v, (str, np.str_)):
+        if isinstance(v, (str, np.str_, list, dict)):
             return str(v)
-        return fin(v, fmt or "g")
+        whole = not fmt and isinstance(v, (int, float, np.number)) and float(v).is_integer() and abs(v) < 1e15
+        return str(int(v)).replace("-", "\u2212") if whole else fin(v, fmt or "g")
 
     return _FIELD.sub(one, template)
 
@@ -141,7 +192,10 @@ class Panel:
     ``fit`` a variable over ``x`` or coefficients ``(a0, a1, ...)`` of ``a0 + a1/x + ...`` (drawn over the fit
     range ``x >= fit_range``, shaded; ``zoom`` shows only it); ``hline`` a scalar (``hline_band`` its MCSE);
     ``slopes`` reference power laws through the first fitted point; ``also`` further variables as lines;
-    ``kind="residual"`` standardised residuals; ``series`` a further dimension, one curve per value;
+    ``kind="residual"`` standardised residuals, ``kind="qq"`` a −log10 QQ plot of the p-values ``var``
+    against Uniform(0, 1) (``level`` the rejection threshold), ``kind="forest"`` one row per value of ``x``
+    (estimate ± 2 ``band`` against ``reference`` and ``level``); ``series`` a further dimension, one curve per value
+    (``series_hline`` a variable drawn as a dashed line in each curve's colour);
     ``level`` a dashed horizontal line; ``absolute`` draws ``|var|`` (hollow where negative);
     ``marks`` scalar variables drawn as vertical lines (e.g. an onset and a scale), labelled ``mark_labels``."""
 
@@ -159,6 +213,7 @@ class Panel:
     also_labels: tuple[str, ...] = ()
     kind: str = "points"
     series: str | None = None
+    series_hline: str | None = None
     level: float | str | None = None
     level_label: str = ""
     absolute: bool = False
@@ -182,14 +237,15 @@ class Panel:
 @dataclasses.dataclass(frozen=True)
 class FigurePage:
     """Panels in rows, one column per facet value (``per_page`` a page), or in rows of ``per_page`` when
-    ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid."""
+    ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid;
+    ``per_page=(rows, columns)`` lays out the first panel once per facet value on pages of that grid."""
 
     title: Source
     panels: tuple[Panel, ...]
     caption: Source = ""
     subtitle: Source = ""
     facet: str | tuple[str, str] | None = "setting"
-    per_page: int = SETTINGS_PER_PAGE
+    per_page: int | tuple[int, int] = SETTINGS_PER_PAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,7 +434,6 @@ def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None, reason:
 
 def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: int | None = None) -> set:
     """Draw one panel; return the legend entries it used, as ``(role, label)`` pairs."""
-    x = ds[p.x].values.astype(float)
     y = np.asarray(_at(ds, p.var, facet, i), dtype=float)
     used: set = set()
     title = fill(p.title, ds, facet, i)
@@ -386,6 +441,9 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         _no_data(ax, ds, facet, i, p.reason)
         panel_title(ax, title)
         return used
+    if p.kind in ("qq", "forest"):
+        return (_qq_panel if p.kind == "qq" else _forest_panel)(ax, ds, p, facet, i, title, y)
+    x = ds[p.x].values.astype(float)
     xmin = float(_at(ds, p.fit_range, facet, i)) if p.fit_range else -math.inf
     sel = x >= xmin if math.isfinite(xmin) else np.ones(x.shape, bool) if not p.fit_range else np.zeros(x.shape, bool)
     shown = sel if p.zoom and sel.any() else np.ones(x.shape, bool)
@@ -491,6 +549,50 @@ def _level(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None,
     return lv
 
 
+def _qq_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str, y) -> set:
+    """The p-values ``y`` on the −log10 scale against uniform quantiles i/(n+1), with the pointwise 95% band
+    of a uniform sample (Beta(i, n+1−i)); p = 0 and values far beyond the uniform range are drawn at the top."""
+    pv = np.sort(y[np.isfinite(y)])
+    n, alpha = pv.size, float(_at(ds, p.level, facet, i)) if isinstance(p.level, str) else float(p.level or 0.05)
+    alpha = alpha if math.isfinite(alpha) and alpha > 0 else 0.05
+    q = np.arange(1, n + 1)
+    expected = -np.log10(q / (n + 1))
+    ax.fill_between(expected, -np.log10(stats.beta.ppf(0.975, q, n + 1 - q)),
+                    -np.log10(stats.beta.ppf(0.025, q, n + 1 - q)), color=COLORS["span"], lw=0)
+    obs = -np.log10(np.maximum(pv, np.finfo(float).tiny))
+    right = max(float(expected.max(initial=0.0)), -np.log10(alpha)) * 1.15
+    top = max(right, min(float(obs.max(initial=0.0)) * 1.05, 3 * right))
+    ax.plot([0, right], [0, right], color=COLORS["ref"], lw=0.8)
+    ax.axhline(-np.log10(alpha), color=COLORS["fit"], lw=0.8, ls="--")
+    ax.plot(expected, np.minimum(obs, top), "o", ms=2.5, color=COLORS["data"])
+    ax.set(xlim=(0, right), ylim=(0, top), xlabel="expected −log10 p (uniform)", ylabel="observed −log10 p")
+    panel_title(ax, title)
+    return {("data", p.label or "p-values"), ("uniform", "uniform quantiles"), ("qqband", "95% band of a uniform sample"),
+            ("level", p.level_label or "rejection threshold α")}
+
+
+def _forest_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str, y) -> set:
+    """One row per value of ``p.x``: the estimate ± 2 MCSE, the reference value (a cross), ``p.level`` (a line);
+    the row labels on the first column of the page only, as the rows are shared."""
+    names, used = [str(v) for v in ds[p.x].values], {("data", p.label or "estimate ± 2 MCSE")}
+    pos = np.arange(len(names))[::-1]
+    se = np.asarray(_at(ds, p.band, facet, i), dtype=float) if p.band else np.zeros_like(y)
+    if p.level is not None:
+        ax.axvline(float(p.level), color=COLORS["ref"], lw=1.0)
+        used.add(("zero", p.level_label or f"{p.level:g}"))
+    ax.errorbar(y, pos, xerr=2 * se, fmt="o", color=COLORS["data"], ms=5, zorder=4)
+    if p.reference:
+        ax.plot(np.asarray(_at(ds, p.reference, facet, i), dtype=float), pos, "x", color=COLORS["exact"], ms=8,
+                mew=1.5, zorder=5)
+        used.add(("cross", p.reference_label))
+    first = ax.get_subplotspec() is None or ax.get_subplotspec().is_first_col()
+    ax.set(yticks=pos, yticklabels=names if first else [""] * len(names), ylim=(-0.7, len(names) - 0.3),
+           xlabel=p.ylabel or label(ds, p.var))
+    ax.grid(axis="y", alpha=0)
+    panel_title(ax, title + ("" if first else " (rows as on the left)"))
+    return used
+
+
 def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str) -> set:
     """One curve per value of ``p.series``, each with ±2 MCSE bars, shaded light (first) to dark (last)."""
     x = ds[p.x].values.astype(float)
@@ -507,6 +609,12 @@ def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int 
         ax.errorbar(x[ok], y[j][ok], yerr=[lo, 2 * se[j][ok]] if p.band else None, fmt="o-", ms=3, lw=1,
                     color=color, zorder=4)
         shown.append(y[j][ok])
+        h = float((ds[p.series_hline].isel({facet: i}) if facet else ds[p.series_hline]).transpose(p.series, ...)
+                  .values[j]) if p.series_hline else math.nan
+        if math.isfinite(h) and (h > 0 or not p.logy):
+            ax.axhline(h, color=color, ls="--", lw=1)
+            shown.append(np.array([h]))
+            used.add(("serieshline", label(ds, p.series_hline)))
         used.add((f"series|{j:03d}|{color}", f"{p.series} = {v}" if isinstance(v, str) else f"{p.series} = {fin(v, 'g')}"))
     _level(ax, ds, p, facet, i, used)
     if p.logx or p.logy:
@@ -523,8 +631,11 @@ _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "
           "refc": ("--", COLORS["exact"], 0.9)}
 
 _ALSO = (COLORS["plain"], COLORS["ref"], COLORS["band"])
-_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8")}
+_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8"),
+            "qqband": dict(color=COLORS["span"])}
 _LINES = {"data": dict(marker="o", ls="", color=COLORS["data"]), "level": dict(ls="--", color=COLORS["fit"], lw=0.9),
+          "uniform": dict(color=COLORS["ref"], lw=0.8), "zero": dict(color=COLORS["ref"]),
+          "cross": dict(marker="x", ls="", color=COLORS["exact"], mew=1.5), "serieshline": dict(ls="--", color="0.3"),
           "neg": dict(marker="o", ls="", mfc="white", color=COLORS["data"]),
           **{role: dict(ls=ls, color=c, lw=lw) for role, (ls, c, lw) in _STYLE.items()}}
 
@@ -559,6 +670,21 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=N
                 for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
                     used.setdefault(key, None)
         return _finish(doc, fig, ly, used)
+    if isinstance(page.per_page, tuple):  # the first panel once per facet value, pages of a (rows, columns) grid
+        (rows, cols), n = page.per_page, ds.sizes[page.facet]
+        for start in range(0, n, rows * cols):
+            idx = list(range(start, min(n, start + rows * cols)))
+            nc = min(cols, max(len(idx), 3))
+            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if n > rows * cols else ""
+            fig, axes, ly = doc.figure(fill(page.title, ds) + more, -(-len(idx) // nc), nc, **head)
+            used = {}
+            for ax, i in zip(axes.ravel(), idx):
+                for key in sorted(draw_panel(ax, ds, page.panels[0], page.facet, i)):
+                    used.setdefault(key, None)
+            for ax in axes.ravel()[len(idx):]:
+                ax.set_visible(False)
+            _finish(doc, fig, ly, used)
+        return
     if page.facet is None:  # the panels in rows of at most per_page
         groups, rows = [[None]], -(-len(page.panels) // page.per_page)
     else:
