@@ -26,21 +26,15 @@ _K = dict(x="n_pairs", fit_range="n_pairs_min")
 PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(RESULTS, Text(P["rule"]), ClaimTable(), Failures(dim="case"))),
     FigurePage(
-        "The finite-batch gap on log–log axes",
+        "The finite-batch gap: its rate, k · gap against the scheme's derived c1, and the fit's residuals",
         (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", slopes=(-1.0, -0.5), logy=True,
                title="{facet}: slope {slope±slope_se}", label="gap ± 2 MCSE", fit_label="WLS fit (log k, 1/k)",
-               reference_label="exact gap (lattice)", **_K),),
-        caption=P["gap_caption"], facet="case"),
-    FigurePage(
-        "k · gap approaches the scheme's derived c1",
-        (Panel("k_gap", band="k_gap_mcse", hline="c1_batch_exact", fit=("c1_batch_estimate", "c2_batch_estimate"),
-               title="{facet}: c1 {c1_batch_estimate±c1_batch_estimate_mcse}", label="k·gap ± 2 MCSE",
-               fit_label="fit c1 + c2/k", hline_label="derived c1 (§16)", **_K),),
-        caption=P["kgap_caption"], facet="case"),
-    FigurePage(
-        "Residuals of the rate fit",
-        (Panel("resid_rate", kind="residual", title="{facet}", **_K),),
-        caption=P["residual_caption"] + " " + RESIDUAL_KEY, facet="case"),
+               reference_label="exact gap (lattice)", ylabel="gap (nats)", **_K),
+         Panel("k_gap", band="k_gap_mcse", hline="c1_batch_exact", fit=("c1_batch_estimate", "c2_batch_estimate"),
+               title="c1 {c1_batch_estimate±c1_batch_estimate_mcse}", label="k·gap ± 2 MCSE",
+               fit_label="fit c1 + c2/k", hline_label="derived c1 (§16)", ylabel="k · gap (nats)", **_K),
+         Panel("resid_rate", kind="residual", title="residuals of the rate fit", ylabel="residual / MCSE", **_K)),
+        caption=P["figure_caption"] + " " + RESIDUAL_KEY, facet="case"),
 )
 
 _REQUIRED = ("case", "n_pairs", "gap", "gap_mcse", "k_gap", "k_gap_mcse", "c1_batch_exact", "c1_batch_estimate",

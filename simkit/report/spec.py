@@ -691,8 +691,11 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=N
         n = ds.sizes[page.facet]
         groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
     for idx in groups:
-        ncols = -(-len(page.panels) // rows) if page.facet is None else len(idx)
+        # a page's last facets keep the width of the others: every panel of the study on one scale
+        ncols = -(-len(page.panels) // rows) if page.facet is None else min(page.per_page, ds.sizes[page.facet])
         fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
+        for ax in axes[:, len(idx):].ravel() if page.facet is not None else ():
+            ax.set_visible(False)
         used = {}
         for col, i in enumerate(idx if page.facet is not None else range(ncols)):
             for row in range(rows):
