@@ -224,7 +224,6 @@ class Panel:
     ylim: tuple[float, float] | None = None
     title: Source = "{facet}"
     reason: str = "verdict_reason"
-    color: str | None = None
     marks: tuple[str, ...] = ()
     mark_labels: tuple[str, ...] = ()
     ylabel: str | None = None
@@ -506,7 +505,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     lo, hi = v - 2 * se, v + 2 * se
     if p.logy:
         lo = np.maximum(lo, v / 1e3)
-    color = p.color or COLORS["data"]
+    color = COLORS["data"]
     if p.band:
         ax.fill_between(x[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0, zorder=4)
     neg = y < 0 if p.absolute else np.zeros(y.shape, bool)
@@ -674,9 +673,10 @@ def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=N
         (rows, cols), n = page.per_page, ds.sizes[page.facet]
         for start in range(0, n, rows * cols):
             idx = list(range(start, min(n, start + rows * cols)))
-            nc = min(cols, max(len(idx), 3))
-            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if n > rows * cols else ""
-            fig, axes, ly = doc.figure(fill(page.title, ds) + more, -(-len(idx) // nc), nc, **head)
+            paged = n > rows * cols  # then every page of the figure has the full grid: panels of one size
+            nc = cols if paged else min(cols, max(n, 3))
+            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if paged else ""
+            fig, axes, ly = doc.figure(fill(page.title, ds) + more, rows if paged else -(-n // nc), nc, **head)
             used = {}
             for ax, i in zip(axes.ravel(), idx):
                 for key in sorted(draw_panel(ax, ds, page.panels[0], page.facet, i)):
