@@ -364,3 +364,18 @@ def test_series_hline_in_each_curve_colour_and_grid_pages(tmp_path, monkeypatch)
     many = xr.concat([synthetic()] * 4, "setting").assign_coords(setting=[f"s{j}" for j in range(8)])
     assert _build(tmp_path, [FigurePage("g", (Panel("y"),), per_page=(1, 3))], many) == 3
     assert grids == [("g (1/3)", 1, 3), ("g (2/3)", 1, 3), ("g (3/3)", 1, 3)]
+
+
+def test_every_prose_section_is_read_by_its_module():
+    """Each ``## name`` of ``pages/<study>.md`` is read by ``simkit/report/<study>.py`` (``P["name"]``, or an
+    f-string key such as ``P[f"{var}_caption"]``): a section nobody reads is stale text. Positive control: a
+    made-up section name matches no key."""
+    root = Path(spec.__file__).parent
+    for md in sorted((root / "pages").glob("*.md")):
+        if md.stem == "common":
+            continue
+        keys = re.findall(r'P\[f?"([^"]+)"\]', (root / f"{md.stem}.py").read_text())
+        pats = [re.compile(re.sub(r"\\\{[^}]*\\\}", r"\\w+", re.escape(k)) + "$") for k in keys]
+        assert pats and not any(p.match("no such section") for p in pats)
+        unread = [name for name in spec.prose(md.stem) if not any(p.match(name) for p in pats)]
+        assert not unread, (md.name, unread)
