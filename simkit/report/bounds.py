@@ -8,13 +8,11 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, prose, render, require
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections
 
 __all__ = ["bounds_sections"]
 
 P = prose("bounds")
-_REQUIRED = ("setting", "n", "k", "gap", "gap_mcse", "bound_averaging", "bound_max", "growth_max",
-             "growth_averaging", "c4_dl", "c4_bound_avg", "c4_bound_max", "c4_ratio_avg_dl", "c4_ratio_max_dl")
 
 
 def _cases(ds: xr.Dataset) -> xr.Dataset:
@@ -69,20 +67,22 @@ C4_FIGURE = FigurePage(
     caption=P["c4_caption"])
 
 
-def bounds_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the bounds study (all but provenance)."""
-    require(ds, _REQUIRED, "bounds")
-    d = ds.assign_attrs(k_max=int(ds["k"].values[-1]), growth_max_min_pct=100 * float(ds.attrs.get("growth_max_min", np.nan)),
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """The trivial bound over k (a line on the figure) and the growth limits in per cent."""
+    d = ds.assign_attrs(growth_max_min_pct=100 * float(ds.attrs.get("growth_max_min", np.nan)),
                         growth_avg_max_pct=100 * float(ds.attrs.get("growth_avg_max", np.nan)))
     d["trivial_bound_k"] = (d["trivial_bound"] * xr.ones_like(d["k"], dtype=float)).assign_attrs(
         long_name="trivial bound 4/tau, in nats", units="1")
-    cases = _cases(d)
-    render(doc, cases, (TitlePage(texts=(P["claim"], P["method"], P["rule"]), ademp=True, then=(CASES,)),))
-    if study is not None:
-        render(doc, d, (ClaimTable("The study's claim checks (simkit validate)"),), study=study)
-    render(doc, cases, (FIGURE,))
-    render(doc, _c4_rows(d), (C4_TABLE, Text(lambda _: "C4 growth per doubling of k (fit range): " + "; ".join(
+    return d
+
+
+def _c4_growth(ds: xr.Dataset) -> str:
+    return "C4 growth per doubling of k (fit range): " + "; ".join(
         f"{s}: E B_avg {100 * ga:+.2f}% ± {100 * sa:.2f}%, E B_max {100 * gm:+.2f}% ± {100 * sm:.2f}%" for s, ga, sa, gm, sm
         in zip(ds["setting"].values, ds["c4_growth_avg"].values, ds["c4_growth_avg_se"].values,
-               ds["c4_growth_max"].values, ds["c4_growth_max_se"].values)))))
-    render(doc, d, (C4_FIGURE,))
+               ds["c4_growth_max"].values, ds["c4_growth_max_se"].values))
+
+
+bounds_sections = sections("bounds", (
+    View(_cases, (TitlePage(texts=(P["claim"], P["method"], P["rule"]), ademp=True, then=(CASES,)),)), ClaimTable(),
+    View(_cases, (FIGURE,)), View(_c4_rows, (C4_TABLE,)), Text(_c4_growth), C4_FIGURE), _derived)

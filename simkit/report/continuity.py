@@ -3,21 +3,14 @@ with its cells, the exploratory checks, and the bound and growth figures; prose 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, prose, render, require
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections
 
 __all__ = ["continuity_sections"]
 
 P = prose("continuity")
-_REQUIRED = ("setting", "eps", "k", "dl", "bound_avg", "bound_max", "bound_score", "neg_avg", "neg_max",
-             "violations_avg", "violations_max", "slope_avg", "slope_avg_se", "slope_avg_p", "slope_max",
-             "slope_max_se", "slope_max_p", "ratio_max_avg", "verdict", "flat_verdict", "ni_avg_growth", "ni_avg_p",
-             "ni_negmax_growth", "ni_max_growth", "control_verdict", "secondary_verdict", "s1_p", "s2_p",
-             "conclusion")
 
 
 _CELL_COLS = (("setting", "{setting}"), ("ε", "{eps:g}"))
@@ -100,8 +93,9 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         f"{ds['pi'].values[i]}, τ = {float(ds['tau'].values[i]):g}, {ds['perturbation'].values[i]} perturbation)"
         for i, s in enumerate(ds["setting"].values)) if "family" in ds and "perturbation" in ds else ""
     alpha = float(ds.attrs.get("alpha", np.nan))
+    note = "" if "protocol_path" in ds.attrs else " · not the pre-registered design: exploratory"
     return out.assign_attrs(settings_text=settings, eps_text=", ".join(f"{e:g}" for e in ds["eps"].values),
-                            bump_factor=float(ds.attrs.get("bump_gain", 4)), k_max=int(ds["k"].values[-1]),
+                            bump_factor=float(ds.attrs.get("bump_gain", 4)), note=note,
                             ff_all=1 - (1 - alpha) ** (ds.sizes["setting"] * ds.sizes["eps"]))
 
 
@@ -111,15 +105,9 @@ def _cells(ds: xr.Dataset) -> xr.Dataset:
     return ds.stack(cell=("setting", "eps")).reset_index("cell").assign_coords(cell=labels)
 
 
-def continuity_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the C4 study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "continuity")
-    ds = _derived(ds)
-    note = "" if "protocol_path" in ds.attrs else " · not the pre-registered design: exploratory"
-    render(doc, ds, (TitlePage(texts=(P["claim"], P["bounds"], P["method"]), note=note),))
-    render(doc, _cells(ds), (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), Failures(
+continuity_sections = sections("continuity", (
+    TitlePage(texts=(P["claim"], P["bounds"], P["method"]), note="{note}"),
+    View(_cells, (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), Failures(
         dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
-        verdicts=("verdict", "control_verdict", "secondary_verdict"))))
-    tags = {p.var.split("_")[1] for p in VALIDITY.panels} & {t for t in ("score", "avg", "max") if f"tightness_{t}" in ds}
-    validity = dataclasses.replace(VALIDITY, panels=tuple(p for p in VALIDITY.panels if p.var.split("_")[1] in tags))
-    render(doc, ds, (GROWTH, BOUNDS, NEGATIVES, RATIOS, validity))
+        verdicts=("verdict", "control_verdict", "secondary_verdict")))),
+    GROWTH, BOUNDS, NEGATIVES, RATIOS, VALIDITY), _derived)

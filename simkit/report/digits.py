@@ -7,13 +7,11 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import ReportDocument, format_pm
-from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose, render, require,
-                                t_crit, verdict_heading)
+from simkit.report.document import format_pm
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections,
+                                verdict_heading)
 
 __all__ = ["digits_sections"]
-
-_REQUIRED = ("setting", "k", "gap", "gap_mcse", "gap_exact", "slope", "verdict", "d", "d_verdict", "c3_gap")
 
 P = prose("digits")
 
@@ -84,8 +82,7 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         if z in ds:
             out[z.replace("_z", "_zmax")] = np.abs(ds[z]).max("k", skipna=True)
     alpha, n_c2 = float(ds.attrs.get("alpha", np.nan)), sum(str(v) != "n/a" for v in ds["d_verdict"].values)
-    return out.assign_attrs(test_sha=str(ds.attrs.get("test_index_sha256", "?"))[:16], k_max=int(ds["k"].values.max()),
-                            level=1 - alpha, t_crit=t_crit(ds), ff_c1=1 - (1 - 2 * alpha) ** ds.sizes["setting"],
+    return out.assign_attrs(test_sha=str(ds.attrs.get("test_index_sha256", "?"))[:16], ff_c1=1 - (1 - 2 * alpha) ** ds.sizes["setting"],
                             ff_c2=1 - (1 - alpha) ** n_c2)
 
 
@@ -100,26 +97,28 @@ C3_TABLE = Table((("setting", "{setting}"), ("n", "{n_train}"), ("k", "{k_train}
                  heading="C3 in numbers: G (train/test gap) and E = CE_test − (R̂ − log k), with MCSE; converged share")
 
 
-def _c3(ds: xr.Dataset) -> xr.Dataset:
+def _c3(ds: xr.Dataset) -> xr.Dataset | None:
     """The trained settings, with their slopes per k as one title string."""
     trained = [i for i in range(ds.sizes["setting"]) if np.any(np.isfinite(ds["c3_gap"].values[i]))]
+    if not trained:
+        return None
     sub = ds.isel(setting=trained)
     return sub.assign(c3_slopes=("setting", ["; ".join(
         f"k={int(kk)}: {format_pm(sub['c3_slope_n'].values[i, j], sub['c3_slope_n_se'].values[i, j])}"
         for j, kk in enumerate(sub["k_train"].values)) for i in range(sub.sizes["setting"])]))
 
 
-def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The pages of the real-data study (all but provenance), from its dataset alone."""
-    require(ds, _REQUIRED, "digits")
-    ds = _derived(ds)
-    n = ds.sizes["setting"]
-    render(doc, ds, PAGES[:1] + (ClaimTable(),) + PAGES[1:], study=study)
-    lab = [i for i in range(n) if str(ds["d_verdict"].values[i]) != "n/a"]
-    if lab:
-        render(doc, ds.isel(setting=lab), (D_PAGE,))
-    c3 = _c3(ds)
-    if c3.sizes["setting"]:
-        cells = c3[[v for v in c3.data_vars if set(c3[v].dims) >= {"n_train", "k_train"}]]
-        render(doc, c3, (C3_PAGE,))
-        render(doc, cells.stack(cell=("setting", "n_train", "k_train")).reset_index("cell"), (C3_TABLE,))
+def _labelled(ds: xr.Dataset) -> xr.Dataset | None:
+    """The settings with same-digit labels (a C2 verdict)."""
+    lab = [i for i in range(ds.sizes["setting"]) if str(ds["d_verdict"].values[i]) != "n/a"]
+    return ds.isel(setting=lab) if lab else None
+
+
+def _c3_cells(ds: xr.Dataset) -> xr.Dataset:
+    """The C3 variables with (setting, n, k) stacked into ``cell``: one table row each."""
+    cells = ds[[v for v in ds.data_vars if set(ds[v].dims) >= {"n_train", "k_train"}]]
+    return cells.stack(cell=("setting", "n_train", "k_train")).reset_index("cell")
+
+
+digits_sections = sections("digits", (PAGES[0], ClaimTable(), *PAGES[1:], View(_labelled, (D_PAGE,)),
+                                      View(_c3, (C3_PAGE, View(_c3_cells, (C3_TABLE,))))), _derived)

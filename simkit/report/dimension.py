@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, prose, render
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, sections
 
 __all__ = ["dimension_sections"]
 
@@ -46,14 +45,20 @@ CURVES = FigurePage("E[G] against the embedding dimension d", (
     caption=P["curves_caption"], facet="family")
 
 
-def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
-    """The two families' rule and trend rows, and their curves along d with the fitted line."""
+def _rows(ds: xr.Dataset) -> xr.Dataset:
+    """The two families' rule and trend rows."""
     rows = gather(ds, FAMILIES, ("b", "b_se", "growth", "growth_se", "ni_t", "ni_p", "trend", "trend_se", "trend_t",
                                  "trend_p", "rel_trend", "rel_trend_se", "trend_level"))
     rows = rows.assign(growth_pct=100 * rows["growth"], growth_pct_se=100 * rows["growth_se"],
                        rel_pct=100 * rows["rel_trend"], rel_pct_se=100 * rows["rel_trend_se"],
                        conclusion=xr.DataArray(_conclusion(ds)),
                        verdict=("row", [str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))]))
+    return rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason")
+                                              if str(_s(ds, n))))
+
+
+def _curves(ds: xr.Dataset) -> xr.Dataset:
+    """The two families' curves along d with the fitted line."""
     fams = [f for f in ("fourier", "linear") if f in ds["family"].values.astype(str)]
     parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(ds["family"].values.astype(str) == f))
              .swap_dims(point="d").reset_coords(drop=True) for f in fams]
@@ -63,18 +68,11 @@ def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
     curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return rows, curves
+    return curves
 
 
-def dimension_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The study's pages (all but provenance), from the dataset alone."""
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
-    rows, curves = _derived(ds)
-    rows = rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason") if str(_s(ds, n))))
-    render(doc, ds, (TitlePage(texts=(P["claim"],), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
-    render(doc, rows, (RULE, Text(P["rule"]), SECONDARY))
-    render(doc, curves, (CURVES,))
-    render(doc, ds, (POINTS,))
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
 
 POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂", "{tau_train:.4g}"),
@@ -82,3 +80,8 @@ POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂
                 ("eval MCSE", "{gap_eval_mcse:.4f}"), ("conv.", "{converged:.2f}"), ("iter.", "{iterations:.0f}"),
                 ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
                widths=(1.5, 0.7, 0.8, 1.5, 1.5, 0.8, 0.8, 0.6, 0.6, 0.6))
+
+
+dimension_sections = sections("dimension", (
+    TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
+    View(_curves, (CURVES,)), POINTS), _derived)

@@ -75,4 +75,4 @@ TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a databa
 encoders_sections = sections("encoders", (
     TitlePage(texts=(P["intro"],), then=(C1, Text(_reasons("verdict_reason")), C2,
                                          Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
-    CURVES, TRAINING), ("slope", "gap", "gap_exact", "d2", "ret_top1", "ret_verdict"), _derived)
+    CURVES, TRAINING), _derived)

@@ -9,13 +9,11 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, config, fill, gather, prose, render, require
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, sections
 
 __all__ = ["generalisation_sections"]
 
 P = prose("generalisation")
-_REQUIRED = ("point", "sweep", "family", "n", "k", "tau", "d", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse",
-             "excess_cv", "excess_cv_mcse", "gap_sd", "gap_id", "raw_gap_cv")
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d", "kprim": "k", "kctl": "k", "krot": "k", "kbrown": "k"}
 _NI = {"kprim": ("C3", "primary: vMF kernel, uniform π (fresh replicate)"),
        "kctl": ("C3", "positive control: τ_k = τ √(k_trend_min/k), complexity term ∝ √k"),
@@ -143,34 +141,34 @@ def _ni(ds: xr.Dataset) -> xr.Dataset | None:
     out["k"].attrs = ds["k"].attrs
     out["gap_cv"].attrs = ds["gap_cv"].attrs
     out.attrs = ds.attrs
-    return out
+    return out.assign_attrs(c3_conclusion=str(ds["c3_conclusion"].values) if "c3_conclusion" in ds else "?",
+                            delta_k_pct=100 * float(ds.attrs.get("delta_k", np.nan)))
 
 
-def generalisation_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the generalisation study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "generalisation")
-    present = [s for s in SWEEPS if s in set(map(str, ds["sweep"].values))]
-    design = Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
-                    ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design",
-                   widths=(0.6, 0.7, 3.6, 2.6, 0.5))
-    rows = xr.Dataset({
+def _present(ds: xr.Dataset) -> list[str]:
+    return [s for s in SWEEPS if s in set(map(str, ds["sweep"].values))]
+
+
+def _design(ds: xr.Dataset) -> xr.Dataset:
+    """One row per sweep present: its family, levels and the fixed factors."""
+    present = _present(ds)
+    return xr.Dataset({
         "family": ("sweep", [str(_sweep(ds, s)["family"].values[0]) for s in present]),
         "levels": ("sweep", [", ".join(f"{v:g}" for v in _sweep(ds, s)[_LEVEL[s]].values) for s in present]),
         "fixed": ("sweep", [", ".join(f"{f} = {float(_sweep(ds, s)[f].values[0]):g}" for f in ("n", "k", "tau", "d")
                                       if f != s) for s in present]),
         "kappa_m": ("sweep", [float(_sweep(ds, s)["kappa_m"].values[0]) for s in present])}, coords={"sweep": present})
-    render(doc, ds, (TitlePage(texts=(P["claims"], P["method"])),))
-    render(doc, rows, (design,))
-    render(doc, _checks(ds), (CHECKS,))
-    if "d" in present:
-        render(doc, ds, (Text(P["lift"], heading="C6: a family with fixed parameter count and Lipschitz constant"),))
-    for s in present:
-        render(doc, _sweep(ds, s), (SWEEPS[s],))
-    ni = _ni(ds)
-    if ni is not None:
-        ni = ni.assign_attrs(c3_conclusion=str(ds["c3_conclusion"].values) if "c3_conclusion" in ds else "?",
-                             delta_k_pct=100 * float(ds.attrs.get("delta_k", np.nan)))
-        render(doc, ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE))
-    if "bound_complexity" in ds:
-        render(doc, ds, (Text(P["bound"], heading="The realised gap against the bound"),))
-    render(doc, ds, (POINTS,))
+
+
+generalisation_sections = sections("generalisation", (
+    TitlePage(texts=(P["claims"], P["method"])),
+    View(_design, (Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
+                          ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design",
+                         widths=(0.6, 0.7, 3.6, 2.6, 0.5)),)),
+    View(_checks, (CHECKS,)),
+    View(lambda ds: ds if "d" in _present(ds) else None,
+         (Text(P["lift"], heading="C6: a family with fixed parameter count and Lipschitz constant"),)),
+    *(View(lambda ds, s=s: _sweep(ds, s) if s in _present(ds) else None, (page,)) for s, page in SWEEPS.items()),
+    View(_ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE)),
+    View(lambda ds: ds if "bound_complexity" in ds else None, (Text(P["bound"], heading="The realised gap against the bound"),)),
+    POINTS))

@@ -15,8 +15,6 @@ from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, 
 __all__ = ["minimiser_sections"]
 
 P = prose("minimiser")
-_REQUIRED = ("setting", "k", "excess", "k2_excess", "k_shift", "excess_const_exact", "shift_const", "excess_slope",
-             "emp_excess", "emp_excess_mcse", "emp_bias", "verdict")
 
 
 EXACT = Table((
@@ -74,14 +72,14 @@ PAGES = (
 def _derived(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: a zero coefficient, the fit range's first k, the k-bias
     of the misspecified classes, and the numbers the prose quotes."""
-    k_fit_min, k = float(config(ds).get("k_fit_min", np.nan)), ds["k"].values
+    k_fit_min = float(config(ds).get("k_fit_min", np.nan))
     out = ds.assign(
         zero=xr.zeros_like(ds["excess_const_exact"]).assign_attrs(long_name="zero", units="1"),
         k_fit_min=xr.full_like(ds["excess_const_exact"], k_fit_min).assign_attrs(long_name="first k of the fit"),
         emp_bias_shown=ds["emp_bias"].where(ds["well_specified"] == 0).assign_attrs(
             long_name="exact k-bias CE(θ_k) − CE(θ*)", units="1"))
     out["shift_const"] = ds["shift_const"].assign_attrs(long_name="−H⁻¹g (predicted limit)")
-    return out.assign_attrs(k_first=int(k[0]), k_last=int(k[-1]), k_fit_first=k_fit_min)
+    return out
 
 
-minimiser_sections = sections("minimiser", PAGES, _REQUIRED, _derived)
+minimiser_sections = sections("minimiser", PAGES, _derived)

@@ -10,14 +10,12 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import format_pm
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, config, prose, render, require
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, prose, render, sections
 
 __all__ = ["rademacher_sections"]
 
 P = prose("rademacher")
 _NAME = {"infonce": "InfoNCE ℓ_k", "pairsum": "control: Σ_j log(1+e^{s_j−s_0})"}
-_REQUIRED = ("loss", "k", "restart", "n", "kn", "complexity", "complexity_mcse", "complexity_by_restart", "slope",
-             "slope_se", "slope_p", "complexity_n", "n_slope", "verdict")
 
 
 EXPONENTS = Table((
@@ -77,8 +75,7 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         role_verdict=xr.where(claim != flagged, "pass", "fail").assign_attrs(long_name="role met"))
     out["complexity_fit"].attrs = {"long_name": "fitted c k^b, in nats", "units": "1"}
     alpha, n_tests = float(ds.attrs.get("alpha", np.nan)), 1 + ds.sizes["kn"]
-    return out.assign_attrs(k_max=int(k[-1]), k_fit_first=config(ds).get("k_fit_min", "?"), n_tests=n_tests,
-                            ff_all=1 - (1 - alpha) ** n_tests, b_log=1 / math.log(float(k[-1])))
+    return out.assign_attrs(n_tests=n_tests, ff_all=1 - (1 - alpha) ** n_tests, b_log=1 / math.log(float(k[-1])))
 
 
 def _n_curve(ds: xr.Dataset) -> xr.Dataset:
@@ -88,19 +85,16 @@ def _n_curve(ds: xr.Dataset) -> xr.Dataset:
     return one.assign(n_exponents=xr.DataArray(ex))
 
 
-def rademacher_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the C3 complexity study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "rademacher")
-    ds = _derived(ds)
-    one = _n_curve(ds)
-    n_table = Table((("k", "{facet}"),) + tuple(
+def _n_table(doc, one: xr.Dataset) -> None:
+    """R̂_n ± MCSE at each n (a column each) for each k of the n sweep, with the n-exponent."""
+    render(doc, one, (Table((("k", "{facet}"),) + tuple(
         (f"R̂_n at n = {int(n)}", (lambda j: lambda d, i: format_pm(d["complexity_n"].values[j, i],
                                                                   d["complexity_n_mcse"].values[j, i]))(j))
         for j, n in enumerate(one["n"].values)) + (("n-exponent ± SE", "{n_slope±n_slope_se}"),
                                                     ("p of H0: exponent ≤ −1/2", "{n_slope_p:.2g}")),
-        dim="kn", verdict=None, heading="InfoNCE: R̂_n against n")
-    render(doc, ds, (TitlePage(texts=(P["claim"], P["method"]), then=(EXPONENTS,)),))
-    render(doc, one, (n_table, Text(P["rule"])))
-    render(doc, ds, (K_PAGE,))
-    render(doc, one, (N_PAGE,))
-    render(doc, ds, (CENTRING,))
+        dim="kn", verdict=None, heading="InfoNCE: R̂_n against n"),))
+
+
+rademacher_sections = sections("rademacher", (
+    TitlePage(texts=(P["claim"], P["method"]), then=(EXPONENTS,)), View(_n_curve, (_n_table, Text(P["rule"]))),
+    K_PAGE, View(_n_curve, (N_PAGE,)), CENTRING), _derived)

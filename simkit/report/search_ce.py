@@ -14,8 +14,6 @@ from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table
 __all__ = ["search_ce_sections"]
 
 P = prose("search_ce")
-_REQUIRED = ("setting", "k", "d", "d_mcse", "d_abs", "k_d", "k_d_mcse", "fit_d_abs", "resid_rate", "resid_d1",
-             "top1", "top1_mcse", "recall", "recall_mcse", "d_rb_mcse", "d_plain_mcse", "verdict")
 
 
 def _sign(ds: xr.Dataset, i: int) -> str:
@@ -100,28 +98,22 @@ PAGES = (
 )
 
 
-def derived(ds: xr.Dataset, prefix: str = "") -> xr.Dataset:
-    """Display quantities from the saved variables (no re-run): k times the two parts of D_k and the
-    variance-reduction factors of the C2 estimator (``prefix`` names a study's C2 variables)."""
-    k, out = ds["k"].astype(float), ds.copy()
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """Display quantities from the saved variables (no re-run): k times the two parts of D_k, the
+    variance-reduction factors of the C2 estimator, and the numbers the prose quotes."""
+    alpha, n_set, cfg = float(ds.attrs.get("alpha", np.nan)), ds.sizes["setting"], config(ds)
+    n_tests = 2 * n_set + (int(np.all(np.isfinite(ds["d_exact"].values), axis=1).sum()) if "d_exact" in ds else -n_set)
+    n_rank = min(int(cfg.get("rank_anchors", 0) or 0), int(cfg.get("block_anchors", 0) or 0))
+    k, out = ds["k"].astype(float), ds.assign_attrs(n_tests=n_tests, ff_all=1 - (1 - alpha) ** n_tests,
+                                                    n_top=int(ds.attrs.get("n_top", 10)), n_rank=n_rank or "?")
     new = {"k_pos_term": (k * ds["pos_term"], "k times the positive-weight term, in nats"),
            "k_snis_term": (k * ds["snis_term"], "k times the self-normalisation term, in nats"),
            "cv_gain": ((ds["d_plain_mcse"] / ds["d_mcse"]) ** 2, "variance-reduction factor"),
            **({"k_d_exact": (k * ds["d_exact"], "k times the exact D_k, in nats")} if "d_exact" in ds else {}),
            "rb_gain": ((ds["d_rb_mcse"] / ds["d_mcse"]) ** 2, "(conditional-mean-only / CV MCSE)²")}
     for name, (value, long_name) in new.items():
-        out[prefix + name] = value.assign_attrs(long_name=long_name, units="1")
+        out[name] = value.assign_attrs(long_name=long_name, units="1")
     return out
 
 
-def _numbers(ds: xr.Dataset) -> xr.Dataset:
-    """Display quantities (:func:`derived`) and the numbers the prose quotes."""
-    alpha, n_set, cfg = float(ds.attrs.get("alpha", np.nan)), ds.sizes["setting"], config(ds)
-    n_tests = 2 * n_set + (int(np.all(np.isfinite(ds["d_exact"].values), axis=1).sum()) if "d_exact" in ds else -n_set)
-    n_rank = min(int(cfg.get("rank_anchors", 0) or 0), int(cfg.get("block_anchors", 0) or 0))
-    return derived(ds).assign_attrs(k_max=int(ds["k"].values.max()), level=1 - alpha, n_tests=n_tests,
-                                    ff_all=1 - (1 - alpha) ** n_tests, n_top=int(ds.attrs.get("n_top", 10)),
-                                    n_rank=n_rank or "?")
-
-
-search_ce_sections = sections("search_ce", PAGES, _REQUIRED, _numbers)
+search_ce_sections = sections("search_ce", PAGES, _derived)

@@ -3,8 +3,9 @@
 Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is a value with its MCSE
 (:func:`format_pm`), ``{a}`` / ``{a:fmt}`` a value, ``{facet}`` the facet's label; a variable over the
 facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
-the run's configuration and, as ``n_<dim>``, the dimension sizes. Axis labels come from each variable's
-``long_name``. A study's page prose lives in ``pages/<study>.md`` (:func:`prose`).
+the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``, ``level``
+and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's module is its declarations
+and :func:`sections`; its page prose lives in ``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
-                                    _log_axes, format_pm, label, residual_legend, residual_panel, wrap_text)
+                                    _log_axes, format_pm, label, residual_panel, wrap_text)
 
-__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label", "RESIDUAL_KEY",
-           "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill", "protocol_block", "config",
-           "prose", "sections", "t_crit", "UNRESOLVED"]
+__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
+           "RESIDUAL_KEY", "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill",
+           "protocol_block", "config", "prose", "sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
@@ -79,14 +80,32 @@ def t_crit(ds: xr.Dataset, df_dim: str = "block") -> float:
     return float(stats.t.isf(alpha / 2, n - 1)) if math.isfinite(alpha) and n > 1 else math.nan
 
 
-def sections(name: str, pages: Sequence, required: Sequence[str] = (), derive: Callable | None = None):
-    """A study's report sections ``(doc, ds, study=None)``: check the ``required`` variables, then draw
-    ``pages`` from ``derive(ds)`` (display quantities computed from the saved variables) or ``ds``."""
+def sections(name: str, pages: Sequence, derive: Callable | None = None):
+    """A study's report sections ``(doc, ds, study=None)``: draw ``pages`` from ``derive(ds)`` (display
+    quantities computed from the saved variables) or ``ds``, after checking that the dataset holds the
+    variables the declarations draw (each panel's ``var``, each table's verdict columns)."""
     def draw(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-        require(ds, required, name)
-        render(doc, derive(ds) if derive else ds, pages, study=study)
+        try:
+            shown = derive(ds) if derive else ds
+            require(shown, sorted(set(_drawn(pages))), name)
+            render(doc, shown, pages, study=study)
+        except KeyError as e:  # a variable that a derivation or a view reads (xarray names it in quotes)
+            missing = re.match(r"No variable named '([^']+)'", str(e.args[0]))
+            require(ds, [missing.group(1) if missing else str(e.args[0])], name)
+            raise
     draw.__doc__ = f"The pages of the {name} study (all but provenance), from its dataset alone."
     return draw
+
+
+def _drawn(items: Sequence):
+    """The variables that declarations outside a :class:`View` draw: panels' ``var``, tables' verdicts."""
+    for item in items:
+        if isinstance(item, TitlePage):
+            yield from _drawn(item.then)
+        elif isinstance(item, FigurePage):
+            yield from (p.var for p in item.panels)
+        elif isinstance(item, Table):
+            yield from ((item.verdict,) if isinstance(item.verdict, str) else item.verdict or ())
 
 
 def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
@@ -135,10 +154,15 @@ def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
 
 
 def _meta(ds: xr.Dataset, name: str):
-    """An attribute, a configuration key or ``n_<dim>`` (a dimension's size) named ``name``; NaN if none."""
-    cfg = config(ds)
+    """An attribute, a configuration key, ``n_<dim>`` (a dimension's size), ``<coord>_min`` / ``<coord>_max``,
+    ``level`` (1 − alpha) or ``t_crit`` (:func:`t_crit`) named ``name``; NaN if none."""
+    cfg, coord, _, end = config(ds), *name.rpartition("_")
     if name in ds.attrs or name in cfg:
         return ds.attrs[name] if name in ds.attrs else cfg[name]
+    if name in ("level", "t_crit") and "alpha" in ds.attrs:
+        return 1 - float(ds.attrs["alpha"]) if name == "level" else t_crit(ds)
+    if end in ("min", "max") and coord in ds.coords and ds[coord].ndim == 1:
+        return getattr(ds[coord].values, end)()
     return ds.sizes[name[2:]] if name.startswith("n_") and name[2:] in ds.sizes else np.nan
 
 
@@ -287,6 +311,15 @@ class Text:
 
 
 @dataclasses.dataclass(frozen=True)
+class View:
+    """``items`` drawn from ``how(ds)``: another view of the dataset (stacked rows, a subset, derived rows),
+    a list of them (the items drawn for each in turn), or None (nothing drawn)."""
+
+    how: Callable[[xr.Dataset], xr.Dataset | list[xr.Dataset] | None]
+    items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
 class TitlePage:
     """The title, the provenance line (with the protocol, then ``note``), ``texts``, the dataset's ADEMP
     statement when ``ademp`` is set, then the items ``then``."""
@@ -307,6 +340,10 @@ def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) 
                 Failures: _failures, Text: _text}.get(type(item))
         if draw is not None:
             draw(doc, ds, item, study)
+        elif isinstance(item, View):
+            views = item.how(ds)
+            for view in views if isinstance(views, list) else [views] if views is not None else []:
+                render(doc, view, item.items, study=study)
         elif callable(item):  # a custom page of a study's report module
             item(doc, ds)
         else:
@@ -516,15 +553,13 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     used.add(("data", p.label or (f"{p.var} ± 2 MCSE" if p.band else p.var)))
     if neg.any():
         used.add(("neg", f"{p.var} < 0 (|{p.var}| shown)"))
-    if p.logx:
-        _log_axes(ax, x)
+    if p.logx or p.logy:  # a log value axis has a log k axis too
+        _log_axes(ax, x, *((v[ok], *(np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also))
+                           if p.logy else ()))
         ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
-    if p.logy:
-        _log_axes(ax, x, v[ok], *(np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also))
-        ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
-    elif p.symlog:
+    if p.symlog and not p.logy:
         ax.set_yscale("symlog", linthresh=float(np.nanmin(np.abs(v[ok][v[ok] != 0]), initial=1.0)))
-    else:
+    elif not p.logy:
         yy = np.concatenate([lo[ok], hi[ok]] + [np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also]
                             + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else [])
                             + [np.array([lv if lv is not None else np.nan])])
@@ -636,7 +671,14 @@ _LINES = {"data": dict(marker="o", ls="", color=COLORS["data"]), "level": dict(l
           "uniform": dict(color=COLORS["ref"], lw=0.8), "zero": dict(color=COLORS["ref"]),
           "cross": dict(marker="x", ls="", color=COLORS["exact"], mew=1.5), "serieshline": dict(ls="--", color="0.3"),
           "neg": dict(marker="o", ls="", mfc="white", color=COLORS["data"]),
+          "r_in": dict(marker="o", ls="", color=COLORS["data"]),
+          "r_out": dict(marker="o", ls="", mfc="white", color="0.55"), "r_off": dict(marker="^", ls="", color="0.55"),
+          "r_2": dict(color=COLORS["ref"], ls="--"), "r_3": dict(color=COLORS["ref"], ls=":"),
           **{role: dict(ls=ls, color=c, lw=lw) for role, (ls, c, lw) in _STYLE.items()}}
+
+
+_RESIDUAL_KEY = (("r_in", "in the fit (k ≥ k_min)"), ("r_out", "outside the fit (k < k_min)"), ("r_off", "off scale"),
+                 ("r_2", "±2"), ("r_3", "±3"))
 
 
 def _handle(role: str, lab: str):
@@ -651,59 +693,48 @@ def _handle(role: str, lab: str):
 
 
 def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
-    if any(r == "residual" for r, _ in used):
-        residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
-    else:
-        _legend(fig, ly, [_handle(r, lab) for r, lab in used])
+    if any(r == "residual" for r, _ in used):  # the key of residual_panel after the other panels' entries
+        used = {k: None for k in (*(k for k in used if k[0] not in ("residual", "data")), *_RESIDUAL_KEY)}
+    _legend(fig, ly, [_handle(r, lab) for r, lab in used])
     doc.save(fig)
 
 
 def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=None) -> None:
     head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
-    if isinstance(page.facet, tuple):  # a grid of one panel over two dimensions
-        rdim, cdim = page.facet
-        fig, axes, ly = doc.figure(fill(page.title, ds), ds.sizes[rdim], ds.sizes[cdim], **head)
+    for title, nrows, ncols, cells in _layouts(ds, page):
+        fig, axes, ly = doc.figure(title, nrows, ncols, **head)
         used: dict = {}
-        for r in range(ds.sizes[rdim]):
-            for c in range(ds.sizes[cdim]):
-                for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
-                    used.setdefault(key, None)
-        return _finish(doc, fig, ly, used)
-    if isinstance(page.per_page, tuple):  # the first panel once per facet value, pages of a (rows, columns) grid
-        (rows, cols), n = page.per_page, ds.sizes[page.facet]
-        for start in range(0, n, rows * cols):
-            idx = list(range(start, min(n, start + rows * cols)))
-            paged = n > rows * cols  # then every page of the figure has the full grid: panels of one size
-            nc = cols if paged else min(cols, max(n, 3))
-            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if paged else ""
-            fig, axes, ly = doc.figure(fill(page.title, ds) + more, rows if paged else -(-n // nc), nc, **head)
-            used = {}
-            for ax, i in zip(axes.ravel(), idx):
-                for key in sorted(draw_panel(ax, ds, page.panels[0], page.facet, i)):
-                    used.setdefault(key, None)
-            for ax in axes.ravel()[len(idx):]:
-                ax.set_visible(False)
-            _finish(doc, fig, ly, used)
-        return
-    if page.facet is None:  # the panels in rows of at most per_page
-        groups, rows = [[None]], -(-len(page.panels) // page.per_page)
-    else:
-        n = ds.sizes[page.facet]
-        groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
-    for idx in groups:
-        # a page's last facets keep the width of the others: every panel of the study on one scale
-        ncols = -(-len(page.panels) // rows) if page.facet is None else min(page.per_page, ds.sizes[page.facet])
-        fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
-        for ax in axes[:, len(idx):].ravel() if page.facet is not None else ():
+        for r, c, sub, panel, facet, i in cells:
+            for key in sorted(draw_panel(axes[r, c], sub, panel, facet, i)):
+                used.setdefault(key, None)
+        for ax in set(axes.ravel()) - {axes[r, c] for r, c, *_ in cells}:
             ax.set_visible(False)
-        used = {}
-        for col, i in enumerate(idx if page.facet is not None else range(ncols)):
-            for row in range(rows):
-                n = row * ncols + col if page.facet is None else row
-                if page.facet is None and n >= len(page.panels):
-                    axes[row, col].set_visible(False)
-                    continue
-                for key in sorted(draw_panel(axes[row, col], ds, page.panels[n], page.facet,
-                                             None if page.facet is None else i)):
-                    used.setdefault(key, None)
         _finish(doc, fig, ly, used)
+
+
+def _layouts(ds: xr.Dataset, page: FigurePage):
+    """Each page of a :class:`FigurePage`: title, grid and cells ``(row, column, dataset, panel, facet, index)``."""
+    title, panels, facet = fill(page.title, ds), page.panels, page.facet
+    if isinstance(facet, tuple):  # a grid of one panel over two dimensions
+        (rdim, cdim), (nr, nc) = facet, (ds.sizes[d] for d in facet)
+        yield title, nr, nc, [(r, c, ds.isel({rdim: r}), panels[0], cdim, c) for r in range(nr) for c in range(nc)]
+    elif isinstance(page.per_page, tuple):  # the first panel once per facet value, pages of a (rows, columns) grid
+        (rows, cols), n = page.per_page, ds.sizes[facet]
+        paged = n > rows * cols  # then every page of the figure has the full grid: panels of one size
+        nc = cols if paged else min(cols, max(n, 3))
+        for start in range(0, n, rows * cols):
+            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if paged else ""
+            idx = range(start, min(n, start + rows * cols))
+            yield title + more, rows if paged else -(-n // nc), nc, [(j // nc, j % nc, ds, panels[0], facet, i)
+                                                                     for j, i in enumerate(idx)]
+    elif facet is None:  # the panels in rows of at most per_page
+        rows = -(-len(panels) // page.per_page)
+        nc = -(-len(panels) // rows)
+        yield title, rows, nc, [(n // nc, n % nc, ds, panels[n], None, None)
+                                for c in range(nc) for n in range(c, len(panels), nc)]
+    else:  # a column per facet value, per_page a page; a page's last facets keep the width of the others
+        n = ds.sizes[facet]
+        for start in range(0, n, page.per_page):
+            idx = range(start, min(n, start + page.per_page))
+            yield title, len(panels), min(page.per_page, n), [(r, c, ds, p, facet, i) for c, i in enumerate(idx)
+                                                              for r, p in enumerate(panels)]

@@ -7,16 +7,12 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, gather, prose, render,
-                                require, stack)
+from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, View, config, gather, prose,
+                                sections, stack)
 
 __all__ = ["temperature_sections"]
 
 P = prose("temperature")
-_REQUIRED = ("setting", "tau", "k", "ce_exact", "ce_estimate", "ce_estimate_mcse", "ce_z", "c1_exact", "z2_ratio",
-             "kl_bound", "kl_max", "kl_max_mcse", "kl_mean", "kl_mean_exact", "gap", "gap_mcse", "k_gap",
-             "verdict_kl", "verdict_ce", "verdict_c1")
-
 
 CHECKS = Table((
     ("setting", "{facet}"), ("π", "{pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"),
@@ -115,32 +111,28 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         for name, (a, b), what in (("norm_g", ("norm_gap_cv", "norm_gap_tau"), "E[G] and G·τ"),
                                    ("norm_s", ("norm_sens_cv", "norm_sens_tau"), "E[S] and S·τ")):
             out = stack(out, {"mean": a, "times τ": b}, "estimate", name, {"long_name": f"{what}, in nats", "units": "1"})
-    alpha, tn = float(ds.attrs.get("alpha", np.nan)), ds["tau_n"].values if "tau_n" in ds else np.array([np.nan])
-    return out.assign_attrs(tau_min=taus.min(), tau_max=taus.max(), k_max=int(k[-1]), ff_all=1 - (1 - alpha) ** 3,
-                            tau_n_min=tn.min(), tau_n_max=tn.max(), k_onset_factor=float(ds.attrs.get("k_onset_factor", 16)))
+    alpha = float(ds.attrs.get("alpha", np.nan))
+    return out.assign_attrs(ff_all=1 - (1 - alpha) ** 3, k_onset_factor=float(ds.attrs.get("k_onset_factor", 16)))
 
 
-def temperature_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the C5 study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "temperature")
-    ds = _derived(ds)
-    render(doc, ds, (TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
+def _norm_rows(ds: xr.Dataset) -> xr.Dataset:
+    """The rule applied to the primary and the two controls of the norms clause, one row each."""
+    rows = gather(ds, NORM_ROWS, ("b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks", "passed"))
+    return rows.assign(verdict=("row", [str(ds[v].values) for v in ("norm_verdict", "norm_null_verdict",
+                                                                    "norm_ignored_verdict")]))
+
+
+_HEAD = "{setting}: π {pi}, d = {dim}, κ_M = {kappa_m:g} — "
+temperature_sections = sections("temperature", (
+    TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
         reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
-        verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),))
-    for i, s in enumerate(ds["setting"].values):
-        one = ds.isel(setting=i)
-        head = f"{s}: π {one['pi'].values}, d = {one['dim'].values}, κ_M = {float(one['kappa_m']):g} — "
-        render(doc, one, (Table(CE_TABLE, dim="tau", verdict=None, heading=head + "cross-entropy and bias", size=7.0,
-                                widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
-                          Table(KL_TABLE, dim="tau", verdict=None, heading=head + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
-                                widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2))))
-    render(doc, ds, FIGURES)
-    if "norm_verdict" in ds:
-        rows = gather(ds, NORM_ROWS, ("b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks",
-                                      "passed"))
-        rows["verdict"] = ("row", [str(ds[v].values) for v in ("norm_verdict", "norm_null_verdict",
-                                                               "norm_ignored_verdict")])
-        render(doc, ds, (Text(P["norms"], heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"),
-                         NORMS_TABLE))
-        render(doc, rows, (NORM_CHECKS,))
-        render(doc, ds, (NORMS_FIGURE,))
+        verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
+    View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (
+        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0,
+              widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
+        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
+              widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2)))),
+    *FIGURES,
+    View(lambda ds: ds if "norm_verdict" in ds else None, (
+        Text(P["norms"], heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"), NORMS_TABLE,
+        View(_norm_rows, (NORM_CHECKS,)), NORMS_FIGURE))), _derived)

@@ -379,3 +379,42 @@ def test_every_prose_section_is_read_by_its_module():
         assert pats and not any(p.match("no such section") for p in pats)
         unread = [name for name in spec.prose(md.stem) if not any(p.match(name) for p in pats)]
         assert not unread, (md.name, unread)
+
+
+def test_generic_quantities_of_templates():
+    """``level``, ``t_crit`` and ``<coord>_min`` / ``<coord>_max`` resolve without a study computing them;
+    expected values from scipy and the coordinate written here. Positive control: without ``alpha`` and on a
+    name that is no coordinate they stay unresolved."""
+    from scipy import stats as st
+    ds = synthetic().assign_coords(block=np.arange(20)).assign_attrs(alpha=0.01)
+    assert fill("{level:g} {t_crit:.4f} {k_min} {k_max} {block_max}", ds) == (
+        f"0.99 {st.t.isf(0.005, 19):.4f} 1 128 19")
+    assert fill("{k_max}", ds.assign_attrs(k_max=64)) == "64"  # a stated value wins
+    spec.UNRESOLVED.clear()
+    assert fill("{level} {t_crit} {y_max}", synthetic()) == "n/a n/a n/a"
+    assert spec.UNRESOLVED == {"level", "t_crit", "y_max"}
+
+
+def test_sections_require_what_they_draw(tmp_path):
+    """A study's sections name the variables its declarations draw (panels, verdict columns) or its
+    derivation reads when the dataset lacks them, and write nothing; a complete dataset renders."""
+    pages = (TitlePage(then=(Table(("c",), verdict="verdict"),)), FigurePage("y", (Panel("y"),)))
+    draw = spec.sections("toy", pages, lambda ds: ds.assign(y=ds["t"] * 1.0) if "t" in ds else ds["t"])
+    assert document.write_report(tmp_path / "ok.pdf", lambda doc: draw(doc, synthetic())) == 2
+    with pytest.raises(ValueError, match=r"'ds' must be a toy dataset; it lacks 'verdict' \(open"):
+        document.write_report(tmp_path / "a.pdf", lambda doc: draw(doc, synthetic().drop_vars("verdict")))
+    with pytest.raises(ValueError, match=r"it lacks 't'"):  # read by the derivation
+        document.write_report(tmp_path / "b.pdf", lambda doc: draw(doc, synthetic().drop_vars("t")))
+    bare = spec.sections("toy", pages)
+    with pytest.raises(ValueError, match=r"it lacks 'verdict', 'y'"):
+        document.write_report(tmp_path / "c.pdf", lambda doc: bare(doc, synthetic().drop_vars(["y", "verdict"])))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.pdf"]
+
+
+def test_view_draws_its_items_on_each_dataset(monkeypatch, tmp_path):
+    """A :class:`View` draws its items once per dataset its function returns, and not at all for None."""
+    texts = []
+    monkeypatch.setattr(document.ReportDocument, "text", lambda self, text, **k: texts.append(text))
+    each = spec.View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (Text("setting {setting}"),))
+    _build(tmp_path, [each, spec.View(lambda ds: None, (Text("never"),))])
+    assert texts == ["setting a", "setting b"]
