@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import COLORS, ReportDocument, format_pm
-from simkit.report.spec import FigurePage, Panel, Table, Text, config, prose, protocol_block, render
-from simkit.report.spec import fin as _fin
+from simkit.report.document import COLORS, ReportDocument
+from simkit.report.spec import FigurePage, Panel, Table, Text, config, fill, fin, prose, protocol_block, render
 
 __all__ = ["hard_regime_sections"]
 
@@ -17,35 +16,28 @@ P = prose("hard_regime")
 
 
 def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
-    alpha = float(ds.attrs.get("alpha", np.nan))
-    g = lambda n: ds[n].values[i] if n in ds.variables else np.nan  # noqa: E731
-    se = float(g("slope_se"))
-    rows = [
-        ["k_min (16 × expansion scale " + _fin(g("expansion_scale"), ".4g") + ")", _fin(g("k_min"), ".0f")],
-        ["independent blocks (anchors each)", f"{_fin(g('n_units'), '.0f')} ({_fin(g('block_size'), '.0f')})"],
-        ["slope of log gap_k on log k (with 1/k term) ± jackknife SE", format_pm(g("slope"), se)],
-        ["95% interval", f"[{_fin(g('slope_ci_low'), '.4f')}, {_fin(g('slope_ci_high'), '.4f')}]"],
-        [f"{100 * (1 - alpha):g}% interval (verdict: must contain −1)",
-         f"[{_fin(g('slope_verdict_low'), '.4f')}, {_fin(g('slope_verdict_high'), '.4f')}]"],
-        [f"p of slope = −1/2 (verdict: < {alpha:g})", _fin(g("slope_p_half"), ".2g")],
-        ["c1 estimate ± MCSE  |  exact  |  t", f"{format_pm(g('c1_estimate'), g('c1_estimate_mcse'))}  |  "
-         f"{_fin(g('c1_exact'), '.6g')}  |  {_fin(g('c1_z'), '+.2f')}"],
-        ["c2 estimate ± MCSE  |  exact  |  t", f"{format_pm(g('c2_estimate'), g('c2_estimate_mcse'))}  |  "
-         f"{_fin(g('c2_exact'), '.6g')}  |  {_fin(g('c2_t'), '+.2f')}"],
-        [f"Monte Carlo curve vs exact curve at every k: T² (p; verdict: ≥ {alpha:g})",
-         f"{_fin(g('curve_t2'), '.4g')} (p = {_fin(g('curve_p'), '.3g')})"],
-        ["Z-free dgap_k = gap_k − gap_2k vs exact: T² (p)", f"{_fin(g('dgap_t2'), '.4g')} (p = {_fin(g('dgap_p'), '.3g')})"],
-        ["CE estimate ± MCSE  |  exact", f"{format_pm(g('ce_estimate'), g('ce_estimate_mcse'))}  |  "
-         f"{_fin(g('ce_exact'), '.7g')}"],
-        ["rate fit on the exact curve: slope | c1 (the method's bias at k_min)",
-         f"{_fin(g('slope_exact_fit'), '.6f')}  |  {_fin(g('c1_exact_fit'), '.6f')}"],
-        ["verdict", str(g("verdict")).upper()],
-    ]
-    colors = {(len(rows) - 1, 1): COLORS.get(str(g("verdict")), COLORS["fail"])}
-    doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows, [3.2, 3.0], colors=colors)
-    reason = str(g("verdict_reason"))
-    if reason:
-        doc.text(f"Reason: {reason}", weight="bold")
+    one, alpha = ds.isel(cell=i), float(ds.attrs.get("alpha", np.nan))
+    rows = [[fill(q, one), fill(v, one)] for q, v in (
+        ("k_min (16 × expansion scale {expansion_scale:.4g})", "{k_min:.0f}"),
+        ("independent blocks (anchors each)", "{n_units:.0f} ({block_size:.0f})"),
+        ("slope of log gap_k on log k (with 1/k term) ± jackknife SE", "{slope±slope_se}"),
+        ("95% interval", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]"),
+        (f"{100 * (1 - alpha):g}% interval (verdict: must contain −1)",
+         "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
+        ("p of slope = −1/2 (verdict: < {alpha:g})", "{slope_p_half:.2g}"),
+        ("c1 estimate ± MCSE  |  exact  |  t", "{c1_estimate±c1_estimate_mcse}  |  {c1_exact:.6g}  |  {c1_z:+.2f}"),
+        ("c2 estimate ± MCSE  |  exact  |  t", "{c2_estimate±c2_estimate_mcse}  |  {c2_exact:.6g}  |  {c2_t:+.2f}"),
+        ("Monte Carlo curve vs exact curve at every k: T² (p; verdict: ≥ {alpha:g})",
+         "{curve_t2:.4g} (p = {curve_p:.3g})"),
+        ("Z-free dgap_k = gap_k − gap_2k vs exact: T² (p)", "{dgap_t2:.4g} (p = {dgap_p:.3g})"),
+        ("CE estimate ± MCSE  |  exact", "{ce_estimate±ce_estimate_mcse}  |  {ce_exact:.7g}"),
+        ("rate fit on the exact curve: slope | c1 (the method's bias at k_min)",
+         "{slope_exact_fit:.6f}  |  {c1_exact_fit:.6f}"))]
+    verdict = str(one["verdict"].values)
+    doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows + [["verdict", verdict.upper()]],
+              [3.2, 3.0], colors={(len(rows), 1): COLORS.get(verdict, COLORS["fail"])})
+    if str(one["verdict_reason"].values):
+        doc.text(f"Reason: {one['verdict_reason'].values}", weight="bold")
 
 
 def _curves(ds: xr.Dataset) -> FigurePage:
@@ -83,7 +75,7 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     bases = [str(b) for b in ds["base"].values]
     one = ds.isel(cell=bases.index(base))
     title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
-             else f"rate_k setting {base} (k_max {_fin(one['k_max'], '.0f')}; exploratory)")
+             else f"rate_k setting {base} (k_max {fin(one['k_max'], '.0f')}; exploratory)")
     cand = sorted((j for j, b in enumerate(bases) if b == base), key=lambda j: float(ds["block_size"].values[j]))
     render(doc, one, (Text(P["sensitivity"], heading=f"Sensitivity of the rate verdict: {title}"), KMF))
     render(doc, ds.isel(cell=cand), (BLOCKS,))
