@@ -1,56 +1,18 @@
-"""Report of the ``bounds`` study (C3 and C4 at the level of bounds), declared with :mod:`simkit.report.spec`.
-
-Pages: the claim, method and pre-registered rule with the per-(setting, n) results and the study's checks;
-the two bounds on E[G] and the realised gap against k on log axes, one panel per (setting, n); the C4
-tightness table (E B_avg, E B_max and E|Delta l| and their ratios at a few k) and the C4 means against k.
-Display tables stack (setting, n) and (setting, k) into one row dimension; nothing is recomputed.
-"""
+"""Report of the ``bounds`` study (C3 and C4 at the level of bounds), declared: the rule with the
+per-(setting, n) results and the checks; the two bounds on E[G] and the realised gap against k; the C4
+tightness table and means against k. Tables stack (setting, n) and (setting, k) into one row dimension;
+nothing is recomputed; prose in ``pages/bounds.md``."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, render, require
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections
 
 __all__ = ["bounds_sections"]
 
-CLAIM = (
-    "Claims C3 and C4 are about bounds (THEORY.md, Theorem 1 and Prop. 4). The Gâteaux derivative of the "
-    "log-sum-exp in the InfoNCE loss ℓ_k is a softmax average over the negatives, so the loss is 1-Lipschitz in the "
-    "max norm of the scores for every k, and a bound on the generalisation gap E[G] built on it (bound_averaging) "
-    "does not depend on k. The earlier argument reduces the loss class to its k score coordinates by a "
-    "vector-contraction inequality, with a constant that grows like √k (bound_max; docs/theory.md section 18). "
-    "A realised gap cannot separate the two: for a fixed class it stabilises in k whatever the bound. This study "
-    "evaluates both bounds, with explicit constants, on the same trained φ̂ and the same samples, beside the gap.")
-
-_REQUIRED = ("setting", "n", "k", "gap", "gap_mcse", "bound_averaging", "bound_max", "growth_max",
-             "growth_averaging", "c4_dl", "c4_bound_avg", "c4_bound_max", "c4_ratio_avg_dl", "c4_ratio_max_dl")
-
-
-def _method(ds: xr.Dataset) -> str:
-    a = ds.attrs
-    return (
-        f"Method. π uniform on S², x⁺ ~ vMF(x, κ_M), linear class φ_W(x) = Wx/|Wx| (3 × 3). Per block one training "
-        f"sample of n_max tuples with k_max = {int(ds['k'].values[-1])} negatives each; φ̂ of n is the L-BFGS-B ERM on "
-        f"its first n tuples at k_train negatives. For every k the realised gap is G = [R_k(φ̂) − R_k(id)] − "
-        f"[R̂_{{n,k}}(φ̂) − R̂_{{n,k}}(id)], R_k on fresh tuples, R̂ on the first k negatives of the same training "
-        f"tuples (the identity's part is an exactly zero-mean control). The bounds hold for every φ̂ in the class "
-        f"Θ_s (σ_min/σ_max ≥ {a.get('iso_min', '?')}: P = 9 parameters, radius √3, L_φ = 2/s) and are deterministic "
-        f"functions of (n, k, τ); what is random is the gap and whether φ̂ lies in Θ_s. Neither bound is capped at "
-        f"the trivial bound 4/τ (trivial_bound): above it a bound is vacuous, and the report says where. "
-        f"{ds.sizes.get('block', '?')} blocks; values are estimate ± MCSE.")
-
-
-def _rule(ds: xr.Dataset) -> str:
-    a = ds.attrs
-    return (
-        f"Pre-registered rule (protocols/bounds.md). Primary, per (setting, n): growth per doubling of k of "
-        f"bound_max ≥ {float(a.get('growth_max_min', np.nan)):.0%} and of bound_averaging ≤ "
-        f"{float(a.get('growth_avg_max', np.nan)):.0%} (2^b − 1, b the OLS slope of log₂ bound on log₂ k over the fit "
-        f"range); deterministic. Bounds above the gap: every φ̂ in Θ_s and gap + {a.get('z_above', '?')} MCSE ≤ both "
-        f"bounds at every point (false-failure rate ≤ points × Student-t tail at {a.get('z_above', '?')} with "
-        f"blocks − 1 df). C4: no tuple violates B_avg or B_max.")
+P = prose("bounds")
 
 
 def _cases(ds: xr.Dataset) -> xr.Dataset:
@@ -76,9 +38,7 @@ FIGURE = FigurePage(
     (Panel("gap", band="gap_mcse", also=("bound_averaging", "bound_max", "trivial_bound_k"),
            also_labels=("averaging bound (paper)", "max/Lipschitz bound (earlier)", "trivial bound 4/τ"),
            absolute=True, logy=True, label="|E[G]| ± 2 MCSE (hollow: E[G] < 0)", title="{facet}"),),
-    caption="Points: the realised gap E[G] with ±2 MCSE (absolute value, hollow where negative). Lines: the averaging "
-            "bound (flat in k), the earlier max/Lipschitz bound by vector contraction (grows like √k), and the trivial "
-            "bound 4/τ above which a bound says nothing. Both bounds hold for every φ̂ in the class Θ_s.",
+    caption=P["gap_caption"],
     facet="case", per_page=4)
 
 
@@ -104,23 +64,25 @@ C4_FIGURE = FigurePage(
     "C4: E|Δℓ| and its two bounds against k",
     (Panel("c4_dl", band="c4_dl_mcse", also=("c4_bound_avg", "c4_bound_max"), also_labels=("E B_avg", "E B_max"),
            logy=True, label="E |Δℓ| ± 2 MCSE"),),
-    caption="ψ = φ̂ moved by ε‖W‖ along a random direction; means over fresh tuples and blocks. B_avg averages the "
-            "negatives' displacements with softmax weights, B_max takes their max.")
+    caption=P["c4_caption"])
 
 
-def bounds_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the bounds study (all but provenance)."""
-    require(ds, _REQUIRED, "bounds")
-    d = ds.copy()
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    """The trivial bound over k (a line on the figure) and the growth limits in per cent."""
+    d = ds.assign_attrs(growth_max_min_pct=100 * float(ds.attrs.get("growth_max_min", np.nan)),
+                        growth_avg_max_pct=100 * float(ds.attrs.get("growth_avg_max", np.nan)))
     d["trivial_bound_k"] = (d["trivial_bound"] * xr.ones_like(d["k"], dtype=float)).assign_attrs(
         long_name="trivial bound 4/tau, in nats", units="1")
-    cases = _cases(d)
-    render(doc, cases, (TitlePage(texts=(CLAIM, _method, _rule), ademp=True, then=(CASES,)),))
-    if study is not None:
-        render(doc, d, (ClaimTable("The study's claim checks (simkit validate)"),), study=study)
-    render(doc, cases, (FIGURE,))
-    render(doc, _c4_rows(d), (C4_TABLE, Text(lambda _: "C4 growth per doubling of k (fit range): " + "; ".join(
+    return d
+
+
+def _c4_growth(ds: xr.Dataset) -> str:
+    return "C4 growth per doubling of k (fit range): " + "; ".join(
         f"{s}: E B_avg {100 * ga:+.2f}% ± {100 * sa:.2f}%, E B_max {100 * gm:+.2f}% ± {100 * sm:.2f}%" for s, ga, sa, gm, sm
         in zip(ds["setting"].values, ds["c4_growth_avg"].values, ds["c4_growth_avg_se"].values,
-               ds["c4_growth_max"].values, ds["c4_growth_max_se"].values)))))
-    render(doc, d, (C4_FIGURE,))
+               ds["c4_growth_max"].values, ds["c4_growth_max_se"].values))
+
+
+bounds_sections = sections("bounds", (
+    View(_cases, (TitlePage(texts=(P["claim"], P["method"], P["rule"]), ademp=True, then=(CASES,)),)), ClaimTable(),
+    View(_cases, (FIGURE,)), View(_c4_rows, (C4_TABLE,)), Text(_c4_growth), C4_FIGURE), _derived)

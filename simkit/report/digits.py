@@ -1,62 +1,19 @@
 """Report of the real-data study (``digits``), declared with :mod:`simkit.report.spec`: verdict tables
 for C1 and C2, the gap curves (Monte Carlo beside the exact curve), k·gap_k against c1, D_k, and the
-C3 train/test gap."""
+C3 train/test gap; prose in ``pages/digits.md``."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from scipy import stats
 
-from simkit.report.document import ReportDocument, format_pm
-from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, config, render,
-                                require, verdict_heading)
+from simkit.report.document import format_pm
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections,
+                                verdict_heading)
 
 __all__ = ["digits_sections"]
 
-_REQUIRED = ("setting", "k", "gap", "gap_mcse", "gap_exact", "slope", "verdict", "d", "d_verdict", "c3_gap")
-
-INTRO = (
-    "Claims C1–C3 on real data. π is the uniform law of the held-out (test) half of scikit-learn's handwritten "
-    "digits, each 8×8 image a unit vector in R^64; Z(x), Z2(x) and m1(x) are finite sums, so CE, c1 and the gap "
-    "curve are exact for any encoder (for the same-digit kernel; Monte Carlo over sampled views for the "
-    "augmentation kernel). C1: gap_k = R_k − log k − CE = c1/k + O(1/k²), so the log–log slope is −1, not the −1/2 "
-    "of a 1/√k bound. C2: D_k = R_k − E CE(M̂_k, Q̂_k) = O(1/k), with M̂_k same-digit retrieval in a database of k "
-    "test images. C3: the train/test gap of an InfoNCE-trained network shrinks with n and does not grow with k.")
-
-
-def _design(ds: xr.Dataset) -> str:
-    cfg, n_blocks = config(ds), ds.sizes.get("block", "?")
-    return (f"Design. Split: each digit class permuted by seed {ds.attrs.get('split_seed', '?')} (fixed), half of it "
-        f"(rounded up) to the test set: {ds.attrs.get('n_train_images', '?')} train and "
-        f"{ds.attrs.get('n_test_images', '?')} test images (SHA-256 of the test indices "
-        f"{str(ds.attrs.get('test_index_sha256', '?'))[:16]}…). Encoders: normalised pixels (S^63); random Fourier "
-        f"features cos(Wu + b), {ds.attrs.get('rff_features', '?')} features, bandwidth "
-        f"{ds.attrs.get('rff_bandwidth', '?')}, seed {ds.attrs.get('rff_seed', '?')} (fixed); a two-layer tanh MLP "
-        f"64 → {cfg.get('mlp_hidden', '?')} → {cfg.get('mlp_dim', '?')} trained by InfoNCE (L-BFGS-B, "
-        f"{cfg.get('fit_maxiter', '?')} iterations, {cfg.get('fit_n', '?')} train-split tuples with "
-        f"{cfg.get('fit_k', '?')} negatives, the cell's kernel). Kernels: same digit (x included) and augmentation "
-        f"(±1-pixel shifts, pixel noise sd {cfg.get('aug_noise', '?')}). Per block every test image is an anchor with "
-        f"{cfg.get('tuples_per_anchor', '?')} tuple(s) of {int(ds['k'].values.max())} negatives (common random numbers "
-        f"over k); the gap estimator subtracts the exactly zero-mean control variate S_k/(kZ) − 1. D_k uses the same "
-        f"negatives as the database, the exact per-database CE(M̂_k, Q̂_k) and the positive averaged over the digit "
-        f"class. {n_blocks} blocks per setting; every ± is a Monte Carlo standard error (sd over blocks/√blocks) or a "
-        f"delete-one-block jackknife SE.")
-
-
-def _rule(ds: xr.Dataset) -> str:
-    alpha, n_blocks, n_set = float(ds.attrs.get("alpha", np.nan)), ds.sizes.get("block", 0), ds.sizes["setting"]
-    lab = [v for v in ds["d_verdict"].values if str(v) != "n/a"]
-    zc = stats.t.isf(alpha / 2, n_blocks - 1) if n_blocks > 1 else np.nan
-    return (f"Verdict rule (simkit.stats.analysis.rate_verdict, α = {alpha:g}): C1 passes when the level-{1 - alpha:g} slope "
-        f"interval (second line) contains −1, slope = −1/2 is rejected at α, and |z| ≤ t_(1−α/2, blocks−1) = {zc:.2f} "
-        f"for z = (c1 fitted − c1 predicted)/√(MCSE² + MCSE²). C2 passes on the first two conditions (d1 is shown, "
-        f"not tested); it applies to the same-digit kernel only (the augmentation kernel has no density w.r.t. π). "
-        f"False-failure rates: at most 2α per C1 setting and α per C2 setting; "
-        f"{1 - (1 - 2 * alpha) ** n_set:.2g} for the C1 row and {1 - (1 - alpha) ** len(lab):.2g} for the C2 row. "
-        f"top-1 / recall@10: share of test images whose highest-scoring (top 10) other test image has the same digit "
-        f"(simkit.diagnose; every image is an anchor, so exact); for augmentation settings the same-digit retrieval "
-        f"of that encoder, not of the cell's kernel.")
+P = prose("digits")
 
 
 def _count(var: str, what: str):
@@ -84,7 +41,7 @@ C2_TABLE = Table((
 
 _TITLE = "{facet}: slope {slope±slope_se}; max |z| vs exact {gap_zmax:.2f}"
 PAGES = (
-    TitlePage(texts=(INTRO, _design), then=(C1_TABLE, C2_TABLE, Text(_rule),
+    TitlePage(texts=(P["intro"], P["design"]), then=(C1_TABLE, C2_TABLE, Text(P["rule"]),
                                            Failures(reasons=("verdict_reason", "d_verdict_reason"),
                                                     verdicts=("verdict", "d_verdict")))),
     FigurePage(
@@ -92,10 +49,7 @@ PAGES = (
         (Panel("gap", band="gap_mcse", fit="fit", fit_range="k_min", reference="gap_exact",
                reference_band="gap_exact_mcse", slopes=(-1.0, -0.5), logy=True, title=_TITLE,
                label="Monte Carlo gap ± 2 MCSE", fit_label="WLS fit", reference_label="exact gap"),),
-        caption="Points: Monte Carlo gap_k (control variate), band and error bars ±2 MCSE. Black line and grey band: "
-                "the exact gap curve (simkit.exact.curve on a random subset of test anchors) ±2 MCSE of its anchor "
-                "subsampling (and views, augmentation kernel). Red: WLS fit of log gap_k on log k and 1/k over the "
-                "shaded range k ≥ k_min. Grey dashed / dotted: slopes 1/k and 1/√k through the data at k_min.",
+        caption=P["gap_caption"],
         subtitle="slope ± jackknife SE and max |z| against the exact curve in each panel title"),
     FigurePage(
         "k · gap_k approaches the predicted c1",
@@ -103,9 +57,7 @@ PAGES = (
                fit=("c1_estimate", "c2_estimate"), reference="k_gap_exact", label="k·gap_k ± 2 MCSE",
                title="{facet}: c1 predicted {c1_exact±c1_exact_mcse}, fitted {c1_estimate±c1_estimate_mcse}",
                fit_label="fit c1 + c2/k", reference_label="k × exact gap", hline_label="predicted c1 (± 2 MCSE)"),),
-        caption="k·gap_k ± 2 MCSE over the whole grid. Green: the predicted c1 = E[m1/Z − (Z2/Z² − 1)/2] from "
-                "simkit.diagnose (exact for the same-digit kernel, ± 2 MCSE band for the augmentation kernel); red: "
-                "the fitted c1 + c2/k over k ≥ k_min; black: k times the exact gap curve.",
+        caption=P["kgap_caption"],
         subtitle="predicted and fitted c1 in each panel title"),
 )
 
@@ -117,12 +69,7 @@ D_PAGE = FigurePage(
            reference_label="exact D_k", reason="d_verdict_reason"),
      Panel("no_match", ylim=(0.0, 1.0), title="{facet}: databases without the query's digit",
            label="share of databases without a match")),
-    caption="Top: D_k = R_k − E CE(M̂_k, Q̂_k) for same-digit retrieval in a database of k test images: points with the "
-            "control variate (the self-normalised term, mean exactly 0, removed), orange squares without it (exact "
-            "per-database CE), ±2 MCSE; grey squares: d1/k with the exact d1 = E_x[m1/Z]. Black line and grey band: "
-            "the exact D_k (simkit.exact.curve on a random subset of anchors) ±2 MCSE. Red: WLS fit over k ≥ k_min; "
-            "grey dashed: slope 1/√k through the data at k_min. Bottom: share of databases without an image of the "
-            "query's digit, where M̂_k is undefined (convention V_k/W_k := E_M s).",
+    caption=P["d_caption"],
     subtitle="slope ± jackknife SE in each panel title")
 
 
@@ -134,16 +81,15 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     for z in ("gap_z", "d_z"):
         if z in ds:
             out[z.replace("_z", "_zmax")] = np.abs(ds[z]).max("k", skipna=True)
-    return out
+    alpha, n_c2 = float(ds.attrs.get("alpha", np.nan)), sum(str(v) != "n/a" for v in ds["d_verdict"].values)
+    return out.assign_attrs(test_sha=str(ds.attrs.get("test_index_sha256", "?"))[:16], ff_c1=1 - (1 - 2 * alpha) ** ds.sizes["setting"],
+                            ff_c2=1 - (1 - alpha) ** n_c2)
 
 
 C3_PAGE = FigurePage("C3: train/test gap of the trained MLP against n and k", (
     Panel("c3_gap", x="n_train", series="k_train", band="c3_gap_mcse", logy=True, ylabel="G = R_test − R̂_train (nats)",
           title="{facet}: slope of log G on log n {c3_slopes}"),),
-    caption="Train/test gap G = R_k,test(φ̂) − R̂_{n,k}(φ̂) of MLPs trained from fresh initialisations on n fresh "
-            "train-split tuples with k independent negatives (L-BFGS-B, the study's c3_maxiter iterations: an "
-            "approximate ERM), ±2 MCSE over blocks; one line per k. C3 predicts G = O(n^(−1/2)) with a complexity term "
-            "that does not grow with k. The table gives G and E = CE_test − (R̂ − log k), the quantity of Theorem 1.")
+    caption=P["c3_caption"])
 C3_TABLE = Table((("setting", "{setting}"), ("n", "{n_train}"), ("k", "{k_train}"),
                   ("R̂_{n,k} train", "{c3_risk_train±c3_risk_train_mcse}"), ("R_k test", "{c3_risk_test±c3_risk_test_mcse}"),
                   ("G", "{c3_gap±c3_gap_mcse}"), ("E", "{c3_ce_gap±c3_ce_gap_mcse}"), ("converged", "{c3_converged:.2f}")),
@@ -151,26 +97,28 @@ C3_TABLE = Table((("setting", "{setting}"), ("n", "{n_train}"), ("k", "{k_train}
                  heading="C3 in numbers: G (train/test gap) and E = CE_test − (R̂ − log k), with MCSE; converged share")
 
 
-def _c3(ds: xr.Dataset) -> xr.Dataset:
+def _c3(ds: xr.Dataset) -> xr.Dataset | None:
     """The trained settings, with their slopes per k as one title string."""
     trained = [i for i in range(ds.sizes["setting"]) if np.any(np.isfinite(ds["c3_gap"].values[i]))]
+    if not trained:
+        return None
     sub = ds.isel(setting=trained)
     return sub.assign(c3_slopes=("setting", ["; ".join(
         f"k={int(kk)}: {format_pm(sub['c3_slope_n'].values[i, j], sub['c3_slope_n_se'].values[i, j])}"
         for j, kk in enumerate(sub["k_train"].values)) for i in range(sub.sizes["setting"])]))
 
 
-def digits_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The pages of the real-data study (all but provenance), from its dataset alone."""
-    require(ds, _REQUIRED, "digits")
-    ds = _derived(ds)
-    n = ds.sizes["setting"]
-    render(doc, ds, PAGES[:1] + (ClaimTable(),) + PAGES[1:], study=study)
-    lab = [i for i in range(n) if str(ds["d_verdict"].values[i]) != "n/a"]
-    if lab:
-        render(doc, ds.isel(setting=lab), (D_PAGE,))
-    c3 = _c3(ds)
-    if c3.sizes["setting"]:
-        cells = c3[[v for v in c3.data_vars if set(c3[v].dims) >= {"n_train", "k_train"}]]
-        render(doc, c3, (C3_PAGE,))
-        render(doc, cells.stack(cell=("setting", "n_train", "k_train")).reset_index("cell"), (C3_TABLE,))
+def _labelled(ds: xr.Dataset) -> xr.Dataset | None:
+    """The settings with same-digit labels (a C2 verdict)."""
+    lab = [i for i in range(ds.sizes["setting"]) if str(ds["d_verdict"].values[i]) != "n/a"]
+    return ds.isel(setting=lab) if lab else None
+
+
+def _c3_cells(ds: xr.Dataset) -> xr.Dataset:
+    """The C3 variables with (setting, n, k) stacked into ``cell``: one table row each."""
+    cells = ds[[v for v in ds.data_vars if set(ds[v].dims) >= {"n_train", "k_train"}]]
+    return cells.stack(cell=("setting", "n_train", "k_train")).reset_index("cell")
+
+
+digits_sections = sections("digits", (PAGES[0], ClaimTable(), *PAGES[1:], View(_labelled, (D_PAGE,)),
+                                      View(_c3, (C3_PAGE, View(_c3_cells, (C3_TABLE,))))), _derived)

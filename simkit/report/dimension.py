@@ -1,20 +1,16 @@
 """Report of the confirmatory C6 study (``dimension``): protocol, primary and control verdicts, secondary
-trends, E[G] against d with the fit, every design point."""
+trends, E[G] against d with the fit, every design point; prose in ``pages/dimension.md``."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, render
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, sections
 
 __all__ = ["dimension_sections"]
 
-C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d. "
-           "Tested prediction (protocols/dimension.md): at a fixed parameter count (9) and a fixed Lipschitz "
-           "constant in the parameters (1/√3), E[G] of an ERM embedding grows by less than δ = 20% per doubling "
-           "of d (an explicit √d factor would give +41%). One-sided non-inferiority, H0: growth ≥ δ.")
+P = prose("dimension")
 
 
 def _s(ds: xr.Dataset, name: str):
@@ -43,27 +39,26 @@ SECONDARY = Table((("family", "{facet}"), ("trend per doubling (nats)", "{trend�
                    ("mean E[G] (nats)", "{trend_level:.4f}")), dim="row", verdict=None,
                   heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d",
                   widths=(3.2, 1.8, 0.7, 1.0, 1.5, 1.2))
-RULE_TEXT = (
-    "Primary rule: reject H0 (growth ≥ 20% per doubling) when p = P(T ≤ t) < 0.01, t = (b − log2 1.2) / "
-    "SE_jackknife(b) on n_blocks − 1 df. Positive control: passes (behaves) when the same rule does NOT reject. "
-    "False-failure rate of the primary check at growth exactly δ: 0.01.")
 CURVES = FigurePage("E[G] against the embedding dimension d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
           label="E[G] ± 2 MCSE"),),
-    caption="Mean over blocks of the control-variate estimator G_cv ± 2 MCSE, log–log axes, with the fitted "
-            "2^(a + b log2 d) (red); the rule asks whether its growth per doubling is below +20% (a √d law is +41%). "
-            "The secondary trend is descriptive and decides nothing; the earlier two-sided C6 result of the "
-            "generalisation study stays reported there as exploratory.", facet="family")
+    caption=P["curves_caption"], facet="family")
 
 
-def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
-    """The two families' rule and trend rows, and their curves along d with the fitted line."""
+def _rows(ds: xr.Dataset) -> xr.Dataset:
+    """The two families' rule and trend rows."""
     rows = gather(ds, FAMILIES, ("b", "b_se", "growth", "growth_se", "ni_t", "ni_p", "trend", "trend_se", "trend_t",
                                  "trend_p", "rel_trend", "rel_trend_se", "trend_level"))
     rows = rows.assign(growth_pct=100 * rows["growth"], growth_pct_se=100 * rows["growth_se"],
                        rel_pct=100 * rows["rel_trend"], rel_pct_se=100 * rows["rel_trend_se"],
                        conclusion=xr.DataArray(_conclusion(ds)),
                        verdict=("row", [str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))]))
+    return rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason")
+                                              if str(_s(ds, n))))
+
+
+def _curves(ds: xr.Dataset) -> xr.Dataset:
+    """The two families' curves along d with the fitted line."""
     fams = [f for f in ("fourier", "linear") if f in ds["family"].values.astype(str)]
     parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(ds["family"].values.astype(str) == f))
              .swap_dims(point="d").reset_coords(drop=True) for f in fams]
@@ -73,18 +68,11 @@ def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
     curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return rows, curves
+    return curves
 
 
-def dimension_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The study's pages (all but provenance), from the dataset alone."""
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
-    rows, curves = _derived(ds)
-    reasons = " ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason") if str(_s(ds, n)))
-    render(doc, ds, (TitlePage(texts=(C6_TEXT,), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
-    render(doc, rows, (RULE, Text(RULE_TEXT + (" " + reasons if reasons else "")), SECONDARY))
-    render(doc, curves, (CURVES,))
-    render(doc, ds, (POINTS,))
+def _derived(ds: xr.Dataset) -> xr.Dataset:
+    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
 
 POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂", "{tau_train:.4g}"),
@@ -92,3 +80,8 @@ POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂
                 ("eval MCSE", "{gap_eval_mcse:.4f}"), ("conv.", "{converged:.2f}"), ("iter.", "{iterations:.0f}"),
                 ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
                widths=(1.5, 0.7, 0.8, 1.5, 1.5, 0.8, 0.8, 0.6, 0.6, 0.6))
+
+
+dimension_sections = sections("dimension", (
+    TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
+    View(_curves, (CURVES,)), POINTS), _derived)

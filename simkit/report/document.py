@@ -29,7 +29,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLoca
 from simkit.runner.storage import atomic_write
 
 __all__ = ["ReportDocument", "format_pm", "wrap_text", "provenance_pages", "write_report", "study_report",
-           "residual_panel", "residual_legend"]
+           "residual_panel"]
 
 #: page size in inches: A4 landscape (prints on US letter without clipping)
 PAGE = (11.69, 8.27)
@@ -452,19 +452,6 @@ def _legend(fig: Figure, y: float, handles: list) -> None:
                frameon=False, fontsize=8 if n <= 5 else 6.5)
 
 
-def _marker(color: str, marker: str = "o", hollow: bool = False, label: str = "") -> Line2D:
-    return Line2D([], [], marker=marker, color=color, ls="", mfc="white" if hollow else color, label=label)
-
-
-def _line(color: str, ls: str = "-", lw: float = 1.2, label: str = "") -> Line2D:
-    return Line2D([], [], color=color, ls=ls, lw=lw, label=label)
-
-
-def _v(ds: xr.Dataset, name: str, i: int):
-    """Value of a per-setting variable (row ``i``); NaN when the dataset lacks it."""
-    return ds[name].values[i] if name in ds.variables else np.nan
-
-
 def label(ds: xr.Dataset, name: str, text: str | None = None) -> str:
     """Axis label from the variable's ``long_name`` (or ``text``), with its ``units`` unless ``"1"``."""
     attrs = ds[name].attrs if name in ds.variables else {}
@@ -492,14 +479,6 @@ def residual_panel(ax: Axes, k: np.ndarray, r: np.ndarray, sel: np.ndarray) -> s
     if not np.isfinite(r).any():
         ax.text(0.5, 0.6, "no fit (see the verdict table)", transform=ax.transAxes, ha="center", fontsize=SMALL)
     return _num(r[off][np.argmax(np.abs(r[off]))], 0) if off.any() else ""
-
-
-def residual_legend(fig: Figure, y: float, extra: Sequence = ()) -> None:
-    """The legend of :func:`residual_panel`, after the handles ``extra`` of other panels on the page."""
-    _legend(fig, y, [*extra, _marker(COLORS["data"], label="in the fit (k ≥ k_min)"),
-                     _marker("0.55", hollow=True, label="outside the fit (k < k_min)"),
-                     _marker("0.55", "^", label="off scale"), _line(COLORS["ref"], "--", label="±2"),
-                     _line(COLORS["ref"], ":", label="±3")])
 
 
 def study_report(study, ds: xr.Dataset, path: str | os.PathLike) -> int:

@@ -1,25 +1,16 @@
 """Report pages of the ``encoders`` study (C1, C2, C7 at InfoNCE-trained encoders): the verdict
-tables, gap_k against the exact curve at phi_hat, k gap_k against c1, D_k, and retrieval along
-training. Reads the saved dataset only."""
+tables, gap_k against the exact curve at φ̂, k·gap_k against c1, D_k, and retrieval along training;
+prose in ``pages/encoders.md``."""
 
 from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.document import ReportDocument, format_pm
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, render, require
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose, sections
 
 __all__ = ["encoders_sections"]
 
-TEXT = (
-    "The encoder phi_hat is trained by InfoNCE (simkit.embeddings.training.train, L-BFGS-B) on tuples from the population "
-    "(pi_N, M_N): pi_N is N atoms drawn from a vMF mixture on S^2, M_N the importance-weight (Discrete) "
-    "approximation of a vMF or a rotated vMF kernel. Every population quantity at any phi - Z, m1, CE, c1, c2 and "
-    "the whole gap curve - is then an exact finite sum, so the Monte Carlo curve of the trained encoder is tested "
-    "against its exact curve. C1: slope -1 in the interval, -1/2 (the 1/sqrt(k) alternative) rejected, c1 and c2 "
-    "against exact, curve and Z-free dgap against exact (max |t| over k, bootstrap reference). C2: slope of D_k = R_k - E CE(M_hat_k, "
-    "Q_hat_k). Retrieval (pre-stated test): the training risk falls, and top-1 agreement rises and CE(M_hat, Q_hat) "
-    "falls from the first to the last checkpoint (one-sided paired t over blocks).")
+P = prose("encoders")
 
 
 def _first_last(name: str):
@@ -39,7 +30,7 @@ C1 = Table((
     ("c1 fitted ± MCSE\nc1 exact", "{c1_estimate±c1_estimate_mcse}\n{c1_exact:.4f}"),
     ("c2 fitted ± MCSE\nc2 exact", "{c2_estimate±c2_estimate_mcse}\n{c2_exact:.4f}"),
     ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading="C1 at phi_hat (C7: the -rot settings)", widths=(1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6), size=7.5)
+), heading="C1 at φ̂ (C7: the -rot settings)", widths=(1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6), size=7.5)
 C2 = Table((
     ("setting", "{facet}"), ("D_k slope ± SE", "{d2_slope±d2_slope_se}"), ("p(−1/2)", "{d2_slope_p_half:.2g}"),
     ("D_k verdict", lambda ds, i: str(ds["d2_verdict"].values[i]).upper()),
@@ -53,15 +44,13 @@ CURVES = FigurePage(
     "gap_k and D_k at the trained encoder: Monte Carlo (±2 MCSE) against exact",
     (Panel("gap", band="gap_mcse", fit="fit_gap", fit_range="k_min", reference="gap_exact", logy=True,
            title="{facet}: slope {slope±slope_se}", label="Monte Carlo ± 2 MCSE", fit_label="WLS fit",
-           reference_label="exact at phi_hat"),
+           reference_label="exact at φ̂"),
      Panel("k_gap", band="k_gap_mcse", hline="c1_exact", fit=("c1_estimate", "c2_estimate"), fit_range="k_min",
            reference="k_gap_exact", title="{facet}: c1 {c1_estimate±c1_estimate_mcse}", label="Monte Carlo ± 2 MCSE",
-           fit_label="fit c1 + c2/k", reference_label="exact at phi_hat", hline_label="exact c1"),
+           fit_label="fit c1 + c2/k", reference_label="exact at φ̂", hline_label="exact c1"),
      Panel("k_d2", band="k_d2_mcse", title="{facet}: D_k slope {d2_slope±d2_slope_se}", reason="d2_verdict_reason",
            label="Monte Carlo ± 2 MCSE")),
-    caption="Top: gap_k (points and band ±2 MCSE) and the exact curve at phi_hat, log–log, with the WLS fit over the "
-            "shaded range k ≥ k_min. Middle: k·gap_k with the exact c1 (green), the fitted c1 + c2/k and k times the "
-            "exact gap. Bottom: k·D_k, D_k = R_k − E CE(M̂_k, Q̂_k), ±2 MCSE; a 1/k rate makes it level off.")
+    caption=P["curves_caption"])
 
 
 def _derived(ds: xr.Dataset) -> xr.Dataset:
@@ -80,15 +69,10 @@ TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a databa
     Panel(v, x="ckpt", series="setting", band=b, logx=False, title=t, ylabel=t)
     for v, b, t in (("train_risk", None, "training risk (nats)"), ("ce_ckpt", None, "exact CE(M, Q) (nats)"),
                     ("ret_top1", "ret_top1_mcse", "top-1 agreement"), ("ret_ce", "ret_ce_mcse", "CE(M̂, Q̂) (nats)"))),
-    caption="Checkpoints after 0, 5, 20, 100 L-BFGS iterations from the same start. Training risk and exact CE(M, Q) "
-            "of the population (pi_N, M_N); retrieval metrics ± 2 MCSE (same anchors and databases at every "
-            "checkpoint).", facet=None, per_page=2)
+    caption=P["training_caption"], facet=None, per_page=2)
 
 
-def encoders_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The pages of the encoders study (all but provenance), from its dataset alone."""
-    require(ds, ("slope", "gap", "gap_exact", "d2", "ret_top1", "ret_verdict"), "encoders")
-    render(doc, _derived(ds), (
-        TitlePage(texts=(TEXT,), then=(C1, Text(_reasons("verdict_reason")), C2,
-                                       Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
-        CURVES, TRAINING), study=study)
+encoders_sections = sections("encoders", (
+    TitlePage(texts=(P["intro"],), then=(C1, Text(_reasons("verdict_reason")), C2,
+                                         Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
+    CURVES, TRAINING), _derived)

@@ -1,5 +1,6 @@
 """Report of the generalisation study (claims C3, C5, C6): checks, one figure page per sweep beside the
-Theorem-1 bound, the pre-registered k rule (protocols/generalisation.md), every design point."""
+Theorem-1 bound, the pre-registered k rule (protocols/generalisation.md), every design point; prose in
+``pages/generalisation.md``."""
 
 from __future__ import annotations
 
@@ -8,53 +9,16 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, config, fill, gather, render, require
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, sections
 
 __all__ = ["generalisation_sections"]
 
-CLAIMS_TEXT = (
-    "Claim C3 (generalisation, Theorem 1). For an embedding φ̂ that minimises the empirical InfoNCE risk R̂_{n,k} "
-    "over a class Lipschitz in its parameters, E = CE(φ̂) − (R̂_{n,k}(φ̂) − log k) splits into a sample-variability "
-    "term O(n^−1/2), a complexity term O(n^−1/2) that stabilises as k → ∞ (it does not grow with k, unlike earlier "
-    "bounds) and the finite-k bias O(1/k) of C1. The study measures the generalisation gap G = R_k(φ̂) − R̂_{n,k}(φ̂) "
-    "(so E = G − gap_k(φ̂)): its mean must decay at least like n^−1/2 and must not grow with k. Claim C5 (temperature, "
-    "gap side): as τ → 0 the gap grows (|s| ≤ 1/τ: the loss class gets steeper). Claim C6 (dimension): for embeddings "
-    "into S^(d−1) the bounds carry no explicit dependence on d: at a fixed parameter count and Lipschitz constant, G "
-    "must show no systematic trend in d.")
-
-LIFT_TEXT = (
-    "C6 needs a family whose parameter count and Lipschitz constant stay fixed while d changes the problem. A linear "
-    "lift φ = L∘g_θ with a fixed isometry L leaves every score unchanged (a vacuous test); a nonlinear lift such as "
-    "normalize(tanh(A_d W x + c_d)) changes its Lipschitz constant with d. The study trains a random-Fourier lift that "
-    "is an isometric immersion of the parameters' image (simkit.embeddings.lifted.FourierEmbedding): φ_W(x) = "
-    "(cos(A W x), sin(A W x))/√m on S^(d−1), d = 2m, W ∈ R^{3×3} trainable (9 parameters at every d) and fixed "
-    "frequencies A ∈ R^{m×3}, a tight frame (AᵀA = (m/3) I) from one fixed Gaussian matrix (attribute 'lift_seed', part "
-    "of the design). Then |φ| = 1 and |Δφ(x)| = |ΔW x|/√3: the Lipschitz constant in the parameters is 1/√3 for every d, "
-    "W and x. What changes with d is the score kernel K_d(v) = (1/m) Σ_j cos(a_j·v): every tight frame gives 1 − |v|²/6 "
-    "+ O(|v|⁴), the higher orders differ (for m = 3 three cosines along orthogonal axes; as m grows a radial kernel). "
-    "A 3-dimensional parameter image needs m ≥ 3, hence d ≥ 6 (d even).")
-
-_REQUIRED = ("point", "sweep", "family", "n", "k", "tau", "d", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse",
-             "excess_cv", "excess_cv_mcse", "gap_sd", "gap_id", "raw_gap_cv")
+P = prose("generalisation")
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d", "kprim": "k", "kctl": "k", "krot": "k", "kbrown": "k"}
 _NI = {"kprim": ("C3", "primary: vMF kernel, uniform π (fresh replicate)"),
        "kctl": ("C3", "positive control: τ_k = τ √(k_trend_min/k), complexity term ∝ √k"),
        "krot": ("C7", "rotated vMF kernel vMF(Rx, κ_M), uniform π"),
        "kbrown": ("C7", "Brownian (heat) kernel, vMF π")}
-
-
-def _method(ds: xr.Dataset) -> str:
-    cfg, nb = config(ds), ds.sizes.get("block", "?")
-    return (
-        f"Method. π uniform on S², x⁺ ~ vMF(x, κ_M), k i.i.d. negatives per tuple. Each of {nb} training sets per "
-        f"design point trains φ̂ by ERM (L-BFGS-B, {cfg.get('restarts', '?')} starts, best kept); the levels of a sweep "
-        f"share random numbers. R_k(φ̂) is estimated on fresh tuples paired with φ = identity, whose R_k is exact "
-        f"(simkit.exact): G = R_k(id) + mean[ℓ(φ̂) − ℓ(id)] − R̂(φ̂); the control R̂(id) − R_k(id), exactly zero-mean, "
-        f"gives G_cv without the O(n^−1/2) noise of the loss level. Every mean is ± its MCSE (sd over the {nb} training "
-        f"sets / √{nb}); log–log slopes are WLS fits with jackknife SE; trend slopes are means of per-training-set OLS "
-        f"slopes. False-failure rates: each t test of level α fails with probability α when its null holds exactly; "
-        f"the C5 check passes only when the growth is significant (its rate is the plug-in probability of missing "
-        f"it); the C6 equivalence check's rate at zero trend is one minus its power column.")
 
 
 def _checks(ds: xr.Dataset) -> xr.Dataset:
@@ -105,8 +69,7 @@ _E = Panel("excess_cv", band="excess_cv_mcse", reference="neg_gap_id", reference
            title="excess E = CE(φ̂) − (R̂ − log k)", label="E[E] ± 2 MCSE")
 _B = dict(also=("bound_complexity",), also_labels=("complexity term 2 Rad_n of the bound",), logy=True,
           title="E[G] against the Theorem-1 bound", **_G)
-_CAP_B = (" Right: E[G] beside the complexity term of a Theorem-1-type bound with explicit constants "
-          "(simkit.exact.bounds), two to four orders of magnitude above it.")
+_CAP_B = " " + P["bound_note"]
 SWEEPS = {
     "n": FigurePage("C3: G against n (linear family, d = 3)", (
         Panel("gap_cv", x="n", fit="n_fit", slopes=(-0.5, -1.0), logy=True, title="E[G]: slope {n_slope±n_slope_se}",
@@ -114,9 +77,7 @@ SWEEPS = {
         Panel("gap_sd", x="n", logy=True, title="sd(G): slope {n_sd_slope±n_sd_slope_se}"),
         replace(_E, x="n"),
         Panel("gap_cv", x="n", **_B)),
-        caption="E[G] (control variate) ± 2 MCSE with the WLS fit of log E[G] on log n (red) and slopes n^−1/2 and n^−1 "
-                "through the first point (C3 requires ≤ −1/2); the replicate-to-replicate sd of G; E[E] ± 2 MCSE "
-                "against −gap_k(identity): as n grows E tends to −gap_k(φ*), the finite-k bias of C1." + _CAP_B,
+        caption=P["n_caption"] + _CAP_B,
         subtitle="verdict {n_verdict}", facet=None),
     "k": FigurePage("C3: G against k (linear family, d = 3)", (
         Panel("gap_cv", x="k", title="E[G]", **_G),
@@ -124,16 +85,13 @@ SWEEPS = {
               title="paired change from k_trend_min; trend {k_trend±k_trend_se} per doubling", label="± 2 MCSE"),
         replace(_E, x="k"),
         Panel("gap_cv", x="k", **_B)),
-        caption="E[G] ± 2 MCSE against k (bars dominated by the training-set effect shared by all k); the paired "
-                "difference E[G(k) − G(k_trend_min)] ± 2 MCSE over the same training sets, the precision the test "
-                "works with; E[E] ± 2 MCSE against −gap_k(identity)." + _CAP_B,
+        caption=P["k_caption"] + _CAP_B,
         subtitle="verdict {k_verdict}", facet=None),
     "tau": FigurePage("C5: G against the temperature τ (linear family, d = 3)", (
         Panel("gap_cv", x="tau", fit="tau_fit", logy=True, title="E[G]: slope {tau_slope±tau_slope_se}", **_G),
         Panel("gap_sd", x="tau", logy=True, title="sd(G)"),
         replace(_E, x="tau")),
-        caption="E[G] ± 2 MCSE on log–log axes with the WLS fit (red): C5 says G grows as τ falls (a negative slope); "
-                "the sd of G; E[E] ± 2 MCSE against −gap_k(identity).", subtitle="verdict {tau_verdict}", facet=None),
+        caption=P["tau_caption"], subtitle="verdict {tau_verdict}", facet=None),
     "d": FigurePage("C6: G against the embedding dimension d (Fourier lift, 9 parameters)", (
         Panel("gap_cv", x="d", title="E[G]", **_G),
         Panel("paired", x="d", band="paired_mcse", level=0.0, level_label="no change",
@@ -141,10 +99,7 @@ SWEEPS = {
         Panel("risk_excess", x="d", band="risk_excess_mcse", title="R_k(φ̂) − R_k(identity)"),
         Panel("score_change", x="d", band="score_change_mcse", title="score change against the largest d, same W"),
         Panel("eff_dim", x="d", band="eff_dim_mcse", title="effective dimension of φ̂(x)")),
-        caption="E[G] ± 2 MCSE against d; the paired change E[G(d) − G(d_min)] ± 2 MCSE over the same training sets; "
-                "the population risk above the identity; the mean |score| difference between φ̂ and the largest-d "
-                "lift with the same W (how much d changes the scores at fixed parameters); the participation ratio of "
-                "φ̂(x). Lipschitz constant in the parameters: 1/√3 at every d (exact).",
+        caption=P["d_caption"],
         subtitle="no-trend verdict {d_verdict}; ±10% equivalence {d_equiv_verdict} (p = {d_equiv_p:.2g})", facet=None),
 }
 
@@ -156,12 +111,7 @@ NI_TABLE = Table((("claim", "{claim}"), ("sweep", "{facet}: {what}"), ("τ", "{t
 NI_FIGURE = FigurePage("E[G] against k for the pre-registered sweeps (± 2 MCSE)", (
     Panel("gap_cv", title="{facet}: {verdict}; b = {b±b_se}", label="E[G] ± 2 MCSE", band="gap_cv_mcse", fit="ni_fit",
           fit_label="fitted log2–log2 line (slope b)", logy=True),),
-    caption=lambda ds: (
-        "E[G] (control variate) ± 2 MCSE over the training sets against k; red: the fitted log2–log2 line. The rule: "
-        "one-sided non-inferiority t test of H0: growth 2^b − 1 ≥ δ = "
-        f"{100 * float(ds.attrs.get('delta_k', np.nan)):g}% per doubling of k at α = "
-        f"{float(ds.attrs.get('alpha', np.nan)):g}; the positive control must NOT pass it (its PASS means it behaves). "
-        "C7 rows: the same rule under a non-reversible kernel."), facet="ni", per_page=4)
+    caption=P["ni_caption"], facet="ni", per_page=4)
 POINTS = Table((("point", "{facet}"), ("family", "{family}"), ("n", "{n:.0f}"), ("k", "{k:.0f}"), ("τ", "{tau:.3g}"),
                 ("d", "{d:.0f}"), ("E[G] (control variate)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"),
                 ("E[E] (control var.)", "{excess_cv±excess_cv_mcse}"), ("sd G", "{gap_sd:.4f}"),
@@ -191,35 +141,34 @@ def _ni(ds: xr.Dataset) -> xr.Dataset | None:
     out["k"].attrs = ds["k"].attrs
     out["gap_cv"].attrs = ds["gap_cv"].attrs
     out.attrs = ds.attrs
-    return out
+    return out.assign_attrs(c3_conclusion=str(ds["c3_conclusion"].values) if "c3_conclusion" in ds else "?",
+                            delta_k_pct=100 * float(ds.attrs.get("delta_k", np.nan)))
 
 
-def generalisation_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the generalisation study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "generalisation")
-    present = [s for s in SWEEPS if s in set(map(str, ds["sweep"].values))]
-    design = Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
-                    ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design",
-                   widths=(0.6, 0.7, 3.6, 2.6, 0.5))
-    rows = xr.Dataset({
+def _present(ds: xr.Dataset) -> list[str]:
+    return [s for s in SWEEPS if s in set(map(str, ds["sweep"].values))]
+
+
+def _design(ds: xr.Dataset) -> xr.Dataset:
+    """One row per sweep present: its family, levels and the fixed factors."""
+    present = _present(ds)
+    return xr.Dataset({
         "family": ("sweep", [str(_sweep(ds, s)["family"].values[0]) for s in present]),
         "levels": ("sweep", [", ".join(f"{v:g}" for v in _sweep(ds, s)[_LEVEL[s]].values) for s in present]),
         "fixed": ("sweep", [", ".join(f"{f} = {float(_sweep(ds, s)[f].values[0]):g}" for f in ("n", "k", "tau", "d")
                                       if f != s) for s in present]),
         "kappa_m": ("sweep", [float(_sweep(ds, s)["kappa_m"].values[0]) for s in present])}, coords={"sweep": present})
-    render(doc, ds, (TitlePage(texts=(CLAIMS_TEXT, _method)),))
-    render(doc, rows, (design,))
-    render(doc, _checks(ds), (CHECKS,))
-    if "d" in present:
-        render(doc, ds, (Text(LIFT_TEXT, heading="C6: a family with fixed parameter count and Lipschitz constant"),))
-    for s in present:
-        render(doc, _sweep(ds, s), (SWEEPS[s],))
-    ni = _ni(ds)
-    if ni is not None:
-        conclusion = ds["c3_conclusion"].values if "c3_conclusion" in ds else "?"
-        render(doc, ni, (Text(f"Analysis: {ds.attrs.get('analysis', '?')}. C3 conclusion: {conclusion}."), NI_TABLE,
-                         NI_FIGURE))
-    if "bound_complexity" in ds:
-        render(doc, ds, (Text("Theorem-1-type bound (simkit.exact.bounds): verdict {bound_verdict}; largest E[G]/bound "
-                              "{bound_max_ratio:.3g}. {bound_reason}", heading="The realised gap against the bound"),))
-    render(doc, ds, (POINTS,))
+
+
+generalisation_sections = sections("generalisation", (
+    TitlePage(texts=(P["claims"], P["method"])),
+    View(_design, (Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
+                          ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design",
+                         widths=(0.6, 0.7, 3.6, 2.6, 0.5)),)),
+    View(_checks, (CHECKS,)),
+    View(lambda ds: ds if "d" in _present(ds) else None,
+         (Text(P["lift"], heading="C6: a family with fixed parameter count and Lipschitz constant"),)),
+    *(View(lambda ds, s=s: _sweep(ds, s) if s in _present(ds) else None, (page,)) for s, page in SWEEPS.items()),
+    View(_ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE)),
+    View(lambda ds: ds if "bound_complexity" in ds else None, (Text(P["bound"], heading="The realised gap against the bound"),)),
+    POINTS))

@@ -1,62 +1,50 @@
 """Report of the hard-regime C1 study (confirmatory cell ``hard``): protocol and verdict, the curves
-against the exact curve, and the exploratory sensitivity tables of the rate verdict."""
+against the exact curve, and the exploratory sensitivity tables of the rate verdict; prose in
+``pages/hard_regime.md``."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from simkit.report.document import COLORS, ReportDocument, format_pm
-from simkit.report.spec import FigurePage, Panel, Table, Text, config, protocol_block, render
-from simkit.report.spec import fin as _fin
+
+from simkit.report.document import COLORS, ReportDocument
+from simkit.report.spec import FigurePage, Panel, Table, Text, config, fill, fin, prose, protocol_block, render
 
 __all__ = ["hard_regime_sections"]
 
-C1_TEXT = (
-    "Claim C1 (finite-k bias, rate 1/k): gap_k = R_k − log k − CE = c1/k + O(1/k²), not O(1/√k). The study "
-    "rate_k tests C1 only where the expansion scale max(E[Z2/Z²], E[m1/Z]) — the k beyond which the 1/k term "
-    "dominates — is about 10. Here π is uniform on S², M(x,·) = vMF(x, 50) and τ = 0.02 = 1/κ (so Q = M): the scale "
-    "is 50, k·gap_k climbs to a maximum near k ≈ 300 before settling to c1 = (κ coth κ + 1)/2 = 25.5, and k runs to "
-    "2^20. The verdict uses the rule of rate_k unchanged (simkit.stats.analysis.rate_verdict and truth_verdict), "
-    "pre-registered in protocols/hard_regime.md (Hotelling curve tests) and protocols/hard_regime_maxt.md (the "
-    "same rule with bootstrap max-t curve tests, which keep their size on heavy-tailed blocks).")
+P = prose("hard_regime")
 
 
 def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
-    alpha = float(ds.attrs.get("alpha", np.nan))
-    g = lambda n: ds[n].values[i] if n in ds.variables else np.nan  # noqa: E731
-    se = float(g("slope_se"))
-    rows = [
-        ["k_min (16 × expansion scale " + _fin(g("expansion_scale"), ".4g") + ")", _fin(g("k_min"), ".0f")],
-        ["independent blocks (anchors each)", f"{_fin(g('n_units'), '.0f')} ({_fin(g('block_size'), '.0f')})"],
-        ["slope of log gap_k on log k (with 1/k term) ± jackknife SE", format_pm(g("slope"), se)],
-        ["95% interval", f"[{_fin(g('slope_ci_low'), '.4f')}, {_fin(g('slope_ci_high'), '.4f')}]"],
-        [f"{100 * (1 - alpha):g}% interval (verdict: must contain −1)",
-         f"[{_fin(g('slope_verdict_low'), '.4f')}, {_fin(g('slope_verdict_high'), '.4f')}]"],
-        [f"p of slope = −1/2 (verdict: < {alpha:g})", _fin(g("slope_p_half"), ".2g")],
-        ["c1 estimate ± MCSE  |  exact  |  t", f"{format_pm(g('c1_estimate'), g('c1_estimate_mcse'))}  |  "
-         f"{_fin(g('c1_exact'), '.6g')}  |  {_fin(g('c1_z'), '+.2f')}"],
-        ["c2 estimate ± MCSE  |  exact  |  t", f"{format_pm(g('c2_estimate'), g('c2_estimate_mcse'))}  |  "
-         f"{_fin(g('c2_exact'), '.6g')}  |  {_fin(g('c2_t'), '+.2f')}"],
-        [f"Monte Carlo curve vs exact curve at every k: T² (p; verdict: ≥ {alpha:g})",
-         f"{_fin(g('curve_t2'), '.4g')} (p = {_fin(g('curve_p'), '.3g')})"],
-        ["Z-free dgap_k = gap_k − gap_2k vs exact: T² (p)", f"{_fin(g('dgap_t2'), '.4g')} (p = {_fin(g('dgap_p'), '.3g')})"],
-        ["CE estimate ± MCSE  |  exact", f"{format_pm(g('ce_estimate'), g('ce_estimate_mcse'))}  |  "
-         f"{_fin(g('ce_exact'), '.7g')}"],
-        ["rate fit on the exact curve: slope | c1 (the method's bias at k_min)",
-         f"{_fin(g('slope_exact_fit'), '.6f')}  |  {_fin(g('c1_exact_fit'), '.6f')}"],
-        ["verdict, Hotelling rule (protocols/hard_regime.md)", str(g("verdict")).upper()],
-        [f"curve vs exact, bootstrap max-t: max |t| (p; verdict: ≥ {alpha:g})",
-         f"{_fin(g('curve_max_t'), '.4g')} (p = {_fin(g('curve_max_t_p'), '.3g')})"],
-        ["dgap vs exact, bootstrap max-t: max |t| (p)",
-         f"{_fin(g('dgap_max_t'), '.4g')} (p = {_fin(g('dgap_max_t_p'), '.3g')})"],
-        ["verdict, max-t rule (protocols/hard_regime_maxt.md)", str(g("max_t_verdict")).upper()],
-    ]
-    colors = {(len(rows) - 4, 1): COLORS.get(str(g("verdict")), COLORS["fail"]),
-              (len(rows) - 1, 1): COLORS.get(str(g("max_t_verdict")), COLORS["fail"])}
-    doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows, [3.2, 3.0], colors=colors)
-    for name in ("verdict_reason", "max_t_verdict_reason"):
-        if str(g(name)) not in ("", "nan"):
-            doc.text(f"Reason ({'max-t' if 'max_t' in name else 'Hotelling'} rule): {g(name)}", weight="bold")
+    one, alpha = ds.isel(cell=i), float(ds.attrs.get("alpha", np.nan))
+    rows = [[fill(q, one), fill(v, one)] for q, v in (
+        ("k_min (16 × expansion scale {expansion_scale:.4g})", "{k_min:.0f}"),
+        ("independent blocks (anchors each)", "{n_units:.0f} ({block_size:.0f})"),
+        ("slope of log gap_k on log k (with 1/k term) ± jackknife SE", "{slope±slope_se}"),
+        ("95% interval", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]"),
+        (f"{100 * (1 - alpha):g}% interval (verdict: must contain −1)",
+         "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
+        ("p of slope = −1/2 (verdict: < {alpha:g})", "{slope_p_half:.2g}"),
+        ("c1 estimate ± MCSE  |  exact  |  t", "{c1_estimate±c1_estimate_mcse}  |  {c1_exact:.6g}  |  {c1_z:+.2f}"),
+        ("c2 estimate ± MCSE  |  exact  |  t", "{c2_estimate±c2_estimate_mcse}  |  {c2_exact:.6g}  |  {c2_t:+.2f}"),
+        ("Monte Carlo curve vs exact curve at every k: T² (p; verdict: ≥ {alpha:g})",
+         "{curve_t2:.4g} (p = {curve_p:.3g})"),
+        ("Z-free dgap_k = gap_k − gap_2k vs exact: T² (p)", "{dgap_t2:.4g} (p = {dgap_p:.3g})"),
+        ("CE estimate ± MCSE  |  exact", "{ce_estimate±ce_estimate_mcse}  |  {ce_exact:.7g}"),
+        ("rate fit on the exact curve: slope | c1 (the method's bias at k_min)",
+         "{slope_exact_fit:.6f}  |  {c1_exact_fit:.6f}"))]
+    maxt = [[fill(q, one), fill(v, one)] for q, v in (
+        ("curve vs exact, bootstrap max-t: max |t| (p; verdict: ≥ {alpha:g})", "{curve_max_t:.4g} (p = {curve_max_t_p:.3g})"),
+        ("dgap vs exact, bootstrap max-t: max |t| (p)", "{dgap_max_t:.4g} (p = {dgap_max_t_p:.3g})"))]
+    verdict, verdict_mt = str(one["verdict"].values), str(one["max_t_verdict"].values)
+    rows = rows + [["verdict, Hotelling rule (protocols/hard_regime.md)", verdict.upper()]] + maxt + [
+        ["verdict, max-t rule (protocols/hard_regime_maxt.md)", verdict_mt.upper()]]
+    doc.table(["quantity", "uniform π on S², κ_M = 50, τ = 0.02 (scale 50)"], rows, [3.2, 3.0],
+              colors={(len(rows) - 4, 1): COLORS.get(verdict, COLORS["fail"]),
+                      (len(rows) - 1, 1): COLORS.get(verdict_mt, COLORS["fail"])})
+    for name, rule in (("verdict_reason", "Hotelling"), ("max_t_verdict_reason", "max-t")):
+        if str(one[name].values) not in ("", "nan"):
+            doc.text(f"Reason ({rule} rule): {one[name].values}", weight="bold")
 
 
 def _curves(ds: xr.Dataset) -> FigurePage:
@@ -70,10 +58,7 @@ def _curves(ds: xr.Dataset) -> FigurePage:
                title=f"c1 {{c1_estimate±c1_estimate_mcse}} (exact {c1:g})", label="Monte Carlo ± 2 MCSE",
                reference_label="c1 + c2/k", hline_label="exact c1", **k),
          Panel("resid_rate", kind="residual", title="rate-fit residuals", **k)),
-        caption="Left: gap_k (block means, band and error bars ± 2 MCSE) on log–log axes with the exact curve "
-                "(simkit.exact.curve.gap_curve) and the WLS fit of log gap on log k and 1/k over the shaded fit range. "
-                "Middle: k·gap_k with the exact c1 and c1 + c2/k (the expansion, over the fit range); the hump is the "
-                "pre-asymptotic regime below the expansion scale. Right: standardised residuals of the rate fit.",
+        caption=P["curves_caption"],
         facet=None)
 
 
@@ -97,16 +82,9 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     bases = [str(b) for b in ds["base"].values]
     one = ds.isel(cell=bases.index(base))
     title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
-             else f"rate_k setting {base} (k_max {_fin(one['k_max'], '.0f')}; exploratory)")
-    cfg = config(ds)
-    text = (f"π {one['pi'].values}, d = {one['dim'].values}, κ_π = {_fin(one['kappa_pi'], 'g')}, κ_M = "
-            f"{_fin(one['kappa_m'], 'g')}, τ = {_fin(one['tau'], 'g')}; expansion scale "
-            f"{_fin(one['expansion_scale'], '.4g')}, c2/c1 = {_fin(one['c2_over_c1'], '.3g')}. Verdict = the rate rule "
-            f"(slope interval, slope = −1/2 rejected, c1 t) at α = {ds.attrs.get('alpha', '?')}. The protocol's choices: "
-            f"f = 16 and a pilot of {cfg.get('pilot_blocks', '?')} blocks; the pilot rows re-weight the first "
-            f"{cfg.get('sens_pilot_blocks', '?')} blocks with each pilot's coefficients.")
+             else f"rate_k setting {base} (k_max {fin(one['k_max'], '.0f')}; exploratory)")
     cand = sorted((j for j, b in enumerate(bases) if b == base), key=lambda j: float(ds["block_size"].values[j]))
-    render(doc, one, (Text(text, heading=f"Sensitivity of the rate verdict: {title}"), KMF))
+    render(doc, one, (Text(P["sensitivity"], heading=f"Sensitivity of the rate verdict: {title}"), KMF))
     render(doc, ds.isel(cell=cand), (BLOCKS,))
     render(doc, one, (PILOT,))
 
@@ -115,7 +93,7 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
     quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
     doc.heading("Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
-    doc.text(C1_TEXT)
+    doc.text(P["claim"])
     protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
                             f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
                             f"{ds.attrs.get('seed', '?')}")
@@ -129,9 +107,6 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     n_k = int(np.log2(float(ds["k_max"].values[i]))) + 1
     render(doc, ds.isel({"cell": i, "k": slice(0, n_k)}), (_curves(ds.isel(cell=i)),))
     doc.new_page()
-    doc.text("The tables below are exploratory (descriptive): they show how the rate verdict moves with the "
-             "analyst's choices — the k_min factor (re-analysis of the same blocks), the block size at a fixed total "
-             "number of anchors (separate cells, their own blocks) and the pilot size of the control-variate "
-             "coefficients (the same blocks re-weighted) — and are not part of the confirmatory rule.", size=8)
+    doc.text(P["exploratory"], size=8)
     for base in dict.fromkeys(map(str, ds["base"].values)):
         _sensitivity(doc, ds, base)

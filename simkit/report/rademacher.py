@@ -1,5 +1,6 @@
 """Report of the C3 complexity study (``rademacher``): the k- and n-exponents with tests, power and
-verdict; R̂_n against k and n; the centred estimator's variance reduction and the optimiser's work."""
+verdict; R̂_n against k and n; the centred estimator's variance reduction and the optimiser's work;
+prose in ``pages/rademacher.md``."""
 
 from __future__ import annotations
 
@@ -9,50 +10,12 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import format_pm
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, config, render, require
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, prose, render, sections
 
 __all__ = ["rademacher_sections"]
 
-C3_TEXT = (
-    "Claim C3, complexity term (Theorem 1). For an ERM embedding over a class Lipschitz in its parameters, "
-    "CE(φ̂) − (R̂_{n,k}(φ̂) − log k) splits into sample variability O(n^−1/2), a complexity term O(n^−1/2) that "
-    "stabilises as k → ∞ — it does not grow with k, unlike earlier bounds — and the O(1/k) bias of C1 (docs/theory.md, "
-    "C3). This study measures the complexity term directly: the empirical Rademacher complexity of the loss class "
-    "R̂_n = E_σ sup_θ (1/n) Σ_i σ_i ℓ_k(θ; z_i), as a function of k and of n. Since ℓ_k − log k = −s_0 + "
-    "log((e^{s_0} + Σ_j e^{s_j})/k) is an average over the negatives, its class converges as k grows; a loss summed "
-    "over the negatives, Σ_j log(1 + e^{s_j − s_0}), is the negative control whose complexity grows like k.")
-
+P = prose("rademacher")
 _NAME = {"infonce": "InfoNCE ℓ_k", "pairsum": "control: Σ_j log(1+e^{s_j−s_0})"}
-_REQUIRED = ("loss", "k", "restart", "n", "kn", "complexity", "complexity_mcse", "complexity_by_restart", "slope",
-             "slope_se", "slope_p", "complexity_n", "n_slope", "verdict")
-
-
-def _method(ds: xr.Dataset) -> str:
-    cfg, rad = config(ds), config(ds).get("radius", "?")
-    return (
-        f"Method. π uniform on S², x⁺ ~ vMF(x, κ_M = {cfg.get('kappa_m', '?')}), τ = {cfg.get('tau', '?')}, K = "
-        f"{int(ds['k'].values[-1])} i.i.d. negatives per tuple. Class: φ_W(x) = Wx/‖Wx‖, W = I + A, |A_ij| ≤ {rad} (a "
-        f"compact box where φ_W is Lipschitz in W). Each of {ds.sizes.get('block', '?')} independent samples gets "
-        f"{cfg.get('draws', '?')} sign vector(s) σ; every (n, k) uses the first n tuples and their first k negatives "
-        f"(common random numbers). The supremum is computed by L-BFGS-B in the box from {ds.sizes['restart']} starts "
-        f"(θ_0 = I, then uniform points), keeping the best, and centred: sup_θ (1/n) Σ_i σ_i [ℓ_i(θ) − ℓ_i(θ_0)] has the "
-        f"expectation of the Rademacher complexity without the O(log k/√n) noise of the loss level. Caveat: every R̂_n "
-        f"is a LOWER BOUND on the true empirical Rademacher complexity (the optimiser may miss the global supremum); "
-        f"the restart rows of the k figure show how much further starts still add.")
-
-
-def _rule(ds: xr.Dataset) -> str:
-    alpha, k = float(ds.attrs.get("alpha", np.nan)), ds["k"].values
-    n_tests = 1 + ds.sizes["kn"]
-    return (
-        f"Verdict rule (α = {alpha:g}). The k-exponent b is the WLS slope of log R̂_n on log k over k ≥ "
-        f"{config(ds).get('k_fit_min', '?')}, with delete-one-block jackknife SE and Student t. C3 passes when (i) the "
-        f"one-sided test of H0: b ≤ 0 does not reject for InfoNCE; (ii) it rejects for the negative control (otherwise "
-        f"the test has no power and the study fails); (iii) for every k of the n-curve the one-sided test of H0: "
-        f"n-exponent ≤ −1/2 does not reject. False-failure rate at most 1 − (1 − α)^{n_tests} = "
-        f"{1 - (1 - alpha) ** n_tests:.2g}. Power of (i): an exponent equal to the '90%' column is detected with "
-        f"probability 0.9; growth like log k is b ≈ {1 / math.log(float(k[-1])):.2f} at k = {int(k[-1])}, like √k "
-        f"b = 1/2. Verdict: {{verdict}}. {{verdict_reason}}")
 
 
 EXPONENTS = Table((
@@ -70,27 +33,18 @@ K_PAGE = FigurePage("Rademacher complexity against k, and its sensitivity to the
     Panel("shortfall", series="restart", band="shortfall_mcse", ylabel="shortfall (nats)", title="{name}: shortfall of the best of r starts"),
     Panel("slope_by_restart", x="restart", band="slope_by_restart_se", logx=False, title="{name}: b with r starts", ylabel="exponent b",
           label="b ± 2 jackknife SE")),
-    caption="Top: R̂_n against k (log–log), best of all starts ± 2 MCSE and of the first start θ_0 = I alone; red: "
-            "the fitted k^b over the shaded fit range. InfoNCE's exponent is close to 0, the control's close to 1 "
-            "(growth like k). Middle: E[best of all − best of the first r starts] ± 2 MCSE (paired over the same σ); a "
-            "shortfall that shrinks towards 0 as r grows suggests (cannot prove) that the global maximum is found. "
-            "Bottom: the k-exponent computed with the best of the first r starts ± 2 jackknife SE.", facet="loss")
+    caption=P["k_caption"], facet="loss")
 N_PAGE = FigurePage("InfoNCE: R̂_n against n, and the share of suprema each start raises", (
     Panel("complexity_n", x="n", series="kn", band="complexity_n_mcse", logy=True, ylabel="R̂_n (nats)",
           title="R̂_n against n; n-exponents {n_exponents}"),
     Panel("share_improved", series="restart", ylabel="share", title="share of suprema raised by start r")),
-    caption="Left: R̂_n of the InfoNCE class against n at each k of the n-curve, ± 2 MCSE; C3 predicts a decay at "
-            "least like n^−1/2 (exponents ± jackknife SE in the title). Right: the share of suprema that start r "
-            "raised by more than 1e−7 nats over the best of the starts before it.", facet=None)
+    caption=P["n_caption"], facet=None)
 CENTRING = FigurePage("Centring and the optimiser's work", (
     Panel("complexity_mcse", also=("complexity_uncentred_mcse",), logy=True, label="centred MCSE",
           title="{name}: MCSE of R̂_n"),
     Panel("centring_gain", also=("nfev_per_run",), logy=True, label="variance-reduction factor",
           title="{name}: variance reduction; evaluations per run")),
-    caption="Top: MCSE of R̂_n with the centred estimator and without centring (squares); both estimate the same "
-            "quantity, but the uncentred one carries the mean-zero term (1/n) Σ σ_i ℓ_i(θ_0), whose size grows with "
-            "the loss level (~log k for InfoNCE, ~k for the control). Bottom: the variance-reduction factor (MCSE "
-            "ratio)² and the mean number of objective evaluations per L-BFGS-B run (squares).", facet="loss")
+    caption=P["centring_caption"], facet="loss")
 
 
 def _derived(ds: xr.Dataset) -> xr.Dataset:
@@ -120,7 +74,8 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
                          xr.where(flagged, "control: growth detected", "control: NOT DETECTED")),
         role_verdict=xr.where(claim != flagged, "pass", "fail").assign_attrs(long_name="role met"))
     out["complexity_fit"].attrs = {"long_name": "fitted c k^b, in nats", "units": "1"}
-    return out
+    alpha, n_tests = float(ds.attrs.get("alpha", np.nan)), 1 + ds.sizes["kn"]
+    return out.assign_attrs(n_tests=n_tests, ff_all=1 - (1 - alpha) ** n_tests, b_log=1 / math.log(float(k[-1])))
 
 
 def _n_curve(ds: xr.Dataset) -> xr.Dataset:
@@ -130,19 +85,16 @@ def _n_curve(ds: xr.Dataset) -> xr.Dataset:
     return one.assign(n_exponents=xr.DataArray(ex))
 
 
-def rademacher_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the C3 complexity study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "rademacher")
-    ds = _derived(ds)
-    one = _n_curve(ds)
-    n_table = Table((("k", "{facet}"),) + tuple(
+def _n_table(doc, one: xr.Dataset) -> None:
+    """R̂_n ± MCSE at each n (a column each) for each k of the n sweep, with the n-exponent."""
+    render(doc, one, (Table((("k", "{facet}"),) + tuple(
         (f"R̂_n at n = {int(n)}", (lambda j: lambda d, i: format_pm(d["complexity_n"].values[j, i],
                                                                   d["complexity_n_mcse"].values[j, i]))(j))
         for j, n in enumerate(one["n"].values)) + (("n-exponent ± SE", "{n_slope±n_slope_se}"),
                                                     ("p of H0: exponent ≤ −1/2", "{n_slope_p:.2g}")),
-        dim="kn", verdict=None, heading="InfoNCE: R̂_n against n")
-    render(doc, ds, (TitlePage(texts=(C3_TEXT, _method), then=(EXPONENTS,)),))
-    render(doc, one, (n_table, Text(_rule)))
-    render(doc, ds, (K_PAGE,))
-    render(doc, one, (N_PAGE,))
-    render(doc, ds, (CENTRING,))
+        dim="kn", verdict=None, heading="InfoNCE: R̂_n against n"),))
+
+
+rademacher_sections = sections("rademacher", (
+    TitlePage(texts=(P["claim"], P["method"]), then=(EXPONENTS,)), View(_n_curve, (_n_table, Text(P["rule"]))),
+    K_PAGE, View(_n_curve, (N_PAGE,)), CENTRING), _derived)

@@ -2,18 +2,24 @@
 
 Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is a value with its MCSE
 (:func:`format_pm`), ``{a}`` / ``{a:fmt}`` a value, ``{facet}`` the facet's label; a variable over the
-facet dimension is read at the current facet. Axis labels come from each variable's ``long_name``.
+facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
+the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``, ``level``
+and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's module is its declarations
+and :func:`sections`; its page prose lives in ``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -21,18 +27,33 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, ReportDocument, _json_attr, _legend,
-                                    _log_axes, format_pm, label, residual_legend, residual_panel, wrap_text)
+                                    _log_axes, format_pm, label, residual_panel, wrap_text)
 
-__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "Failures", "Text", "render", "label", "RESIDUAL_KEY",
-           "verdict_heading", "gather", "stack", "panel_title",
-           "fin", "require", "fill", "protocol_block", "config"]
+__all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
+           "RESIDUAL_KEY", "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill",
+           "protocol_block", "config", "prose", "sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
+#: template names that resolved to nothing while filling (a misspelt field prints "n/a"; tests read this)
+UNRESOLVED: set[str] = set()
+
+
+@functools.cache
+def prose(study: str) -> dict[str, str]:
+    """The named paragraphs of ``pages/<study>.md``: each ``## name`` heading starts one, its lines are
+    joined by spaces and a blank line inside it starts a new line (keeping that line's indentation)."""
+    text = (Path(__file__).with_name("pages") / f"{study}.md").read_text(encoding="utf-8")
+    out = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        name, _, body = part.partition("\n")
+        paras = re.split(r"\n\s*\n", body.strip("\n"))
+        out[name.strip()] = "\n".join(p[:len(p) - len(p.lstrip())] + " ".join(p.split()) for p in paras)
+    return out
+
+
 #: the key of a residual page (:class:`Panel` ``kind="residual"``), shared by the studies' captions
-RESIDUAL_KEY = ("Filled points: k ≥ k_min, in the fit; hollow grey points: k < k_min, outside it, where higher orders "
-                "of the expansion dominate and residuals are large by design; grey triangles at the edge: residuals "
-                "beyond the axis range (the largest is given in the panel title). Dashed lines: ±2; dotted: ±3.")
+RESIDUAL_KEY = prose("common")["residual_key"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -51,6 +72,40 @@ def config(ds: xr.Dataset) -> dict:
     """The run's configuration (the dataset's ``config`` attribute) as a dict; empty when unreadable."""
     cfg = _json_attr(ds, "config", {})
     return cfg if isinstance(cfg, dict) else {}
+
+
+def t_crit(ds: xr.Dataset, df_dim: str = "block") -> float:
+    """The two-sided Student t critical value at the dataset's ``alpha`` on ``n_<df_dim> − 1`` degrees of freedom."""
+    alpha, n = float(ds.attrs.get("alpha", np.nan)), ds.sizes.get(df_dim, 0)
+    return float(stats.t.isf(alpha / 2, n - 1)) if math.isfinite(alpha) and n > 1 else math.nan
+
+
+def sections(name: str, pages: Sequence, derive: Callable | None = None):
+    """A study's report sections ``(doc, ds, study=None)``: draw ``pages`` from ``derive(ds)`` (display
+    quantities computed from the saved variables) or ``ds``, after checking that the dataset holds the
+    variables the declarations draw (each panel's ``var``, each table's verdict columns)."""
+    def draw(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
+        try:
+            shown = derive(ds) if derive else ds
+            require(shown, sorted(set(_drawn(pages))), name)
+            render(doc, shown, pages, study=study)
+        except KeyError as e:  # a variable that a derivation or a view reads (xarray names it in quotes)
+            missing = re.match(r"No variable named '([^']+)'", str(e.args[0]))
+            require(ds, [missing.group(1) if missing else str(e.args[0])], name)
+            raise
+    draw.__doc__ = f"The pages of the {name} study (all but provenance), from its dataset alone."
+    return draw
+
+
+def _drawn(items: Sequence):
+    """The variables that declarations outside a :class:`View` draw: panels' ``var``, tables' verdicts."""
+    for item in items:
+        if isinstance(item, TitlePage):
+            yield from _drawn(item.then)
+        elif isinstance(item, FigurePage):
+            yield from (p.var for p in item.panels)
+        elif isinstance(item, Table):
+            yield from ((item.verdict,) if isinstance(item.verdict, str) else item.verdict or ())
 
 
 def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
@@ -98,10 +153,23 @@ def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
 
 
 
+def _meta(ds: xr.Dataset, name: str):
+    """An attribute, a configuration key, ``n_<dim>`` (a dimension's size), ``<coord>_min`` / ``<coord>_max``,
+    ``level`` (1 − alpha) or ``t_crit`` (:func:`t_crit`) named ``name``; NaN if none."""
+    cfg, coord, _, end = config(ds), *name.rpartition("_")
+    if name in ds.attrs or name in cfg:
+        return ds.attrs[name] if name in ds.attrs else cfg[name]
+    if name in ("level", "t_crit") and "alpha" in ds.attrs:
+        return 1 - float(ds.attrs["alpha"]) if name == "level" else t_crit(ds)
+    if end in ("min", "max") and coord in ds.coords and ds[coord].ndim == 1:
+        return getattr(ds[coord].values, end)()
+    return ds.sizes[name[2:]] if name.startswith("n_") and name[2:] in ds.sizes else np.nan
+
+
 def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
-    """Value of ``name`` at facet ``i`` (a scalar variable as is); NaN when the dataset lacks it."""
+    """Value of ``name`` at facet ``i`` (a scalar variable as is), else :func:`_meta`."""
     if name not in ds.variables:
-        return np.nan
+        return _meta(ds, name)
     v = ds[name]
     if facet is not None and i is not None and facet in v.dims:
         v = v.isel({facet: i})
@@ -120,14 +188,21 @@ def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | No
     def one(m: re.Match) -> str:
         name, se, fmt = m.groups()
         if name == "facet":
+            if facet is None:
+                return ""
             v = ds[facet].values[i]
             return fin(v, fmt) if fmt and not isinstance(v, (str, np.str_)) else str(v)
         v = _at(ds, name, facet, i)
+        if np.ndim(v) > 0:  # a variable over a dimension the text is not faceted on: the run's setting instead
+            v = _meta(ds, name)
+        if v is np.nan:
+            UNRESOLVED.add(name)
         if se:
             return format_pm(v, _at(ds, se, facet, i))
-        if isinstance(v, (str, np.str_)):
+        if isinstance(v, (str, np.str_, list, dict)):
             return str(v)
-        return fin(v, fmt or "g")
+        whole = not fmt and isinstance(v, (int, float, np.number)) and float(v).is_integer() and abs(v) < 1e15
+        return str(int(v)).replace("-", "\u2212") if whole else fin(v, fmt or "g")
 
     return _FIELD.sub(one, template)
 
@@ -141,7 +216,10 @@ class Panel:
     ``fit`` a variable over ``x`` or coefficients ``(a0, a1, ...)`` of ``a0 + a1/x + ...`` (drawn over the fit
     range ``x >= fit_range``, shaded; ``zoom`` shows only it); ``hline`` a scalar (``hline_band`` its MCSE);
     ``slopes`` reference power laws through the first fitted point; ``also`` further variables as lines;
-    ``kind="residual"`` standardised residuals; ``series`` a further dimension, one curve per value;
+    ``kind="residual"`` standardised residuals, ``kind="qq"`` a −log10 QQ plot of the p-values ``var``
+    against Uniform(0, 1) (``level`` the rejection threshold), ``kind="forest"`` one row per value of ``x``
+    (estimate ± 2 ``band`` against ``reference`` and ``level``); ``series`` a further dimension, one curve per value
+    (``series_hline`` a variable drawn as a dashed line in each curve's colour);
     ``level`` a dashed horizontal line; ``absolute`` draws ``|var|`` (hollow where negative);
     ``marks`` scalar variables drawn as vertical lines (e.g. an onset and a scale), labelled ``mark_labels``."""
 
@@ -159,6 +237,7 @@ class Panel:
     also_labels: tuple[str, ...] = ()
     kind: str = "points"
     series: str | None = None
+    series_hline: str | None = None
     level: float | str | None = None
     level_label: str = ""
     absolute: bool = False
@@ -169,7 +248,6 @@ class Panel:
     ylim: tuple[float, float] | None = None
     title: Source = "{facet}"
     reason: str = "verdict_reason"
-    color: str | None = None
     marks: tuple[str, ...] = ()
     mark_labels: tuple[str, ...] = ()
     ylabel: str | None = None
@@ -182,14 +260,15 @@ class Panel:
 @dataclasses.dataclass(frozen=True)
 class FigurePage:
     """Panels in rows, one column per facet value (``per_page`` a page), or in rows of ``per_page`` when
-    ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid."""
+    ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid;
+    ``per_page=(rows, columns)`` lays out the first panel once per facet value on pages of that grid."""
 
     title: Source
     panels: tuple[Panel, ...]
     caption: Source = ""
     subtitle: Source = ""
     facet: str | tuple[str, str] | None = "setting"
-    per_page: int = SETTINGS_PER_PAGE
+    per_page: int | tuple[int, int] = SETTINGS_PER_PAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +311,15 @@ class Text:
 
 
 @dataclasses.dataclass(frozen=True)
+class View:
+    """``items`` drawn from ``how(ds)``: another view of the dataset (stacked rows, a subset, derived rows),
+    a list of them (the items drawn for each in turn), or None (nothing drawn)."""
+
+    how: Callable[[xr.Dataset], xr.Dataset | list[xr.Dataset] | None]
+    items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
 class TitlePage:
     """The title, the provenance line (with the protocol, then ``note``), ``texts``, the dataset's ADEMP
     statement when ``ademp`` is set, then the items ``then``."""
@@ -252,6 +340,10 @@ def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) 
                 Failures: _failures, Text: _text}.get(type(item))
         if draw is not None:
             draw(doc, ds, item, study)
+        elif isinstance(item, View):
+            views = item.how(ds)
+            for view in views if isinstance(views, list) else [views] if views is not None else []:
+                render(doc, view, item.items, study=study)
         elif callable(item):  # a custom page of a study's report module
             item(doc, ds)
         else:
@@ -378,7 +470,6 @@ def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None, reason:
 
 def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: int | None = None) -> set:
     """Draw one panel; return the legend entries it used, as ``(role, label)`` pairs."""
-    x = ds[p.x].values.astype(float)
     y = np.asarray(_at(ds, p.var, facet, i), dtype=float)
     used: set = set()
     title = fill(p.title, ds, facet, i)
@@ -386,6 +477,9 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
         _no_data(ax, ds, facet, i, p.reason)
         panel_title(ax, title)
         return used
+    if p.kind in ("qq", "forest"):
+        return (_qq_panel if p.kind == "qq" else _forest_panel)(ax, ds, p, facet, i, title, y)
+    x = ds[p.x].values.astype(float)
     xmin = float(_at(ds, p.fit_range, facet, i)) if p.fit_range else -math.inf
     sel = x >= xmin if math.isfinite(xmin) else np.ones(x.shape, bool) if not p.fit_range else np.zeros(x.shape, bool)
     shown = sel if p.zoom and sel.any() else np.ones(x.shape, bool)
@@ -448,7 +542,7 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     lo, hi = v - 2 * se, v + 2 * se
     if p.logy:
         lo = np.maximum(lo, v / 1e3)
-    color = p.color or COLORS["data"]
+    color = COLORS["data"]
     if p.band:
         ax.fill_between(x[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0, zorder=4)
     neg = y < 0 if p.absolute else np.zeros(y.shape, bool)
@@ -459,15 +553,13 @@ def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: 
     used.add(("data", p.label or (f"{p.var} ± 2 MCSE" if p.band else p.var)))
     if neg.any():
         used.add(("neg", f"{p.var} < 0 (|{p.var}| shown)"))
-    if p.logx:
-        _log_axes(ax, x)
+    if p.logx or p.logy:  # a log value axis has a log k axis too
+        _log_axes(ax, x, *((v[ok], *(np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also))
+                           if p.logy else ()))
         ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
-    if p.logy:
-        _log_axes(ax, x, v[ok], *(np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also))
-        ax.set_xlim(x[shown][0] / 1.4, x[shown][-1] * 1.4)
-    elif p.symlog:
+    if p.symlog and not p.logy:
         ax.set_yscale("symlog", linthresh=float(np.nanmin(np.abs(v[ok][v[ok] != 0]), initial=1.0)))
-    else:
+    elif not p.logy:
         yy = np.concatenate([lo[ok], hi[ok]] + [np.asarray(_at(ds, n, facet, i), dtype=float)[shown] for n in p.also]
                             + ([np.array([c - 2 * cse, c + 2 * cse])] if p.hline and math.isfinite(c) else [])
                             + [np.array([lv if lv is not None else np.nan])])
@@ -491,6 +583,50 @@ def _level(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None,
     return lv
 
 
+def _qq_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str, y) -> set:
+    """The p-values ``y`` on the −log10 scale against uniform quantiles i/(n+1), with the pointwise 95% band
+    of a uniform sample (Beta(i, n+1−i)); p = 0 and values far beyond the uniform range are drawn at the top."""
+    pv = np.sort(y[np.isfinite(y)])
+    n, alpha = pv.size, float(_at(ds, p.level, facet, i)) if isinstance(p.level, str) else float(p.level or 0.05)
+    alpha = alpha if math.isfinite(alpha) and alpha > 0 else 0.05
+    q = np.arange(1, n + 1)
+    expected = -np.log10(q / (n + 1))
+    ax.fill_between(expected, -np.log10(stats.beta.ppf(0.975, q, n + 1 - q)),
+                    -np.log10(stats.beta.ppf(0.025, q, n + 1 - q)), color=COLORS["span"], lw=0)
+    obs = -np.log10(np.maximum(pv, np.finfo(float).tiny))
+    right = max(float(expected.max(initial=0.0)), -np.log10(alpha)) * 1.15
+    top = max(right, min(float(obs.max(initial=0.0)) * 1.05, 3 * right))
+    ax.plot([0, right], [0, right], color=COLORS["ref"], lw=0.8)
+    ax.axhline(-np.log10(alpha), color=COLORS["fit"], lw=0.8, ls="--")
+    ax.plot(expected, np.minimum(obs, top), "o", ms=2.5, color=COLORS["data"])
+    ax.set(xlim=(0, right), ylim=(0, top), xlabel="expected −log10 p (uniform)", ylabel="observed −log10 p")
+    panel_title(ax, title)
+    return {("data", p.label or "p-values"), ("uniform", "uniform quantiles"), ("qqband", "95% band of a uniform sample"),
+            ("level", p.level_label or "rejection threshold α")}
+
+
+def _forest_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str, y) -> set:
+    """One row per value of ``p.x``: the estimate ± 2 MCSE, the reference value (a cross), ``p.level`` (a line);
+    the row labels on the first column of the page only, as the rows are shared."""
+    names, used = [str(v) for v in ds[p.x].values], {("data", p.label or "estimate ± 2 MCSE")}
+    pos = np.arange(len(names))[::-1]
+    se = np.asarray(_at(ds, p.band, facet, i), dtype=float) if p.band else np.zeros_like(y)
+    if p.level is not None:
+        ax.axvline(float(p.level), color=COLORS["ref"], lw=1.0)
+        used.add(("zero", p.level_label or f"{p.level:g}"))
+    ax.errorbar(y, pos, xerr=2 * se, fmt="o", color=COLORS["data"], ms=5, zorder=4)
+    if p.reference:
+        ax.plot(np.asarray(_at(ds, p.reference, facet, i), dtype=float), pos, "x", color=COLORS["exact"], ms=8,
+                mew=1.5, zorder=5)
+        used.add(("cross", p.reference_label))
+    first = ax.get_subplotspec() is None or ax.get_subplotspec().is_first_col()
+    ax.set(yticks=pos, yticklabels=names if first else [""] * len(names), ylim=(-0.7, len(names) - 0.3),
+           xlabel=p.ylabel or label(ds, p.var))
+    ax.grid(axis="y", alpha=0)
+    panel_title(ax, title + ("" if first else " (rows as on the left)"))
+    return used
+
+
 def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int | None, title: str) -> set:
     """One curve per value of ``p.series``, each with ±2 MCSE bars, shaded light (first) to dark (last)."""
     x = ds[p.x].values.astype(float)
@@ -507,6 +643,12 @@ def _series_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None, i: int 
         ax.errorbar(x[ok], y[j][ok], yerr=[lo, 2 * se[j][ok]] if p.band else None, fmt="o-", ms=3, lw=1,
                     color=color, zorder=4)
         shown.append(y[j][ok])
+        h = float((ds[p.series_hline].isel({facet: i}) if facet else ds[p.series_hline]).transpose(p.series, ...)
+                  .values[j]) if p.series_hline else math.nan
+        if math.isfinite(h) and (h > 0 or not p.logy):
+            ax.axhline(h, color=color, ls="--", lw=1)
+            shown.append(np.array([h]))
+            used.add(("serieshline", label(ds, p.series_hline)))
         used.add((f"series|{j:03d}|{color}", f"{p.series} = {v}" if isinstance(v, str) else f"{p.series} = {fin(v, 'g')}"))
     _level(ax, ds, p, facet, i, used)
     if p.logx or p.logy:
@@ -523,10 +665,20 @@ _STYLE = {"fit": ("-", COLORS["fit"], 2.2), "fitc": ("-", COLORS["fit"], 1.3), "
           "refc": ("--", COLORS["exact"], 0.9)}
 
 _ALSO = (COLORS["plain"], COLORS["ref"], COLORS["band"])
-_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8")}
+_PATCHES = {"hline": dict(color=COLORS["band"], alpha=0.5), "span": dict(color=COLORS["span"]), "refband": dict(color="0.8"),
+            "qqband": dict(color=COLORS["span"])}
 _LINES = {"data": dict(marker="o", ls="", color=COLORS["data"]), "level": dict(ls="--", color=COLORS["fit"], lw=0.9),
+          "uniform": dict(color=COLORS["ref"], lw=0.8), "zero": dict(color=COLORS["ref"]),
+          "cross": dict(marker="x", ls="", color=COLORS["exact"], mew=1.5), "serieshline": dict(ls="--", color="0.3"),
           "neg": dict(marker="o", ls="", mfc="white", color=COLORS["data"]),
+          "r_in": dict(marker="o", ls="", color=COLORS["data"]),
+          "r_out": dict(marker="o", ls="", mfc="white", color="0.55"), "r_off": dict(marker="^", ls="", color="0.55"),
+          "r_2": dict(color=COLORS["ref"], ls="--"), "r_3": dict(color=COLORS["ref"], ls=":"),
           **{role: dict(ls=ls, color=c, lw=lw) for role, (ls, c, lw) in _STYLE.items()}}
+
+
+_RESIDUAL_KEY = (("r_in", "in the fit (k ≥ k_min)"), ("r_out", "outside the fit (k < k_min)"), ("r_off", "off scale"),
+                 ("r_2", "±2"), ("r_3", "±3"))
 
 
 def _handle(role: str, lab: str):
@@ -541,40 +693,48 @@ def _handle(role: str, lab: str):
 
 
 def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
-    if any(r == "residual" for r, _ in used):
-        residual_legend(fig, ly, [_handle(r, lab) for r, lab in used if r not in ("residual", "data")])
-    else:
-        _legend(fig, ly, [_handle(r, lab) for r, lab in used])
+    if any(r == "residual" for r, _ in used):  # the key of residual_panel after the other panels' entries
+        used = {k: None for k in (*(k for k in used if k[0] not in ("residual", "data")), *_RESIDUAL_KEY)}
+    _legend(fig, ly, [_handle(r, lab) for r, lab in used])
     doc.save(fig)
 
 
 def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=None) -> None:
     head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
-    if isinstance(page.facet, tuple):  # a grid of one panel over two dimensions
-        rdim, cdim = page.facet
-        fig, axes, ly = doc.figure(fill(page.title, ds), ds.sizes[rdim], ds.sizes[cdim], **head)
+    for title, nrows, ncols, cells in _layouts(ds, page):
+        fig, axes, ly = doc.figure(title, nrows, ncols, **head)
         used: dict = {}
-        for r in range(ds.sizes[rdim]):
-            for c in range(ds.sizes[cdim]):
-                for key in sorted(draw_panel(axes[r, c], ds.isel({rdim: r}), page.panels[0], cdim, c)):
-                    used.setdefault(key, None)
-        return _finish(doc, fig, ly, used)
-    if page.facet is None:  # the panels in rows of at most per_page
-        groups, rows = [[None]], -(-len(page.panels) // page.per_page)
-    else:
-        n = ds.sizes[page.facet]
-        groups, rows = [list(range(j, min(n, j + page.per_page))) for j in range(0, n, page.per_page)], len(page.panels)
-    for idx in groups:
-        ncols = -(-len(page.panels) // rows) if page.facet is None else len(idx)
-        fig, axes, ly = doc.figure(fill(page.title, ds), rows, ncols, **head)
-        used = {}
-        for col, i in enumerate(idx if page.facet is not None else range(ncols)):
-            for row in range(rows):
-                n = row * ncols + col if page.facet is None else row
-                if page.facet is None and n >= len(page.panels):
-                    axes[row, col].set_visible(False)
-                    continue
-                for key in sorted(draw_panel(axes[row, col], ds, page.panels[n], page.facet,
-                                             None if page.facet is None else i)):
-                    used.setdefault(key, None)
+        for r, c, sub, panel, facet, i in cells:
+            for key in sorted(draw_panel(axes[r, c], sub, panel, facet, i)):
+                used.setdefault(key, None)
+        for ax in set(axes.ravel()) - {axes[r, c] for r, c, *_ in cells}:
+            ax.set_visible(False)
         _finish(doc, fig, ly, used)
+
+
+def _layouts(ds: xr.Dataset, page: FigurePage):
+    """Each page of a :class:`FigurePage`: title, grid and cells ``(row, column, dataset, panel, facet, index)``."""
+    title, panels, facet = fill(page.title, ds), page.panels, page.facet
+    if isinstance(facet, tuple):  # a grid of one panel over two dimensions
+        (rdim, cdim), (nr, nc) = facet, (ds.sizes[d] for d in facet)
+        yield title, nr, nc, [(r, c, ds.isel({rdim: r}), panels[0], cdim, c) for r in range(nr) for c in range(nc)]
+    elif isinstance(page.per_page, tuple):  # the first panel once per facet value, pages of a (rows, columns) grid
+        (rows, cols), n = page.per_page, ds.sizes[facet]
+        paged = n > rows * cols  # then every page of the figure has the full grid: panels of one size
+        nc = cols if paged else min(cols, max(n, 3))
+        for start in range(0, n, rows * cols):
+            more = f" ({start // (rows * cols) + 1}/{-(-n // (rows * cols))})" if paged else ""
+            idx = range(start, min(n, start + rows * cols))
+            yield title + more, rows if paged else -(-n // nc), nc, [(j // nc, j % nc, ds, panels[0], facet, i)
+                                                                     for j, i in enumerate(idx)]
+    elif facet is None:  # the panels in rows of at most per_page
+        rows = -(-len(panels) // page.per_page)
+        nc = -(-len(panels) // rows)
+        yield title, rows, nc, [(n // nc, n % nc, ds, panels[n], None, None)
+                                for c in range(nc) for n in range(c, len(panels), nc)]
+    else:  # a column per facet value, per_page a page; a page's last facets keep the width of the others
+        n = ds.sizes[facet]
+        for start in range(0, n, page.per_page):
+            idx = range(start, min(n, start + page.per_page))
+            yield title, len(panels), min(page.per_page, n), [(r, c, ds, p, facet, i) for c, i in enumerate(idx)
+                                                              for r, p in enumerate(panels)]

@@ -1,57 +1,18 @@
 """Report of the C5 study (``temperature``): the checks per setting, CE, bias and KL tables over τ,
-their figures, the gap at fixed k and the pre-registered norms clause (protocols/temperature.md)."""
+their figures, the gap at fixed k and the pre-registered norms clause (protocols/temperature.md);
+prose in ``pages/temperature.md``."""
 
 from __future__ import annotations
 
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, config, gather, render,
-                                require, stack)
+from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, View, config, gather, prose,
+                                sections, stack)
 
 __all__ = ["temperature_sections"]
 
-C5_TEXT = (
-    "Claim C5 (temperature as a regulariser). With score s(x, y) = φ(x)·φ(y)/τ, the softmax retrieval kernel "
-    "Q(x, dy) = e^{s(x,y)} π(dy)/Z(x) has density q = e^s/Z with e^{−2/τ} ≤ q ≤ e^{2/τ}, so KL(Q(x,·) ‖ π) ≤ 2/τ "
-    "for every anchor x and every embedding: a high temperature keeps Q close to π. As τ → 0 the bound is void, "
-    "and the finite-k bias of InfoNCE grows (docs/theory.md, section 2 and C5). The cross-entropy CE(M, Q) ≥ H = "
-    "−E_x KL(M(x,·) ‖ π), with equality only when Q = M.")
-
-_REQUIRED = ("setting", "tau", "k", "ce_exact", "ce_estimate", "ce_estimate_mcse", "ce_z", "c1_exact", "z2_ratio",
-             "kl_bound", "kl_max", "kl_max_mcse", "kl_mean", "kl_mean_exact", "gap", "gap_mcse", "k_gap",
-             "verdict_kl", "verdict_ce", "verdict_c1")
-
-
-def _method(ds: xr.Dataset) -> str:
-    cfg, taus = config(ds), ds["tau"].values
-    return (
-        f"Method. {ds.sizes['setting']} settings (π, M = vMF(x, κ_M), φ = identity on S^(d−1)) × {taus.size} "
-        f"temperatures from {taus.min():g} to {taus.max():g}. Exact values: CE, c1, the expansion scales E[Z2/Z²], "
-        f"E[m1/Z] (simkit.exact; Monte Carlo over x for the mixture), the gap_k for uniform π, and KL(Q(x,·) ‖ π) = "
-        f"E_Q[x·y]/τ − log Z(x) in closed form (simkit.distributions.softmax_kernel). Monte Carlo, per cell, "
-        f"{ds.sizes.get('block', '?')} blocks: {cfg.get('block_anchors', '?')} InfoNCE anchors sharing "
-        f"{int(ds['k'].values[-1])} negatives give CE and gap_k for every k (control variates); "
-        f"{cfg.get('kl_anchors', '?')} KL anchors each get {cfg.get('kl_samples', '?')} draws y ~ π (importance form) "
-        f"and y ~ Q(x,·) (direct form). Values are estimate ± MCSE; an exact value is printed without ±.")
-
-
-def _rule(ds: xr.Dataset) -> str:
-    a = ds.attrs
-    alpha = float(a.get("alpha", np.nan))
-    return (
-        f"Rules (α = {alpha:g} per check). (i) Every exact per-anchor KL and the exact largest KL over x are ≤ 2/τ, "
-        f"and for both Monte Carlo estimators the largest KL_hat − z·MCSE over anchors is ≤ 2/τ, z = "
-        f"{float(a.get('z_kl', np.nan)):.2f} (one-sided, Bonferroni over cells, anchors and estimators). (ii) |z| ≤ "
-        f"{float(a.get('z_ce', np.nan)):.2f} at every τ, z = (CE_MC − CE_exact)/√(MCSE² + MCSE_exact²) (Student t, "
-        f"Bonferroni over the cells). (iii) E[Z2/Z²] is nondecreasing as τ decreases and |c1| at the smallest τ "
-        f"exceeds every |c1| with τ ≥ 1/κ_M by more than {float(a.get('z_c1', np.nan)):.2f} MCSE. False-failure rates: "
-        f"the exact part of (i) is deterministic (it fails only if the bound or the code is wrong); its Monte Carlo "
-        f"part, (ii) and (iii) ≤ α each, so at most {1 - (1 - alpha) ** 3:.2g} together. Findings: the bound 2/τ holds "
-        f"with a wide margin; KL/(2/τ) is largest at intermediate τ. c1 is not monotone in τ: it peaks near 1/κ_M, "
-        f"then changes sign, its negative part −(E[Z2/Z²] − 1)/2 growing like τ^(−(d−1)/2): small τ inflates |c1| and "
-        f"the expansion scale, hence the k needed before gap_k ≈ c1/k.")
-
+P = prose("temperature")
 
 CHECKS = Table((
     ("setting", "{facet}"), ("π", "{pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"),
@@ -80,20 +41,13 @@ FIGURES = (
               hline="entropy_h", hline_band="entropy_h_mcse", title="{facet}: min CE − H = {ce_h_min:.3g}",
               label="Monte Carlo CE ± 2 MCSE", hline_label="H ± 2 MCSE (CE ≥ H)", **_T),
         Panel("ce_z", title="largest |z| = {ce_max_abs_z:.2f}: {verdict_ce}", label="z of Monte Carlo − exact", **_T)),
-        caption=lambda ds: (
-            "Top: Monte Carlo CE, the block mean of l_∞ = −s(x, x⁺) + log Z(x), ±2 MCSE, against the exact CE (black; "
-            "grey band ±2 MCSE for the mixture, whose E_x log Z is Monte Carlo); green: H = −E_x KL(M ‖ π), attained only "
-            "where Q = M. Bottom: z = (MC − exact)/SE; check (ii) needs |z| ≤ "
-            f"{float(ds.attrs.get('z_ce', np.nan)):.2f} at every τ.")),
+        caption=P["ce_caption"]),
     FigurePage("Small τ inflates the bias constant: |c1(τ)| and the expansion scale", (
         Panel("c1_exact", band="c1_exact_mcse", absolute=True, logy=True,
               title="{facet}: c1 peaks at τ = {tau_c1_peak:.3g}, 0 at τ ≈ {tau_c1_zero:.3g}", label="|c1| ± 2 MCSE", **_T),
         Panel("z2_ratio", also=("m1_ratio",), logy=True, ylabel="expansion scale", label="E[Z2/Z²]",
               title="E[Z2/Z²] slope {scale_slope:.2f} (−(d−1)/2 = {scale_slope_predicted:.1f})", **_T)),
-        caption="Top: |c1(τ)|, c1 = E_x[m1/Z − (Z2/Z² − 1)/2] (exact; ±2 MCSE for the mixture); hollow where c1 < 0. "
-                "c1 peaks near τ = 1/κ_M, changes sign, and its magnitude grows without bound as τ → 0. Bottom: the "
-                "expansion scales E_x[Z2/Z²] and E_x[m1/Z] (squares): gap_k = c1/k + O(1/k²) is accurate only for k "
-                "well above them."),
+        caption=P["c1_caption"]),
     FigurePage("Temperature as a regulariser: KL(Q(x,·) ‖ π) ≤ 2/τ", (
         Panel("kl_mean", band="kl_mean_mcse", reference="kl_mean_exact", also=("kl_bound", "kl_sup_exact", "kl_max"),
               also_labels=("bound 2/τ", "exact largest KL over x", "largest per-anchor Monte Carlo KL"), logy=True,
@@ -101,39 +55,17 @@ FIGURES = (
               reference_label="exact E_x KL", ylabel="KL (nats)", **_T),
         Panel("kl_ratio", band="kl_ratio_mcse", logy=True, level=1.0, level_label="ratio 1: the bound attained",
               title="check (i): {verdict_kl}", label="max KL / (2/τ) ± 2 MCSE", **_T)),
-        caption="Top: KL(Q(x,·) ‖ π) against the bound 2/τ on log–log axes: the exact mean over x (black), the exact "
-                "largest over x, the direct Monte Carlo mean (y ~ Q(x,·)) ± 2 MCSE and the largest per-anchor estimate. "
-                "Bottom: the looseness max KL/(2/τ) ± 2 MCSE; 1 would mean the bound is attained. Where the KL is small "
-                "the largest of many noisy per-anchor estimates lies above the exact maximum (selection of noise)."),
+        caption=P["kl_caption"]),
     FigurePage("The finite-k gap at fixed k as τ varies: where the 1/k regime starts", (
         Panel("abs_gap", series="k", band="abs_gap_mcse", logy=True, title="{facet}: |gap_k| at two k", **_T),
         Panel("k_gap_kmax", band="k_gap_kmax_mcse", reference="c1_exact", symlog=True, label="k·gap_k at k_max ± 2 MCSE",
               reference_label="exact c1", title="k_max·gap against c1; onset from τ = {tau_onset:.3g}", **_T)),
-        caption=lambda ds: (
-            "Top: |gap_k| = |R_k − log k − CE| against τ at k_fixed and k_max, ±2 MCSE (control-variate estimator). "
-            "Bottom: k·gap_k at k_max against the exact c1 on a symmetric-log scale; the title gives the smallest τ at "
-            f"which k_max = {int(ds['k'].values[-1])} reaches the 1/k regime (k ≥ "
-            f"{float(ds.attrs.get('k_onset_factor', 16)):g} × the expansion scale): below it k·gap_k departs from c1.")),
+        caption=P["gap_caption"]),
 )
 
 NORM_ROWS = {"primary: S of φ̂ (control variate)": "norm_primary_",
              "null control: S of the fixed reference ψ = r·x (E[S] = 0)": "norm_null_",
              "control: norms changed in a score-ignored component (S = 0)": "norm_ignored_"}
-
-
-def _norms_text(ds: xr.Dataset) -> str:
-    cfg, a, taus = config(ds), ds.attrs, ds["tau_n"].values
-    return (
-        f"Embeddings before normalisation ψ(x) = r(x) u_W(x): u_W(x) = Wx/|Wx| (W 3×3) trained by ERM on n = "
-        f"{cfg.get('norm_n', '?')} tuples, r(x) = exp(β e₁·x) fixed (β = {cfg.get('norm_beta', '?')}); score "
-        f"ψ(x)·ψ(y)/τ; π uniform on S², k = {cfg.get('norm_k', '?')}; {ds.sizes['norm_block']} independent blocks. "
-        f"G = R_k(φ̂) − R̂(φ̂) with the zero-mean control G(ψ_ref), ψ_ref = r(x)·x. The negatives' norms are scaled, "
-        f"ψ(y_j) → e^ε ψ(y_j), and S = dG/dε at 0 (pathwise; a finite difference is the check column). Rule "
-        f"(intersection-union, each one-sided at α = {float(a.get('norm_alpha', np.nan)):g}): the slope b of log E[S] "
-        f"on log τ is < b0 = {float(a.get('norm_b0', np.nan)):.4f} (E[S] at least doubles from τ = {taus.max():g} to "
-        f"{taus.min():g}; jackknife t) AND E[S](τ_min) > 0; both controls must not pass it. Secondary: slope of log "
-        f"E[G] on log τ = {{norm_gap_slope±norm_gap_slope_se}} (−1: G grows like the 1/τ scale of the scores). "
-        f"Conclusion: {{norm_conclusion}}.")
 
 
 NORMS_TABLE = Table((
@@ -152,9 +84,7 @@ NORM_CHECKS = Table((
 NORMS_FIGURE = FigurePage("Norms clause: G and G·τ; the gap's sensitivity S to the negatives' norms", (
     Panel("norm_g", x="tau_n", series="estimate", band="norm_g_mcse", logy=True, title="E[G] and G·τ"),
     Panel("norm_s", x="tau_n", series="estimate", band="norm_s_mcse", logy=True, title="E[S] = dE[G]/dε and S·τ")),
-    caption="E[G], E[S] and their normalised forms G·τ, S·τ against τ, ±2 MCSE (positive values on the log axes): a "
-            "flat G·τ means G grows like the 1/τ scale of the scores; the rule needs log E[S] to fall with log τ "
-            "more steeply than b0 and E[S] to be positive at the smallest τ.", facet=None)
+    caption=P["norms_caption"], facet=None)
 
 
 def _derived(ds: xr.Dataset) -> xr.Dataset:
@@ -181,48 +111,56 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
         for name, (a, b), what in (("norm_g", ("norm_gap_cv", "norm_gap_tau"), "E[G] and G·τ"),
                                    ("norm_s", ("norm_sens_cv", "norm_sens_tau"), "E[S] and S·τ")):
             out = stack(out, {"mean": a, "times τ": b}, "estimate", name, {"long_name": f"{what}, in nats", "units": "1"})
-    return out
+    alpha = float(ds.attrs.get("alpha", np.nan))
+    return out.assign_attrs(ff_all=1 - (1 - alpha) ** 3, k_onset_factor=float(ds.attrs.get("k_onset_factor", 16)))
 
 
-def temperature_sections(doc, ds: xr.Dataset, study=None) -> None:
-    """The pages of the C5 study (all but provenance), for its own report or the validation report."""
-    require(ds, _REQUIRED, "temperature")
-    ds = _derived(ds)
-    render(doc, ds, (TitlePage(texts=(C5_TEXT, _method), then=(CHECKS, Text(_rule), Failures(
-        reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
-        verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),))
-    for i, s in enumerate(ds["setting"].values):
-        one = ds.isel(setting=i)
-        head = f"{s}: π {one['pi'].values}, d = {one['dim'].values}, κ_M = {float(one['kappa_m']):g} — "
-        render(doc, one, (Table(CE_TABLE, dim="tau", verdict=None, heading=head + "cross-entropy and bias", size=7.0,
-                                widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
-                          Table(KL_TABLE, dim="tau", verdict=None, heading=head + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
-                                widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2))))
-    render(doc, ds, FIGURES)
-    if "norm_verdict" in ds:
-        rows = gather(ds, NORM_ROWS, ("b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks",
-                                      "passed"))
-        rows["verdict"] = ("row", [str(ds[v].values) for v in ("norm_verdict", "norm_null_verdict",
-                                                               "norm_ignored_verdict")])
-        render(doc, ds, (Text(_norms_text(ds), heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"),
-                         NORMS_TABLE))
-        render(doc, rows, (NORM_CHECKS,))
-        render(doc, ds, (NORMS_FIGURE,))
-    if "scaled_verdict" in ds:  # the rule of protocols/temperature_scaled.md: tau S, its own blocks
-        rows = gather(ds, {k: v.replace("norm_", "scaled_") for k, v in NORM_ROWS.items()}, (
-            "b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks", "passed", "refuted"))
-        rows["verdict"] = ("row", [str(ds[f"scaled{c}_verdict"].values) for c in ("", "_null", "_ignored")])
-        render(doc, ds, (Text(lambda d: (
-            f"τ = {', '.join(f'{t:g}' for t in d['tau_s'].values)}; {d.sizes['scaled_block']} new blocks (seeds apart "
+def _norm_rows(ds: xr.Dataset) -> xr.Dataset:
+    """The rule applied to the primary and the two controls of the norms clause, one row each."""
+    rows = gather(ds, NORM_ROWS, ("b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks", "passed"))
+    return rows.assign(verdict=("row", [str(ds[v].values) for v in ("norm_verdict", "norm_null_verdict",
+                                                                    "norm_ignored_verdict")]))
+
+
+def _scaled_rows(ds: xr.Dataset) -> xr.Dataset:
+    """The rule of protocols/temperature_scaled.md (tau S, its own blocks) on the primary and the two controls."""
+    rows = gather(ds, {k: v.replace("norm_", "scaled_") for k, v in NORM_ROWS.items()}, (
+        "b", "b_se", "t", "p", "level", "level_se", "level_p", "ratio", "n_blocks", "passed", "refuted"))
+    return rows.assign(verdict=("row", [str(ds[f"scaled{c}_verdict"].values) for c in ("", "_null", "_ignored")]))
+
+
+def _scaled_text(d: xr.Dataset) -> str:
+    return (f"τ = {', '.join(f'{t:g}' for t in d['tau_s'].values)}; {d.sizes['scaled_block']} new blocks (seeds apart "
             f"from the blocks above), the same estimator. Rule: the slope b of log(τ E[S]) on log τ < b0 = "
             f"{float(d.attrs.get('norm_b0', np.nan)):.4f} (a pure 1/τ scaling has b = 0) AND E[S] > 0 at τ = "
-            f"{d['tau_s'].values.min():g}, each one-sided at α = {float(d.attrs.get('norm_alpha', np.nan)):g}; refuted when "
-            "b ≥ b0 or E[S] ≤ 0 is shown at α. In the table below 'slope b' is that of log(τ E[S]). Conclusion: "
-            "{scaled_conclusion}."), heading="Norms clause beyond the 1/τ score scale (pre-registered, "
-            "protocols/temperature_scaled.md)"), Table((
-                ("τ", "{facet:g}"), ("E[S]", "{scaled_sens_cv±scaled_sens_cv_mcse}"),
-                ("S·τ", "{scaled_sens_tau±scaled_sens_tau_mcse}"), ("E[G]", "{scaled_gap_cv±scaled_gap_cv_mcse}"),
-                ("G·τ", "{scaled_gap_tau±scaled_gap_tau_mcse}"), ("E[S]/E[G]", "{scaled_sens_gap±scaled_sens_gap_se}"),
-                ("null: E[S_ref]", "{scaled_sens_ref±scaled_sens_ref_mcse}"), ("FD (max rel.)", "{scaled_fd_rel_error:.2g}")),
-                dim="tau_s", verdict=None, size=7.0)))
-        render(doc, rows, (NORM_CHECKS,))
+            f"{d['tau_s'].values.min():g}, each one-sided at α = {float(d.attrs.get('norm_alpha', np.nan)):g}; refuted "
+            f"when b ≥ b0 or E[S] ≤ 0 is shown at α. In the table below 'slope b' is that of log(τ E[S]). Conclusion: "
+            f"{d['scaled_conclusion'].values}.")
+
+
+SCALED_TABLE = Table((
+    ("τ", "{facet:g}"), ("E[S]", "{scaled_sens_cv±scaled_sens_cv_mcse}"),
+    ("S·τ", "{scaled_sens_tau±scaled_sens_tau_mcse}"), ("E[G]", "{scaled_gap_cv±scaled_gap_cv_mcse}"),
+    ("G·τ", "{scaled_gap_tau±scaled_gap_tau_mcse}"), ("E[S]/E[G]", "{scaled_sens_gap±scaled_sens_gap_se}"),
+    ("null: E[S_ref]", "{scaled_sens_ref±scaled_sens_ref_mcse}"), ("FD (max rel.)", "{scaled_fd_rel_error:.2g}")),
+    dim="tau_s", verdict=None, size=7.0)
+
+
+_HEAD = "{setting}: π {pi}, d = {dim}, κ_M = {kappa_m:g} — "
+temperature_sections = sections("temperature", (
+    TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
+        reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
+        verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
+    View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (
+        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0,
+              widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
+        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
+              widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2)))),
+    *FIGURES,
+    View(lambda ds: ds if "norm_verdict" in ds else None, (
+        Text(P["norms"], heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"), NORMS_TABLE,
+        View(_norm_rows, (NORM_CHECKS,)), NORMS_FIGURE)),
+    View(lambda ds: ds if "scaled_verdict" in ds else None, (  # the rule of protocols/temperature_scaled.md
+        Text(_scaled_text, heading="Norms clause beyond the 1/τ score scale (pre-registered, "
+                                   "protocols/temperature_scaled.md)"), SCALED_TABLE,
+        View(_scaled_rows, (NORM_CHECKS,))))), _derived)

@@ -163,8 +163,10 @@ def test_committed_dataset_renders(tmp_path, name):
     from simkit.runner import get_study, read_dataset
     ds = read_dataset(DATA / f"{name}.nc")
     study = get_study(ds.attrs["study"])
+    spec.UNRESOLVED.clear()
     pages = study.report(ds, tmp_path / f"{name}.pdf")
     assert pages >= 2 and n_pages(tmp_path / f"{name}.pdf") == pages
+    assert not spec.UNRESOLVED  # every {field} of the study's prose and declarations names a value of its dataset
 
 
 def _heading_pages(tmp_path, monkeypatch, m: int) -> tuple[int, int]:
@@ -288,3 +290,131 @@ def test_level_from_a_variable_and_panels_in_rows(tmp_path, monkeypatch):
         _build(tmp_path, [FigurePage("n", tuple(Panel("y", title=str(j)) for j in range(n)), facet=None)],
                ds.isel(setting=0))
     assert grids == [(2, 3), (1, 3)]
+
+
+def test_prose_sections_and_unresolved_fields(tmp_path, monkeypatch):
+    """``pages/<study>.md``: one paragraph per ``## name``, lines joined, a blank line a new line with its
+    indentation; a field that names nothing is recorded. Positive control: a known name is not."""
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "x.md").write_text("# title\n\n## one\nfirst\nline {c}\n\n    indented\n## two\nb\n")
+    monkeypatch.setattr(spec, "__file__", str(tmp_path / "spec.py"))
+    spec.prose.cache_clear()
+    try:
+        assert spec.prose("x") == {"one": "first line {c}\n    indented", "two": "b"}
+    finally:
+        spec.prose.cache_clear()
+    ds = synthetic().assign_attrs(alpha=0.01, config='{"block_anchors": 64}')
+    spec.UNRESOLVED.clear()
+    assert fill("{alpha:g} {block_anchors} {n_k} {c}", ds, "setting", 0) == "0.01 64 8 3"
+    assert not spec.UNRESOLVED
+    assert fill("{no_such_value}", ds) == "n/a" and spec.UNRESOLVED == {"no_such_value"}
+
+
+def test_qq_panel_band_and_threshold():
+    """The QQ panel puts the i-th smallest p-value at the uniform quantile i/(n+1) on the −log10 scale, with the
+    Beta band and the threshold α. Positive control: p-values squeezed towards 0 lie above the band."""
+    from scipy import stats as st
+    n = 99
+    pv = (np.arange(1, n + 1) / (n + 1))[::-1]
+    ds = xr.Dataset({"p": (("check", "seed"), np.vstack([pv, pv ** 4])), "alpha": ("check", [0.01, 0.01])},
+                    coords={"check": ["a", "b"]})
+    for row, above in ((0, False), (1, True)):
+        ax = _axes()
+        used = spec.draw_panel(ax, ds, Panel("p", kind="qq", level="alpha"), "check", row)
+        assert {"data", "uniform", "qqband", "level"} <= {r for r, _ in used}
+        pts = [line for line in ax.lines if line.get_marker() == "o"][0]
+        x, y = pts.get_xdata(), pts.get_ydata()
+        np.testing.assert_allclose(x, -np.log10(np.arange(1, n + 1) / (n + 1)))
+        upper = -np.log10(st.beta.ppf(0.025, np.arange(1, n + 1), n + 1 - np.arange(1, n + 1)))
+        assert (y > upper + 1e-9).any() == above
+        assert any(np.allclose(line.get_ydata(), 2.0) for line in ax.lines)  # −log10 0.01
+
+
+def test_forest_panel_rows_and_reference():
+    """A forest panel: one row per setting (top to bottom in order), estimate ± 2 MCSE, the reference as crosses
+    at the same rows, the level as a vertical line."""
+    ds = synthetic().isel(k=0)
+    ds["c_ref"] = ("setting", [2.5, 5.5])
+    ax = _axes()
+    used = spec.draw_panel(ax, ds, Panel("c", kind="forest", x="setting", band="c_mcse", reference="c_ref", level=0.0),
+                           None, None)
+    assert {"data", "cross", "zero"} <= {r for r, _ in used}
+    assert dict(zip(ax.get_yticks().tolist(), [t.get_text() for t in ax.get_yticklabels()])) == {1: "a", 0: "b"}
+    cross = [line for line in ax.lines if line.get_marker() == "x"][0]
+    assert cross.get_xdata().tolist() == [2.5, 5.5] and cross.get_ydata().tolist() == [1, 0]
+    assert any(np.allclose(line.get_xdata(), 0.0) for line in ax.lines)
+
+
+def test_series_hline_in_each_curve_colour_and_grid_pages(tmp_path, monkeypatch):
+    """``series_hline`` draws one dashed line per series value, in that curve's colour (none where the value is
+    NaN); ``per_page=(rows, columns)`` pages a one-panel figure over the facet."""
+    ds = synthetic().assign_coords(eps=[0.1, 0.5])
+    ds["r"] = (("setting", "eps", "k"), np.ones((2, 2, 8)) + np.arange(8))
+    ds["lim"] = (("setting", "eps"), [[3.0, np.nan], [4.0, 5.0]])
+    ax = _axes()
+    spec.draw_panel(ax, ds, Panel("r", series="eps", series_hline="lim"), "setting", 0)
+    dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert [float(line.get_ydata()[0]) for line in dashed] == [3.0]
+    curve = [line for line in ax.lines if len(line.get_xdata()) == 8][0]
+    assert dashed[0].get_color() == curve.get_color()
+    grids = []
+    original = document.ReportDocument.figure
+    monkeypatch.setattr(document.ReportDocument, "figure",
+                        lambda self, t, r, c, **k: (grids.append((t, r, c)), original(self, t, r, c, **k))[1])
+    many = xr.concat([synthetic()] * 4, "setting").assign_coords(setting=[f"s{j}" for j in range(8)])
+    assert _build(tmp_path, [FigurePage("g", (Panel("y"),), per_page=(1, 3))], many) == 3
+    assert grids == [("g (1/3)", 1, 3), ("g (2/3)", 1, 3), ("g (3/3)", 1, 3)]
+
+
+def test_every_prose_section_is_read_by_its_module():
+    """Each ``## name`` of ``pages/<study>.md`` is read by ``simkit/report/<study>.py`` (``P["name"]``, or an
+    f-string key such as ``P[f"{var}_caption"]``): a section nobody reads is stale text. Positive control: a
+    made-up section name matches no key."""
+    root = Path(spec.__file__).parent
+    for md in sorted((root / "pages").glob("*.md")):
+        if md.stem == "common":
+            continue
+        keys = re.findall(r'P\[f?"([^"]+)"\]', (root / f"{md.stem}.py").read_text())
+        pats = [re.compile(re.sub(r"\\\{[^}]*\\\}", r"\\w+", re.escape(k)) + "$") for k in keys]
+        assert pats and not any(p.match("no such section") for p in pats)
+        unread = [name for name in spec.prose(md.stem) if not any(p.match(name) for p in pats)]
+        assert not unread, (md.name, unread)
+
+
+def test_generic_quantities_of_templates():
+    """``level``, ``t_crit`` and ``<coord>_min`` / ``<coord>_max`` resolve without a study computing them;
+    expected values from scipy and the coordinate written here. Positive control: without ``alpha`` and on a
+    name that is no coordinate they stay unresolved."""
+    from scipy import stats as st
+    ds = synthetic().assign_coords(block=np.arange(20)).assign_attrs(alpha=0.01)
+    assert fill("{level:g} {t_crit:.4f} {k_min} {k_max} {block_max}", ds) == (
+        f"0.99 {st.t.isf(0.005, 19):.4f} 1 128 19")
+    assert fill("{k_max}", ds.assign_attrs(k_max=64)) == "64"  # a stated value wins
+    spec.UNRESOLVED.clear()
+    assert fill("{level} {t_crit} {y_max}", synthetic()) == "n/a n/a n/a"
+    assert spec.UNRESOLVED == {"level", "t_crit", "y_max"}
+
+
+def test_sections_require_what_they_draw(tmp_path):
+    """A study's sections name the variables its declarations draw (panels, verdict columns) or its
+    derivation reads when the dataset lacks them, and write nothing; a complete dataset renders."""
+    pages = (TitlePage(then=(Table(("c",), verdict="verdict"),)), FigurePage("y", (Panel("y"),)))
+    draw = spec.sections("toy", pages, lambda ds: ds.assign(y=ds["t"] * 1.0) if "t" in ds else ds["t"])
+    assert document.write_report(tmp_path / "ok.pdf", lambda doc: draw(doc, synthetic())) == 2
+    with pytest.raises(ValueError, match=r"'ds' must be a toy dataset; it lacks 'verdict' \(open"):
+        document.write_report(tmp_path / "a.pdf", lambda doc: draw(doc, synthetic().drop_vars("verdict")))
+    with pytest.raises(ValueError, match=r"it lacks 't'"):  # read by the derivation
+        document.write_report(tmp_path / "b.pdf", lambda doc: draw(doc, synthetic().drop_vars("t")))
+    bare = spec.sections("toy", pages)
+    with pytest.raises(ValueError, match=r"it lacks 'verdict', 'y'"):
+        document.write_report(tmp_path / "c.pdf", lambda doc: bare(doc, synthetic().drop_vars(["y", "verdict"])))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.pdf"]
+
+
+def test_view_draws_its_items_on_each_dataset(monkeypatch, tmp_path):
+    """A :class:`View` draws its items once per dataset its function returns, and not at all for None."""
+    texts = []
+    monkeypatch.setattr(document.ReportDocument, "text", lambda self, text, **k: texts.append(text))
+    each = spec.View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (Text("setting {setting}"),))
+    _build(tmp_path, [each, spec.View(lambda ds: None, (Text("never"),))])
+    assert texts == ["setting a", "setting b"]
