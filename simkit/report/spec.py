@@ -83,7 +83,7 @@ def t_crit(ds: xr.Dataset, df_dim: str = "block") -> float:
 def sections(name: str, pages: Sequence, derive: Callable | None = None):
     """A study's report sections ``(doc, ds, study=None)``: draw ``pages`` from ``derive(ds)`` (display
     quantities computed from the saved variables) or ``ds``, after checking that the dataset holds the
-    variables the declarations draw (each panel's ``var``, each table's verdict columns)."""
+    variables the declarations draw (each panel's ``var`` and ``also``, each table's verdict columns)."""
     def draw(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
         try:
             shown = derive(ds) if derive else ds
@@ -98,12 +98,13 @@ def sections(name: str, pages: Sequence, derive: Callable | None = None):
 
 
 def _drawn(items: Sequence):
-    """The variables that declarations outside a :class:`View` draw: panels' ``var``, tables' verdicts."""
+    """The variables that declarations outside a :class:`View` draw: panels' ``var`` and ``also``, tables'
+    verdicts."""
     for item in items:
         if isinstance(item, TitlePage):
             yield from _drawn(item.then)
         elif isinstance(item, FigurePage):
-            yield from (p.var for p in item.panels)
+            yield from (v for p in item.panels for v in (p.var, *(p.also or ())))
         elif isinstance(item, Table):
             yield from ((item.verdict,) if isinstance(item.verdict, str) else item.verdict or ())
 
