@@ -7,8 +7,9 @@ O(TILE_A (d + TILE_N) + K d) per thread, never a B x K matrix.
 
 Design (timings: benchmarks/bench_infonce.py and docs/performance.md):
 
-* anchors are processed in tiles of ``TILE_A`` rows, in parallel (``prange``); negatives in tiles
-  of ``TILE_N`` columns, pre-transposed to ``(n_tiles, d, TILE_N)`` so each tile is contiguous;
+* anchors are processed in tiles of ``TILE_A`` rows, on threads
+  (:func:`simkit._jit.threads.run_chunks`); negatives in tiles of ``TILE_N`` columns,
+  pre-transposed to ``(n_tiles, d, TILE_N)`` so each tile is contiguous;
 * scores of a tile: BLAS ``dgemm`` (``np.dot``) for d > ``SMALL_D``, explicit vectorisable loops
   for small d (where a d-deep gemm is mostly overhead);
 * ``exp`` is hand-vectorised (Cody--Waite reduction, degree-11 Chebyshev interpolant, exponent bits
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+
+from simkit._jit.threads import run_chunks
 
 __all__ = ["TILE_A", "TILE_N", "SMALL_D", "prefix_sums", "tile_negatives", "tile_segments", "vexp_inplace"]
 
@@ -218,13 +221,18 @@ def _prefix_tile(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, at):
                     out[a0 + r, seg_g[q]] = _lane_total(lr)
 
 
-@njit(parallel=True, fastmath={"contract"}, cache=True)
+@njit(fastmath={"contract"}, cache=True, nogil=True)
+def _prefix_tiles(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, t0, t1):
+    """Anchor tiles ``t0`` to ``t1 - 1`` of :func:`prefix_sums`."""
+    for at in range(t0, t1):
+        _prefix_tile(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, at)
+
+
 def prefix_sums(x, y_tiles, n_neg, inv_tau, shift, k_grid, out):
     """out[i, g] = sum_{j < k_grid[g]} exp(x_i . y_j * inv_tau - shift[i]).
 
     x (B, d) C-contiguous; y_tiles from :func:`tile_negatives`; n_neg = K; k_grid (G,) int64,
-    strictly increasing, k_grid[-1] <= K; out (B, G).
+    strictly increasing, k_grid[-1] <= K; out (B, G) C-contiguous. Anchor tiles on threads
+    (:func:`simkit._jit.threads.run_chunks`), not ``prange``: no parallel compile.
     """
-    n_atiles = (x.shape[0] + TILE_A - 1) // TILE_A
-    for at in prange(n_atiles):
-        _prefix_tile(x, y_tiles, n_neg, inv_tau, shift, k_grid, out, np.int64(at))
+    run_chunks(_prefix_tiles, (x.shape[0] + TILE_A - 1) // TILE_A, x, y_tiles, n_neg, inv_tau, shift, k_grid, out)

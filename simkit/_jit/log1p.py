@@ -149,7 +149,9 @@ def _via_one_plus(x):
     return _reduce(u, c / u, k, hu)
 
 
-@njit(cache=True, error_model="numpy")
+# forceinline given explicitly: a jitted callee that leaves it unset inherits its caller's (vmf_omw
+# is forceinline), so its compiled form would depend on which kernel compiled it first
+@njit(cache=True, error_model="numpy", forceinline=False)
 def log1p(x):
     """log(1 + x), bit for bit glibc 2.36's ``__log1p_fma``, for any float64 ``x``."""
     hx = _bits(x) >> 32  # the high word, sign-extended: glibc's int32_t hx

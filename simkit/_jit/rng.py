@@ -28,21 +28,32 @@ _M2 = _U(0x94D049BB133111EB)
 _TWO53 = 1.0 / 9007199254740992.0  # 2**-53
 
 
+# uint64 shift counts and masks as constants: a call ``_U(11)`` inside a jitted function is typed
+# at every inlined copy, constants are not (the samplers inline these helpers many times)
+_S1, _S5, _S7, _S8, _S9, _S11, _S17 = _U(1), _U(5), _U(7), _U(8), _U(9), _U(11), _U(17)
+_S19, _S27, _S30, _S31, _S45, _S57, _LOW8 = _U(19), _U(27), _U(30), _U(31), _U(45), _U(57), _U(0xFF)
+
+
 def draw_key(rng: np.random.Generator) -> np.ndarray:
     """Two 64-bit words from ``rng`` that key every stream of one sampler call."""
     return rng.integers(0, np.iinfo(np.uint64).max, size=2, dtype=np.uint64, endpoint=True)
 
 
 @njit(inline="always")
-def _rotl(x, k):
-    return (x << _U(k)) | (x >> _U(64 - k))
+def _rotl7(x):
+    return (x << _S7) | (x >> _S57)
+
+
+@njit(inline="always")
+def _rotl45(x):
+    return (x << _S45) | (x >> _S19)
 
 
 @njit(inline="always")
 def _splitmix(z):
-    z = (z ^ (z >> _U(30))) * _M1
-    z = (z ^ (z >> _U(27))) * _M2
-    return z ^ (z >> _U(31))
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
 
 
 @njit
@@ -57,27 +68,27 @@ def chunk_state(key, chunk, state):
 @njit(inline="always")
 def next_u64(s):
     """xoshiro256**: next 64-bit output; advances the 4-word state ``s`` in place."""
-    result = _rotl(s[1] * _U(5), 7) * _U(9)
-    t = s[1] << _U(17)
+    result = _rotl7(s[1] * _S5) * _S9
+    t = s[1] << _S17
     s[2] ^= s[0]
     s[3] ^= s[1]
     s[1] ^= s[2]
     s[0] ^= s[3]
     s[2] ^= t
-    s[3] = _rotl(s[3], 45)
+    s[3] = _rotl45(s[3])
     return result
 
 
 @njit(inline="always")
 def uniform(s):
     """Uniform on [0, 1) with 53 random bits."""
-    return float(np.int64(next_u64(s) >> _U(11))) * _TWO53
+    return float(np.int64(next_u64(s) >> _S11)) * _TWO53
 
 
 @njit(inline="always")
 def uniform_pos(s):
     """Uniform on (0, 1] with 53 random bits (safe inside ``log``)."""
-    return (float(np.int64(next_u64(s) >> _U(11))) + 1.0) * _TWO53
+    return (float(np.int64(next_u64(s) >> _S11)) + 1.0) * _TWO53
 
 
 def _ziggurat_tables(n_layers: int = 256):
@@ -105,9 +116,9 @@ def normal(s):
     zf = _ZF
     while True:
         u64 = next_u64(s)
-        i = np.int64(u64 & _U(0xFF))
-        neg = (u64 >> _U(8)) & _U(1)
-        u = float(np.int64(u64 >> _U(11))) * _TWO53
+        i = np.int64(u64 & _LOW8)
+        neg = (u64 >> _S8) & _S1
+        u = float(np.int64(u64 >> _S11)) * _TWO53
         z = u * zx[i]
         if z < zx[i + 1]:
             return -z if neg else z
@@ -126,63 +137,60 @@ def normal(s):
 @njit(inline="always")
 def _next_reg(s0, s1, s2, s3):
     """:func:`next_u64` on a state held in four scalars (registers): (output, new state)."""
-    result = _rotl(s1 * _U(5), 7) * _U(9)
-    t = s1 << _U(17)
+    result = _rotl7(s1 * _S5) * _S9
+    t = s1 << _S17
     s2 ^= s0
     s3 ^= s1
     s1 ^= s2
     s0 ^= s3
     s2 ^= t
-    s3 = _rotl(s3, 45)
+    s3 = _rotl45(s3)
     return result, s0, s1, s2, s3
+
+
+@njit(forceinline=True)
+def _normal_slow(i, z, sgn, s0, s1, s2, s3):
+    """The rest of :func:`normal` after a draw missed the ziggurat's fast test (layer ``i``,
+    candidate ``z``, sign ``sgn``), on a state held in four scalars: the same draws in the same
+    order, redrawing as :func:`normal` does until one is accepted. Returns (z, new state).
+
+    Numba compiles it once, on its own, instead of re-typing it in every IR-inlined copy of the
+    drawing loops (:func:`normals_into`, :func:`_normal_reg`); ``forceinline`` lets LLVM inline its
+    machine code there, which measured faster than a call (docs/performance.md, "Cold start")."""
+    zx = _ZX
+    zf = _ZF
+    while True:
+        if i == 0:  # tail beyond r (Marsaglia 1964)
+            while True:
+                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+                a = -np.log((float(np.int64(r >> _S11)) + 1.0) * _TWO53) / _ZR
+                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+                b = -np.log((float(np.int64(r >> _S11)) + 1.0) * _TWO53)
+                if 2.0 * b > a * a:
+                    return (_ZR + a) * sgn, s0, s1, s2, s3
+        r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+        if zf[i + 1] + float(np.int64(r >> _S11)) * _TWO53 * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
+            return z * sgn, s0, s1, s2, s3
+        u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)  # rejected: a fresh draw
+        i = np.int64(u64 & _LOW8)
+        sgn = 1.0 - 2.0 * float(np.int64((u64 >> _S8) & _S1))
+        z = float(np.int64(u64 >> _S11)) * _TWO53 * zx[i]
+        if z < zx[i + 1]:
+            return z * sgn, s0, s1, s2, s3
 
 
 @njit(inline="always")
 def _normal_reg(s0, s1, s2, s3):
     """:func:`normal` on a state held in four scalars: the same draws, in the same order, with the
-    sign applied by a multiplication by +-1 (exact) instead of a branch. Returns (z, new state)."""
-    zx = _ZX
-    zf = _ZF
-    while True:
-        u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-        i = np.int64(u64 & _U(0xFF))
-        sgn = 1.0 - 2.0 * float(np.int64((u64 >> _U(8)) & _U(1)))
-        u = float(np.int64(u64 >> _U(11))) * _TWO53
-        z = u * zx[i]
-        if z < zx[i + 1]:
-            return z * sgn, s0, s1, s2, s3
-        if i == 0:
-            while True:
-                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-                a = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53) / _ZR
-                r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-                b = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53)
-                if 2.0 * b > a * a:
-                    return (_ZR + a) * sgn, s0, s1, s2, s3
-        r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-        if zf[i + 1] + float(np.int64(r >> _U(11))) * _TWO53 * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
-            return z * sgn, s0, s1, s2, s3
-
-
-@njit
-def _normal_slow(i, z, sgn, s0, s1, s2, s3):
-    """The rest of :func:`_normal_reg` after its first draw missed the ziggurat's fast test (layer
-    ``i``, candidate ``z``, sign ``sgn``); kept out of line so that the drawing loop of
-    :func:`normals_into` has no call in its hot path. Returns (z, new state)."""
-    zx = _ZX
-    zf = _ZF
-    if i == 0:
-        while True:
-            r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-            a = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53) / _ZR
-            r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-            b = -np.log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53)
-            if 2.0 * b > a * a:
-                return (_ZR + a) * sgn, s0, s1, s2, s3
-    r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-    if zf[i + 1] + float(np.int64(r >> _U(11))) * _TWO53 * (zf[i] - zf[i + 1]) < np.exp(-0.5 * z * z):
+    sign applied by a multiplication by +-1 (exact) instead of a branch. Returns (z, new state).
+    Only the fast test is inline; the rest is :func:`_normal_slow`."""
+    u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
+    i = np.int64(u64 & _LOW8)
+    sgn = 1.0 - 2.0 * float(np.int64((u64 >> _S8) & _S1))
+    z = float(np.int64(u64 >> _S11)) * _TWO53 * _ZX[i]
+    if z < _ZX[i + 1]:
         return z * sgn, s0, s1, s2, s3
-    return _normal_reg(s0, s1, s2, s3)  # rejected: a fresh draw, as normal() does
+    return _normal_slow(i, z, sgn, s0, s1, s2, s3)
 
 
 @njit(inline="always")
@@ -203,9 +211,9 @@ def normals_into(s, work, off, d, skip):
                 j += 1
                 continue
             u64, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-            i = np.int64(u64 & _U(0xFF))
-            sgn = 1.0 - 2.0 * float(np.int64((u64 >> _U(8)) & _U(1)))
-            z = float(np.int64(u64 >> _U(11))) * _TWO53 * zx[i]
+            i = np.int64(u64 & _LOW8)
+            sgn = 1.0 - 2.0 * float(np.int64((u64 >> _S8) & _S1))
+            z = float(np.int64(u64 >> _S11)) * _TWO53 * zx[i]
             if z < zx[i + 1]:
                 g = z * sgn
                 work[off + j] = g
@@ -226,7 +234,7 @@ def normals_into(s, work, off, d, skip):
 def _uniform_pos_reg(s0, s1, s2, s3):
     """:func:`uniform_pos` on a state held in four scalars: (u, new state)."""
     r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-    return (float(np.int64(r >> _U(11))) + 1.0) * _TWO53, s0, s1, s2, s3
+    return (float(np.int64(r >> _S11)) + 1.0) * _TWO53, s0, s1, s2, s3
 
 
 @njit(inline="always")

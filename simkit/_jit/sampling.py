@@ -17,12 +17,18 @@ from numba import njit, prange
 
 from simkit._jit.log import log
 from simkit._jit.log1p import log1p, log1p_into
-from simkit._jit.rng import _TWO53, _U, CHUNK, _next_reg, chunk_state, gamma_reg, normal, normals_into, uniform_pos
+from simkit._jit.rng import _S11, _TWO53, CHUNK, _next_reg, chunk_state, gamma_reg, normal, normals_into, uniform_pos
+from simkit._jit.threads import run_chunks
 
 __all__ = ["VMF_BLOCK", "vmf_params", "vmf_omw", "tangent_direction", "compose", "compose_at", "sample_vmf", "sample_uniform", "sample_walk", "tangent_step"]
 
 
-@njit(inline="always")
+# The helpers of the vMF kernel below are ``forceinline``, not ``inline="always"``: each compiles
+# once, on its own, and LLVM inlines the machine-level code into the kernel (same operations, same
+# bits; no fastmath anywhere here). Numba's IR-level inlining instead re-typed every inlined body
+# inside the kernel, which made most of a cold start's compile time (docs/performance.md, "Cold
+# start"). They stay plain callable jitted functions for the other samplers.
+@njit(forceinline=True)
 def vmf_params(d, kappa, par):
     """Per-kappa constants of :func:`vmf_omw`, stored in ``par`` (length 5)."""
     par[0] = kappa
@@ -38,7 +44,7 @@ def vmf_params(d, kappa, par):
     par[3] = np.log(omx0) + np.log(2.0 - omx0)  # log(1 - x0^2)
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def vmf_omw(s, d, par):
     """One draw of 1 - mu.x for x ~ vMF(mu, kappa) on S^{d-1}; ``par`` from :func:`vmf_params`.
 
@@ -64,13 +70,19 @@ def vmf_omw(s, d, par):
     half = 0.5 * m1
     s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
     while True:
-        ga, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
-        gb, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
+        ga = 0.0
+        gb = 0.0
+        for h in range(2):  # ga then gb: one inlined copy of gamma_reg (its compile time is paid per copy)
+            g, s0, s1, s2, s3 = gamma_reg(half, s0, s1, s2, s3)
+            if h == 0:
+                ga = g
+            else:
+                gb = g
         z = ga / (ga + gb)  # beta(half, half)
         omw = 2.0 * b * z / (1.0 - (1.0 - b) * z)
         t = kappa * (omx0 - omw) + m1 * (log(omx0 + x0 * omw) - log_1mx0sq)
         r, s0, s1, s2, s3 = _next_reg(s0, s1, s2, s3)
-        if t >= log((float(np.int64(r >> _U(11))) + 1.0) * _TWO53):  # uniform_pos
+        if t >= log((float(np.int64(r >> _S11)) + 1.0) * _TWO53):  # uniform_pos
             s[0], s[1], s[2], s[3] = s0, s1, s2, s3
             return omw
 
@@ -112,7 +124,7 @@ def tangent_direction(s, mu, work):
         work[j] *= inv
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def _axis(mus, r):
     """(p, |mu_p|, sigma) for mu = mus[r]: p = argmax |mu_p| (first on ties), sigma = -sign(mu_p)."""
     d = mus.shape[1]
@@ -127,7 +139,7 @@ def _axis(mus, r):
     return p, amax, sigma
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def _compose_draw(s, p, work, off, d):
     """The random part of :func:`compose_at`: d - 1 standard normals off coordinate p into
     ``work[off:off + d]`` (redrawn in the probability-zero case of a vanishing norm); returns
@@ -138,7 +150,7 @@ def _compose_draw(s, p, work, off, d):
             return nrm2
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def _compose_finish(mus, r, p, amax, sigma, omw, nrm2, work, off, out, i):
     """The deterministic part of :func:`compose_at`, from the normals in ``work[off:off + d]``
     (overwritten)."""
@@ -176,7 +188,7 @@ def _compose_finish(mus, r, p, amax, sigma, omw, nrm2, work, off, out, i):
     out[i, p] = wp - c * up
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def _compose_finish2(mus, ra, pa, amaxa, sigmaa, omwa, nrma, rb, pb, amaxb, sigmab, omwb, nrmb,
                      work, offa, offb, out, ia, ib):
     """:func:`_compose_finish` for two rows at once (d > 3): the same operations for each row, in
@@ -243,12 +255,8 @@ VMF_BLOCK = 64
 
 @njit(cache=True)
 def _vmf_chunk(mus, kappas, key, out, c):
-    """Chunk ``c`` of :func:`sample_vmf` (its rows ``c * CHUNK`` to ``(c + 1) * CHUNK``).
-
-    A function of its own, not inlined: the parallel compiler's passes (loop fusion, parfor lowering)
-    then see a loop of one call, not this body with its inlined samplers; that took most of a cold
-    start's compile time (docs/performance.md, "Cold start"). Same operations, same bits.
-    """
+    """Chunk ``c`` of :func:`sample_vmf` (its rows ``c * CHUNK`` to ``(c + 1) * CHUNK``), from the
+    chunk's own stream."""
     n, d = out.shape
     per_row = mus.shape[0] > 1
     state = np.empty(4, dtype=np.uint64)
@@ -319,11 +327,11 @@ def _vmf_chunk(mus, kappas, key, out, c):
                 _compose_finish(mus, r, p, amax, sigma, bv[k], bn[k], g, k * d, out, i)
 
 
-@njit(parallel=True, cache=True)
-def _sample_vmf(mus, kappas, key, out):
-    n_chunks = (out.shape[0] + CHUNK - 1) // CHUNK
-    for c in prange(n_chunks):
-        _vmf_chunk(mus, kappas, key, out, np.int64(c))
+@njit(cache=True, nogil=True)
+def _sample_vmf(mus, kappas, key, out, c0, c1):
+    """Chunks ``c0`` to ``c1 - 1`` of :func:`sample_vmf`, run on threads by :func:`run_chunks`."""
+    for c in range(c0, c1):
+        _vmf_chunk(mus, kappas, key, out, c)
 
 
 def _writable_c(a):
@@ -338,9 +346,11 @@ def sample_vmf(mus, kappas, key, out):
     Bit for bit the same as calling ``vmf_omw`` then ``compose_at`` row after row: within a block
     of ``VMF_BLOCK`` rows the random draws are made row after row in that order, and the
     deterministic arithmetic that follows them (the same operations) is done in a second pass.
-    Chunks in parallel (:func:`_vmf_chunk`). ``out`` (n, d) C-contiguous float64, filled in place.
+    Chunks (:func:`_vmf_chunk`) on threads (:func:`run_chunks`: no parallel compile). ``out`` (n, d)
+    C-contiguous float64, filled in place.
     """
-    _sample_vmf(_writable_c(mus), _writable_c(kappas), _writable_c(key), out)
+    run_chunks(_sample_vmf, (out.shape[0] + CHUNK - 1) // CHUNK,
+               _writable_c(mus), _writable_c(kappas), _writable_c(key), out)
 
 
 @njit(cache=True)
@@ -363,12 +373,17 @@ def _uniform_chunk(key, out, c):
             out[i, j] *= inv
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
+def _sample_uniform(key, out, c0, c1):
+    """Chunks ``c0`` to ``c1 - 1`` of :func:`sample_uniform`, run on threads by :func:`run_chunks`."""
+    for c in range(c0, c1):
+        _uniform_chunk(key, out, c)
+
+
 def sample_uniform(key, out):
-    """Fill out with uniform points on S^{d-1}: normalised standard normal vectors."""
-    n_chunks = (out.shape[0] + CHUNK - 1) // CHUNK
-    for c in prange(n_chunks):
-        _uniform_chunk(key, out, np.int64(c))
+    """Fill out with uniform points on S^{d-1}: normalised standard normal vectors. Chunks on
+    threads (:func:`run_chunks`); ``out`` (n, d) C-contiguous float64, filled in place."""
+    run_chunks(_sample_uniform, (out.shape[0] + CHUNK - 1) // CHUNK, key, out)
 
 
 @njit(inline="always")
