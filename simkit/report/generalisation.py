@@ -171,4 +171,5 @@ generalisation_sections = sections("generalisation", (
     *(View(lambda ds, s=s: _sweep(ds, s) if s in _present(ds) else None, (page,)) for s, page in SWEEPS.items()),
     View(_ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE)),
     View(lambda ds: ds if "bound_complexity" in ds else None, (Text(P["bound"], heading="The realised gap against the bound"),)),
-    POINTS))
+    POINTS), requires=("point", "sweep", "family", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse", "excess_cv",
+                       "excess_cv_mcse", "gap_sd", "gap_id", "raw_gap_cv"))

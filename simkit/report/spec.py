@@ -80,12 +80,14 @@ def t_crit(ds: xr.Dataset, df_dim: str = "block") -> float:
     return float(stats.t.isf(alpha / 2, n - 1)) if math.isfinite(alpha) and n > 1 else math.nan
 
 
-def sections(name: str, pages: Sequence, derive: Callable | None = None):
+def sections(name: str, pages: Sequence, derive: Callable | None = None, requires: Sequence[str] = ()):
     """A study's report sections ``(doc, ds, study=None)``: draw ``pages`` from ``derive(ds)`` (display
     quantities computed from the saved variables) or ``ds``, after checking that the dataset holds the
-    variables the declarations draw (each panel's ``var`` and ``also``, each table's verdict columns)."""
+    variables the declarations draw (each panel's ``var`` and ``also``, each table's verdict columns) and
+    ``requires`` (what the views read: a :class:`View` draws from a dataset of its own)."""
     def draw(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
         try:
+            require(ds, requires, name)
             shown = derive(ds) if derive else ds
             require(shown, sorted(set(_drawn(pages))), name)
             render(doc, shown, pages, study=study)
