@@ -541,7 +541,7 @@ def test_setting_pvalues_reproduce_the_verdict_rules():
         lo, hi = sc["slope_verdict_low"].values[i], sc["slope_verdict_high"].values[i]
         assert (pv[f"{s}:slope"][0] < search_ce.ALPHA) == (not lo <= -1.0 <= hi)
         assert (pv[f"{s}:d1"][0] < search_ce.ALPHA) == (abs(sc["d1_z"].values[i]) > zcrit_sc)
-        cp = sc["d_curve_p"].values[i]
+        cp = sc["d_curve_p_bonferroni"].values[i]
         assert pv[f"{s}:curve"][0] == cp or (np.isnan(cp) and np.isnan(pv[f"{s}:curve"][0]))
     bad = sc.copy(deep=True)
     bad["d1_z"].values[0] = 1.01 * zcrit_sc

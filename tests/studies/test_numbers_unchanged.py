@@ -8,8 +8,9 @@ were rewritten since, for a change of method rather than a move (CHANGELOG.md): 
 exact curve and constants from :func:`simkit.diagnose`, whose anchor sample became label-stratified;
 ``encoders`` gained the variables of its pre-registered rules R and L, its other variables identical;
 ``search_ce`` gained its exact D_k curve and the curve test (``prep_d_exact``, ``d_exact``, ``d_z``,
-``d_curve_max_t``, ``d_curve_p``; protocols/search_ce.md), its other variables identical. ``temperature``
-gained the scaled norms rule's variables (``tau_s``, ``scaled_*``, ``raw_scaled_*``;
+``d_curve_max_t``, ``d_curve_p``; protocols/search_ce.md), its other variables identical, and then the verdict's
+changed curve test (``d_curve_p_bonferroni``; protocols/search_ce_curve.md), its other variables identical.
+``temperature`` gained the scaled norms rule's variables (``tau_s``, ``scaled_*``, ``raw_scaled_*``;
 protocols/temperature_scaled.md), its other variables identical.
 The references of studies added since (``minimiser``, ``onset``, ``in_batch``, ``bounds``) were written
 when each study was introduced.
