@@ -151,6 +151,9 @@ def _fam_eval(ds, fam):
               f"on {int(g('ni_blocks')) - 1 if np.isfinite(g('ni_blocks')) else 0} df, one-sided p = {g('ni_p'):.3g}; "
               f"secondary slope on log2 C {g('beta'):.3f} ± {g('beta_se'):.3f}")
     verdict, reason = str(_scalar(ds, f"{fam}_verdict")), str(_scalar(ds, f"{fam}_reason"))
+    control = str(_scalar(ds, "control_verdict"))
+    if fam != "control" and control != "pass":  # section 7.4: no conclusion unless the control behaves
+        verdict, reason = "not assessed", f"{reason + '; ' if reason else ''}positive control '{control}': no conclusion"
     return {"estimate": g("b"), "estimate_mcse": g("b_se"), "verdict": verdict,
             "detail": detail + (f" -> {verdict} ({reason})" if reason else f" -> {verdict}")}
 

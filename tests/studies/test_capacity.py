@@ -164,3 +164,18 @@ def test_replication_design():
     a = common_seeds(1, STUDY.name, {"design": "blocks"}, 0, 4)[0].generate_state(2)
     b = common_seeds(1, REP.name, {"design": "blocks"}, 0, 4)[0].generate_state(2)
     assert not np.array_equal(a, b)
+
+
+@pytest.mark.deterministic(reason="claim rows are a function of the stored verdicts; no random draw")
+def test_primary_rows_not_assessed_unless_the_control_behaves():
+    """protocols/capacity.md section 7.4: C6 is confirmed only if the positive control passes; a control that
+    errs or fails leaves the two class rows 'not assessed' (the committed first run: control 'error')."""
+    import xarray as xr
+    ds = xr.load_dataset(Path(__file__).parents[1] / "data" / "quick" / "capacity.nc")
+    assert str(ds["control_verdict"].values) == "pass"
+    behaved = [r["verdict"] for r in STUDY.claim_rows(ds)]
+    assert behaved[:2] == [str(ds["fourier_verdict"].values), str(ds["linear_verdict"].values)]
+    for bad in ("error", "fail"):
+        rows = STUDY.claim_rows(ds.assign(control_verdict=((), bad)))
+        assert [r["verdict"] for r in rows[:2]] == ["not assessed", "not assessed"], bad
+        assert all(f"positive control '{bad}'" in r["detail"] for r in rows[:2])
