@@ -123,7 +123,9 @@ def one_line(rows: list[dict]) -> str:
         v, why = assess(r)
         head = f"{r['study']} {check_label(r)}"
         if v == NOT_ASSESSED and why.startswith("by its own rule"):
-            parts.append(f"{head}: not assessed by its own rule (no power at this design)")
+            _, sep, own = str(r.get("detail", "")).rpartition("-> not assessed (")  # the rule's own reason, if given
+            own = own.rstrip(")") if sep else ""
+            parts.append(f"{head}: not assessed by its own rule ({own if own else 'no power at this design'})")
         elif v == NOT_ASSESSED:
             rate = float(r.get("false_fail_rate", np.nan))
             parts.append(f"{head}: not assessed (false-fail rate "

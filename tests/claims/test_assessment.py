@@ -103,3 +103,6 @@ def test_a_check_its_own_rule_calls_not_assessed_says_so():
     t = combine_checks([own, _row(false_fail_rate=1e-3, verdict="pass")])
     assert "not assessed by its own rule (no power at this design)" in str(t["statistic"].sel(claim="C4").values)
     assert str(t["verdict"].sel(claim="C4").values) == "pass" and int(t["n_not_assessed"].sel(claim="C4")) == 1
+    given = _row(false_fail_rate=0.0, verdict=NOT_ASSESSED, detail="b = 0.1 -> not assessed (control 'error': no conclusion)")
+    t = combine_checks([given, _row(false_fail_rate=1e-3, verdict="pass")])
+    assert "not assessed by its own rule (control 'error': no conclusion)" in str(t["statistic"].sel(claim="C4").values)
