@@ -23,9 +23,9 @@ from scipy import stats
 
 from simkit.stats.analysis import jackknife, mean_mcse
 from simkit.stats.temperature import NORM_CONTROLS, RULE_FIELDS, nan_reduce, norm_verdicts
-from simkit.stats.trend import GrowthRule, growth_rule
+from simkit.stats.trend import GrowthRule, growth_rule, paired_t_power
 
-__all__ = ["ScaledGrowthRule", "scaled_growth_rule", "SCALED_FIELDS", "scaled_summary", "scaled_verdicts",
+__all__ = ["ScaledGrowthRule", "planned_miss_rate", "PLANNED_SD", "PLANNED_DISTANCE", "scaled_growth_rule", "SCALED_FIELDS", "scaled_summary", "scaled_verdicts",
            "scaled_schema", "rule_check", "SCALED_STATS"]
 
 #: fields of :class:`ScaledGrowthRule` stored per rule: name -> description
@@ -204,3 +204,17 @@ def rule_check(ds, prefix: str, c: str, b0: float, name: str, slope: str = "") -
     if c == "primary":
         out["detail"] += f"; conclusion: {ds[f'{prefix}_conclusion'].values}"
     return out
+
+
+#: planning values of protocols/temperature_scaled.md section 5: conservative per-block sd of the slope of
+#: log(tau E[S]) (upper 90% chi-square bound on the earlier run's) and the distance of its slope to the margin
+PLANNED_SD, PLANNED_DISTANCE = 1.850, 0.372
+
+
+def planned_miss_rate(n_blocks: int, alpha: float, floor: float) -> float:
+    """The scaled rule's stated false-failure rate at a design of ``n_blocks`` blocks: 1 - the planned power of
+    its one-sided t test (:func:`simkit.stats.trend.paired_t_power` at the protocol's planning values), never
+    below ``floor`` (the protocol's rounded 0.10 at its own 384 blocks)."""
+    if n_blocks < 2:
+        return 1.0
+    return max(float(floor), 1.0 - paired_t_power(int(n_blocks), PLANNED_SD, PLANNED_DISTANCE, alpha))

@@ -140,3 +140,18 @@ def test_rule_check_reads_the_stored_fields():
     assert "slope of log(tau E[S]) b = " in res["detail"] and "conclusion: confirmed" in res["detail"]
     assert rule_check(ds, "scaled", "ignored", B0, "ignored")["verdict"] == "pass"
     assert rule_check(xr.Dataset(), "scaled", "primary", B0, "tau S")["verdict"] == "error"  # rule not in the data
+
+
+@pytest.mark.deterministic(reason="closed-form power (noncentral t); no random draw")
+def test_planned_miss_rate_follows_the_design():
+    """The scaled rule's stated rate is 1 - planned power at the design's blocks (protocols/temperature_scaled.md
+    section 5: power 0.945 at 384 blocks, rounded up to the floor 0.10), so a small design is not assessed."""
+    from scipy import stats as st
+    from simkit.stats.temperature_scaled import PLANNED_DISTANCE, PLANNED_SD, planned_miss_rate
+    n = 384  # the protocol's table, by a normal approximation with Student's critical value (no noncentral t)
+    approx = 1 - st.norm.sf(st.t.ppf(0.99, n - 1) - PLANNED_DISTANCE * n ** 0.5 / PLANNED_SD)
+    assert abs(approx - 0.055) < 0.01 and planned_miss_rate(n, 0.01, 0.10) == 0.10
+    assert planned_miss_rate(n, 0.01, 0.0) == pytest.approx(0.055, abs=0.005)
+    rates = [planned_miss_rate(b, 0.01, 0.10) for b in (24, 64, 128, 384)]
+    assert rates == sorted(rates, reverse=True) and rates[0] > 0.2  # the quick design (24 blocks): not assessed
+    assert planned_miss_rate(1, 0.01, 0.10) == 1.0
