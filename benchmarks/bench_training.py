@@ -10,34 +10,40 @@ the embedding families of :mod:`simkit.embeddings.embedding`:
   ``backward()``; CPU, float64, default thread count.
 
 The headline configuration is n = 4096 tuples, k = 64 independent negatives per tuple, p = 3,
-d = 16, linear embedding; further rows vary the family and the negative sharing. Figures are the
-best of ``--repeats`` evaluations (the machine is shared: best-of is the least noisy statistic)
-and the median; the ratio is torch time / simkit time (> 1: simkit faster). Every row also
-reports the largest gradient difference between the two, relative to the gradient's largest
-component. Run: ``python benchmarks/bench_training.py`` (``--quick`` for a short run). Results go
-to benchmarks/results/training.json.
+d = 16, linear embedding; further rows vary the family and the negative sharing. Each row is timed
+in interleaved rounds (benchmarks/_rounds.py): a round times one gradient evaluation of each
+contender, the order alternating between rounds; the ratio is the median over rounds of the
+per-round torch seconds / simkit seconds (> 1: simkit faster) with a 95% bootstrap interval. No
+target applies. Every row also reports the largest gradient difference between the two, relative
+to the gradient's largest component (from the warm-up calls, outside the timings).
+
+Run: ``python benchmarks/bench_training.py`` (16 rounds a row; results to
+benchmarks/results/training.json, layout of benchmarks/_rounds.py), ``--quick`` for a smoke test
+(headline row, 3 rounds, nothing written unless ``--out`` is given).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
 from _torch_first import SPINCOUNT_AT_TORCH_IMPORT, TORCH_FIRST  # noqa: I001  (before simkit: see there)
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark the working tree, not some other installed copy
 
-import simkit  # noqa: F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
-from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding
-from simkit.distributions.kernels import VMFKernel
-from simkit.distributions.sphere import Uniform
-from simkit.embeddings.training import EmpiricalRisk, TrainingSample
+import _rounds  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import simkit  # noqa: E402,F401  (sets GOMP_SPINCOUNT unless set; PyTorch's libgomp has loaded already)
+from simkit.embeddings.embedding import LinearEmbedding, TwoLayerEmbedding  # noqa: E402
+from simkit.distributions.kernels import VMFKernel  # noqa: E402
+from simkit.distributions.sphere import Uniform  # noqa: E402
+from simkit.embeddings.training import EmpiricalRisk, TrainingSample  # noqa: E402
 
 TAU = 0.125
 
@@ -74,28 +80,34 @@ def torch_value_and_grad(phi, sample: TrainingSample, tau: float):
     return run
 
 
-def timed(fn, repeats):
-    times = []
-    out = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), statistics.median(times), out
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repeats and only the headline row")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: only the headline row, 3 rounds, nothing written unless --out is given")
+    ap.add_argument("--rounds", type=_positive_int, default=16, help="interleaved rounds per row (>= 15)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results file (default benchmarks/results/training.json; none with --quick)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds = 3
+    _rounds.check_rounds(args.rounds, args.quick)
+    out_path = args.out if args.out is not None else (None if args.quick else
+                                                      ROOT / "benchmarks" / "results" / "training.json")
     import numba
     import torch
 
-    load_start = os.getloadavg()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    repeats = args.repeats or (5 if args.quick else 15)
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs; numba threads {numba.get_num_threads()}; "
+    meta = _rounds.meta_start()
+    print(f"machine: {platform.platform()}, {meta['cpus']} CPUs; numba threads {numba.get_num_threads()}; "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}; float64 throughout")
     rng = np.random.default_rng(20260601)
     pi, kernel = Uniform(3), VMFKernel(8.0)
@@ -112,38 +124,44 @@ def main(argv=None):
         EmpiricalRisk(warm_s, TAU).value_and_grad(ph)
     compile_s = time.perf_counter() - t0
     print(f"Numba compile/load time (not in the figures): {compile_s:.2f} s")
-    header = (f"{'family':<10} {'negatives':<11} {'simkit ms':>10} {'torch ms':>10} {'ratio':>7} "
-              f"{'(median ms: simkit / torch)':>28} {'rel grad diff':>14}")
-    print(f"n = {n}, k = {k}, p = {p}, d = {d}, tau = {TAU}; best of {repeats}")
+    header = (f"{'family':<10} {'negatives':<11} {'simkit ms':>10} {'torch ms':>10} "
+              f"{'torch / simkit [95% CI]':<26} {'rel grad diff':>14}")
+    print(f"n = {n}, k = {k}, p = {p}, d = {d}, tau = {TAU}; {args.rounds} interleaved rounds a row, "
+          "one evaluation per contender a round; ms: medians over rounds")
     print(header)
     print("-" * len(header))
-    rows = []
+    cases = []
     for family, shared, m in configs:
         sample = TrainingSample.draw(pi, kernel, n, k, rng=rng, shared=shared)
         risk = EmpiricalRisk(sample, TAU)
         phi = (LinearEmbedding.random(p, d, rng=rng) if family == "linear"
                else TwoLayerEmbedding.random(p, d, m, rng=rng))
-        t_s, med_s, (f_s, g_s) = timed(lambda: risk.value_and_grad(phi), repeats)
         run = torch_value_and_grad(phi, sample, TAU)
-        run()  # warm-up
-        t_t, med_t, (f_t, g_t) = timed(run, repeats)
+        f_s, g_s = risk.value_and_grad(phi)  # warm-up calls, outside the timings, and the agreement check
+        f_t, g_t = run()
         rel = float(np.max(np.abs(g_s - g_t)) / np.max(np.abs(g_s)))
-        ratio = t_t / t_s
+        t = _rounds.interleaved({"simkit": lambda: risk.value_and_grad(phi), "torch-f64": run}, args.rounds,
+                                cpu=True)
+        r = _rounds.ratio(t["seconds"], "torch-f64", "simkit",
+                          means="PyTorch autograd seconds / simkit seconds per gradient evaluation (> 1: simkit faster)")
+        med = {name: float(np.median(v)) for name, v in t["seconds"].items()}
         neg = "shared" if shared else "per tuple"
-        print(f"{family:<10} {neg:<11} {1e3 * t_s:>10.1f} {1e3 * t_t:>10.1f} {ratio:>7.2f} "
-              f"{f'{1e3 * med_s:.1f} / {1e3 * med_t:.1f}':>28} {rel:>14.1e}")
-        rows.append({"family": family, "hidden": m, "shared": shared, "n": n, "k": k, "p": p, "d": d,
-                     "tau": TAU, "simkit_s": t_s, "torch_s": t_t, "simkit_median_s": med_s,
-                     "torch_median_s": med_t, "ratio_torch_over_simkit": ratio,
-                     "value_abs_diff": abs(f_s - f_t), "grad_rel_diff": rel})
-    out_dir = Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / "training.json").write_text(json.dumps({
-        "platform": platform.platform(), "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-        "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "repeats": repeats,
-        "compile_s": compile_s, "torch_imported_before_simkit": TORCH_FIRST,
-        "gomp_spincount_at_torch_import": SPINCOUNT_AT_TORCH_IMPORT, "started_utc": started,
-        "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "rows": rows}, indent=2))
+        print(f"{family:<10} {neg:<11} {1e3 * med['simkit']:>10.1f} {1e3 * med['torch-f64']:>10.1f} "
+              f"{_rounds.fmt(r):<26} {rel:>14.1e}", flush=True)
+        cases.append({"case": f"{family} {neg}",
+                      "params": {"family": family, "hidden": m, "shared": shared, "n": n, "k": k, "p": p, "d": d,
+                                 "tau": TAU},
+                      **t, "ratios": {"torch / simkit": r}, "seconds_median": med,
+                      "value_abs_diff": abs(f_s - f_t), "grad_rel_diff": rel})
+    meta.update(numba_threads=numba.get_num_threads(), torch=torch.__version__,
+                torch_threads=torch.get_num_threads(), torch_imported_before_simkit=TORCH_FIRST,
+                gomp_spincount_at_torch_import=SPINCOUNT_AT_TORCH_IMPORT)
+    doc = _rounds.document("InfoNCE risk and gradient, simkit vs PyTorch float64 autograd", meta, cases,
+                           compile_s=compile_s)
+    print(f"load average (1, 5, 15 min): start {tuple(meta['load_average_start'])}, "
+          f"end {tuple(doc['meta']['load_average_end'])}")
+    if out_path is not None:
+        _rounds.write(out_path, doc)
     return 0
 
 
