@@ -146,10 +146,11 @@ def fmt(s: dict, unit: str = "x", digits: int = 2) -> str:
     return f"{s['median']:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def check_rounds(rounds: int, allow_fewer: bool = False) -> None:
-    """Refuse fewer than :data:`MIN_ROUNDS` rounds unless asked (smoke tests); one line, exit 2."""
+def check_rounds(rounds: int, allow_fewer: bool = False, flag: str = "--smoke") -> None:
+    """Refuse fewer than :data:`MIN_ROUNDS` rounds unless asked (smoke tests, the script's option ``flag``);
+    one line, exit 2."""
     if rounds < 1 or (rounds < MIN_ROUNDS and not allow_fewer):
-        print(f"error: --rounds must be >= {MIN_ROUNDS} (got {rounds}; --smoke allows fewer, for a trial run)",
+        print(f"error: --rounds must be >= {MIN_ROUNDS} (got {rounds}; {flag} allows fewer, for a trial run)",
               file=sys.stderr)
         raise SystemExit(2)
 

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.scale, args.rounds = 20, 3
-    _rounds.check_rounds(args.rounds, args.quick)
+    _rounds.check_rounds(args.rounds, args.quick, "--quick")
     if args.scale < 1:
         ap.error(f"argument --scale: must be >= 1, got {args.scale}")
     if args.case is not None:

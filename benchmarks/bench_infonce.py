@@ -417,7 +417,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.anchors = 3, args.anchors // 4
-    _rounds.check_rounds(args.rounds, args.quick)
+    _rounds.check_rounds(args.rounds, args.quick, "--quick")
     if args.settle < 0 or args.limit_repeats < 1 or args.anchors < 1:
         ap.error("--settle must be >= 0, --limit-repeats and --anchors >= 1")
     import numba

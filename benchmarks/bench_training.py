@@ -100,7 +100,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds = 3
-    _rounds.check_rounds(args.rounds, args.quick)
+    _rounds.check_rounds(args.rounds, args.quick, "--quick")
     out_path = args.out if args.out is not None else (None if args.quick else
                                                       ROOT / "benchmarks" / "results" / "training.json")
     import numba

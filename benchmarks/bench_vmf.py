@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.quick:
         a.n, a.n_d128, a.rounds = a.n // 10, a.n_d128 // 10, 3
-    _rounds.check_rounds(a.rounds, a.quick)
+    _rounds.check_rounds(a.rounds, a.quick, "--quick")
 
     print("vMF sampling: simkit.VonMisesFisher(mu, kappa).rvs vs scipy.stats.vonmises_fisher(mu, kappa).rvs")
     print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
