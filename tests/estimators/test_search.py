@@ -495,7 +495,8 @@ def test_quick_dataset_schema_and_retrieval(quick):
     assert rows[0]["false_fail_rate"] == pytest.approx(1 - (1 - ALPHA) ** 8)
     assert rows[0]["statistic"] == ("slope of log|D_k| on log k (with 1/k term), D_k = R_k - E CE(M_k, Q_k), 3 "
                                     "settings; -1 in the level-0.999 interval, -1/2 rejected; fitted d1 against "
-                                    "derived d1 (t test) and the D_k curve against exact D_k (max-t) at 0.001")
+                                    "derived d1 (t test) and the D_k curve against exact D_k at k = 16, 256, 4096, "
+                                    "k_max (per-k t, Bonferroni at alpha/4) at 0.001")
     worst = int(np.argmax(np.abs(ds["slope"].values + 1) / ds["slope_se"].values))
     assert rows[0]["estimate"] == float(ds["slope"].values[worst])
     assert rows[0]["estimate_mcse"] == float(ds["slope_se"].values[worst])
