@@ -128,6 +128,25 @@ def check_points(name: str, x: ArrayLike, dim: int | None = None, *, unit: bool 
     return arr
 
 
+def check_anchor_pairs(x: ArrayLike, x_pos: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Anchors ``x`` of shape ``(B, d)`` on the sphere and their positives ``x_pos`` of the same shape."""
+    x = check_points("x", x, min_ndim=2)
+    if x.ndim != 2:
+        raise ValueError(f"'x' must have shape (B, d), got {x.shape}")
+    x_pos = check_points("x_pos", x_pos, x.shape[1])
+    if x_pos.shape != x.shape:
+        raise ValueError(f"'x_pos' must have the shape of 'x' {x.shape}, got {x_pos.shape}")
+    return x, x_pos
+
+
+def check_point_set(name: str, y: ArrayLike, dim: int) -> NDArray[np.float64]:
+    """A set of ``K`` points on S^{dim-1}, shape ``(K, dim)``."""
+    y = check_points(name, y, dim)
+    if y.ndim != 2:
+        raise ValueError(f"'{name}' must have shape (K, d), got {y.shape}")
+    return y
+
+
 def check_unit_vectors(name: str, x: ArrayLike, dim: int | None = None) -> NDArray[np.float64]:
     """Unit vectors, shape ``(..., d)``; renormalised exactly after the tolerance check."""
     arr = check_points(name, x, dim, unit=True)

@@ -23,7 +23,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from simkit._checks import check_int, check_points, check_rng, check_scalar, check_weights
+from simkit._checks import (check_anchor_pairs, check_int, check_point_set, check_points, check_rng, check_scalar,
+                            check_weights)
 from simkit._jit.blas import single_threaded_blas
 from simkit._jit.in_batch import pair_prefix_sums
 from simkit._jit.infonce import tile_negatives
@@ -50,17 +51,9 @@ def negatives_on_grid(scheme: str, n_grid: ArrayLike) -> NDArray[np.int64]:
 
 
 def _check_pairs(x, x_pos, first, second, tau, n_grid):
-    x = check_points("x", x, min_ndim=2)
-    if x.ndim != 2:
-        raise ValueError(f"'x' must have shape (B, d), got {x.shape}")
-    d = x.shape[1]
-    x_pos = check_points("x_pos", x_pos, d)
-    if x_pos.shape != x.shape:
-        raise ValueError(f"'x_pos' must have the shape of 'x' {x.shape}, got {x_pos.shape}")
-    y = check_points("first", first, d)
-    if y.ndim != 2:
-        raise ValueError(f"'first' must have shape (K, d), got {y.shape}")
-    yp = check_points("second", second, d)
+    x, x_pos = check_anchor_pairs(x, x_pos)
+    y = check_point_set("first", first, x.shape[1])
+    yp = check_points("second", second, x.shape[1])
     if yp.shape != y.shape:
         raise ValueError(f"'second' must have the shape of 'first' {y.shape}, got {yp.shape}")
     tau = check_scalar("tau", tau, low=TAU_MIN)

@@ -38,7 +38,7 @@ from simkit.exact import formulas as exact
 from simkit._jit.blas import single_threaded_blas
 from simkit._jit.infonce import SMALL_D, TILE_A, prefix_sums, tile_negatives
 from simkit._jit.infonce32 import prefix_sums32, tile_negatives32
-from simkit._checks import check_int, check_points, check_rng, check_scalar
+from simkit._checks import check_anchor_pairs, check_int, check_point_set, check_rng, check_scalar
 from simkit.distributions.kernels import MarkovKernel
 from simkit.distributions.sphere import SphereDistribution
 
@@ -162,16 +162,8 @@ def infonce_losses(x: ArrayLike, x_pos: ArrayLike, negatives: ArrayLike, tau: fl
         either ``dtype``).
     """
     single = _check_dtype(dtype)
-    x = check_points("x", x, min_ndim=2)
-    if x.ndim != 2:
-        raise ValueError(f"'x' must have shape (B, d), got {x.shape}")
-    d = x.shape[1]
-    x_pos = check_points("x_pos", x_pos, d)
-    if x_pos.shape != x.shape:
-        raise ValueError(f"'x_pos' must have the shape of 'x' {x.shape}, got {x_pos.shape}")
-    y = check_points("negatives", negatives, d)
-    if y.ndim != 2:
-        raise ValueError(f"'negatives' must have shape (K, d), got {y.shape}")
+    x, x_pos = check_anchor_pairs(x, x_pos)
+    y = check_point_set("negatives", negatives, x.shape[1])
     tau = check_scalar("tau", tau, low=TAU_MIN)
     grid = _check_grid(k, y.shape[0])
     if single:  # shift by the positive's score: its term is exactly 1
