@@ -25,6 +25,7 @@ computations (exit 0 when it passes).
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import itertools
 import json
@@ -144,6 +145,17 @@ def fmt(s: dict, unit: str = "x", digits: int = 2) -> str:
     """``1.23x [1.10, 1.31]`` from a :func:`summarise` result."""
     lo, hi = s["ci95"]
     return f"{s['median']:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a positive integer, or one line naming the constraint."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
 
 
 def check_rounds(rounds: int, allow_fewer: bool = False, flag: str = "--smoke") -> None:

@@ -156,22 +156,12 @@ def part_b(quick: bool, rounds: int) -> list[dict]:
     return cases
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: smaller runs, 3 rounds, nothing written unless --out is given")
     ap.add_argument("--part", choices=("a", "b", "both"), default="both")
-    ap.add_argument("--rounds", type=_positive_int, default=16, help="interleaved rounds per case (>= 15)")
+    ap.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per case (>= 15)")
     ap.add_argument("--out", type=Path, default=None,
                     help="results file (default benchmarks/results/efficiency.json; none with --quick)")
     args = ap.parse_args(argv)

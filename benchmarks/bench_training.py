@@ -80,21 +80,11 @@ def torch_value_and_grad(phi, sample: TrainingSample, tau: float):
     return run
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: only the headline row, 3 rounds, nothing written unless --out is given")
-    ap.add_argument("--rounds", type=_positive_int, default=16, help="interleaved rounds per row (>= 15)")
+    ap.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per row (>= 15)")
     ap.add_argument("--out", type=Path, default=None,
                     help="results file (default benchmarks/results/training.json; none with --quick)")
     args = ap.parse_args(argv)

@@ -192,23 +192,13 @@ def _row(c: dict) -> str:
             f"{_rounds.fmt(allc) if allc else '-':<24} {r['per core, CPU time']['median']:>8.2f}x")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=_positive_int, default=500_000, help="samples per timed call (default 5e5)")
-    p.add_argument("--n-d128", type=_positive_int, default=100_000,
+    p.add_argument("--n", type=_rounds.positive_int, default=500_000, help="samples per timed call (default 5e5)")
+    p.add_argument("--n-d128", type=_rounds.positive_int, default=100_000,
                    help="samples per call at d = 128, simkit and scipy alike (default 1e5; see the docstring)")
-    p.add_argument("--rounds", type=_positive_int, default=16, help="interleaved rounds per cell (>= 15)")
-    p.add_argument("--compile-repeats", type=_positive_int, default=1, help="cold/warm compile measurements")
+    p.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per cell (>= 15)")
+    p.add_argument("--compile-repeats", type=_rounds.positive_int, default=1, help="cold/warm compile measurements")
     p.add_argument("--no-all-cores", action="store_true", help="skip the all-threads simkit contender")
     p.add_argument("--quick", action="store_true", help="n / 10, 3 rounds, nothing written (a smoke test)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vmf.json")
