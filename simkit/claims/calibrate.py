@@ -46,7 +46,7 @@ from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
 
 __all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
-           "clopper_pearson", "calibration_path", "calibration_rates", "union_rejection_rate", "seed_rows", "CONFIDENCE"]
+           "clopper_pearson", "calibration_path", "target_protocols", "calibration_rates", "union_rejection_rate", "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
@@ -323,6 +323,7 @@ class Calibration(Study):
 
     def attrs(self, cfg):
         return {"target_study": self.target.name, "target_config": canonical(self.target_cfg),
+                "target_protocols": canonical(target_protocols(self.target, self.target_cfg)),
                 "first_seed": int(cfg["seed"]), "n_seeds": len(self.seeds),
                 "seeds": _seed_text(self.seeds),
                 "alternative": "" if self.alternative is None else self.alternative.name,
@@ -655,6 +656,12 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
     return res
 
 
+def target_protocols(study: Study, cfg: dict) -> dict[str, str]:
+    """The SHA-256 of each protocol that the study's rules follow (its ``*_sha256`` attributes): a calibration
+    counts for a dataset only where they agree, since a protocol fixes the rule the rates belong to."""
+    return {k: str(v) for k, v in study.attrs(cfg).items() if k.endswith("_sha256")}
+
+
 def calibration_path(study_name: str, directory: str | os.PathLike = Path("data") / "calibration", *,
                      full: bool = False) -> Path | None:
     """The calibration dataset of a design: ``<study>_full.nc`` (full design) or ``<study>.nc`` (quick);
@@ -675,7 +682,7 @@ def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data
     95%) and ``n`` (seeds): per check from its verdict row, per claim from the seeds on which any of
     the claim's check verdicts failed (the claim's combined verdict); and ``"source"``, the file name
     (so a full-design row calibrated only on the quick design says so), ``"design"`` (``quick`` or
-    ``full``: the calibrated design) and per check ``stated``, the stated rate *at the calibrated
+    ``full``: the calibrated design), ``"target_config"`` and ``"target_protocols"`` (the calibrated configuration and protocol hashes) and per check ``stated``, the stated rate *at the calibrated
     design* (it can differ from the full design's: a power-based rate depends on the design's
     standard errors) and ``rejects``, its per-seed rejections (1, 0, NaN: for the union over a set of
     checks). Empty without a dataset.
@@ -685,7 +692,9 @@ def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data
         return {}
     ds = read_dataset(path)
     quick = bool(json.loads(str(ds.attrs.get("config", "{}"))).get("quick", False))
-    out: dict = {"source": path.name, "design": "quick" if quick else "full"}
+    out: dict = {"source": path.name, "design": "quick" if quick else "full",
+                 "target_config": json.loads(str(ds.attrs.get("target_config", "{}"))),
+                 "target_protocols": json.loads(str(ds.attrs.get("target_protocols", "{}")))}
     rows = [i for i in range(ds.sizes["check"]) if str(ds["check_kind"].values[i]) == "verdict"]
     for i in rows:
         out[int(ds["check_index"].values[i])] = {

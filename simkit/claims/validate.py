@@ -304,6 +304,18 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
     return ds
 
 
+def full_design_label(calibrated: dict, ran: dict, calibrated_protocols: dict | None = None,
+                      ran_protocols: dict | None = None) -> str:
+    """``"full"`` when a full-design calibration ran the configuration of the dataset (all but the seed) under
+    the same protocols (their SHA-256), else ``"full (calibrated with name=value, ...)"`` naming what differs:
+    its rates are then another design's or another rule's."""
+    keys = sorted((set(calibrated) | set(ran)) - {"seed"})
+    diff = [f"{k}={calibrated.get(k)}" for k in keys if calibrated.get(k) != ran.get(k)]
+    cp, rp = calibrated_protocols or {}, ran_protocols or {}
+    diff += [f"{k}={str(cp.get(k, 'none'))[:12]}" for k in sorted(rp) if cp.get(k) != rp[k]]
+    return "full" if not diff else "full (calibrated with " + ", ".join(diff) + ")"
+
+
 def check_from_data(from_data: str | os.PathLike, names: list[str]) -> None:
     """ValueError naming ``--from-data`` unless ``<from_data>/<study>.nc`` exists for every study of ``names``."""
     missing = [str(Path(from_data) / f"{n}.nc") for n in names if not (Path(from_data) / f"{n}.nc").is_file()]
@@ -356,6 +368,9 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         # calibration_datasets names the file each study's rates came from
         ran_full = not bool(configs[name][1].get("quick", not full))
         cal = calibration_rates(name, calibration, full=ran_full)
+        if cal and cal["design"] == "full" and ran_full:
+            cal["design"] = full_design_label(cal["target_config"], configs[name][1], cal["target_protocols"],
+                                              {k: str(v) for k, v in res_ds.attrs.items() if k.endswith("_sha256")})
         sources[name] = cal.get("source", "")
         for j, row in enumerate(study.claim_rows(res_ds)):
             c = cal.get(j, {})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simkit.claims.validate import (MAX_ASSESSED_RATE, NOT_ASSESSED, assess, check_label, check_role,
-                                    combine_checks, plus_minus)
+                                    combine_checks, full_design_label, plus_minus)
 from simkit.stats.analysis import combine_verdicts
 
 pytestmark = pytest.mark.deterministic(reason="bookkeeping of given verdicts and rates; no random draw")
@@ -46,6 +46,21 @@ def test_calibration_at_the_design_that_ran_can_show_the_rate():
     # an interval reaching below 0.2 does not show it; a calibration of another design does not count
     assert assess({**shown, "empirical_false_fail_low": 0.15})[0] == "fail"
     assert assess({**shown, "calibration_other_design": "quick"})[0] == "fail"
+
+
+def test_a_full_calibration_counts_only_for_the_configuration_that_ran():
+    ran = {"n_blocks": 64, "k_max": 1 << 20, "quick": False, "seed": 20261214}
+    assert full_design_label({**ran, "seed": 1}, ran) == "full"
+    # a calibration of the full design at another configuration names what differs (and so is another design)
+    other = full_design_label({**ran, "seed": 1, "n_blocks": 32}, ran)
+    assert other == "full (calibrated with n_blocks=32)"
+    assert full_design_label({"n_blocks": 64, "quick": False}, ran) == "full (calibrated with k_max=None)"
+    # the same configuration under another protocol (or none recorded) is another rule
+    rule = {"protocol_sha256": "a8ab42554bf3ddf6"}
+    assert full_design_label(ran, ran, rule, rule) == "full"
+    assert full_design_label(ran, ran, {}, rule) == "full (calibrated with protocol_sha256=none)"
+    assert full_design_label(ran, ran, {"protocol_sha256": "0123456789abcdef"}, rule) == \
+        "full (calibrated with protocol_sha256=0123456789ab)"
 
 
 def test_errors_stay_errors_and_a_row_is_decided_by_its_assessed_checks():
