@@ -42,8 +42,7 @@ DESIGN = Table((
     ("setting", "{facet}"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "{dim}"), ("τ", "{tau}"),
     ("symmetry", _symmetry_text), ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", "{asym_cross±asym_cross_mcse}\nexact {asym_cross_exact:+.4f}"),
     ("E[x⁺₁ − x₁]\nMC ± MCSE", "{asym_shift±asym_shift_mcse}\nexact {asym_shift_exact:+.4f}"), ("queries / block (C2)", "{search_anchors}"),
-), heading="Design: positive kernels that are not π-reversible", verdict=None,
-    widths=(0.95, 1.7, 0.8, 0.25, 0.35, 1.45, 1.05, 1.05, 0.6))
+), heading="Design: positive kernels that are not π-reversible", verdict=None)
 
 
 def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
@@ -60,7 +59,7 @@ def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
         (f"{const} estimate ± MCSE", f"{{{const}_estimate±{const}_estimate_mcse}}"),
         (f"{exact} ± MCSE", f"{{{const}_exact±{const}_exact_mcse}}"),
         (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}"),
-    ), heading=heading, verdict=f"verdict_{claim}", widths=(1.0, 0.45, 0.45, 1.2, 1.3, 0.75, 1.15, 1.2, 0.6, 0.55))
+    ), heading=heading, verdict=f"verdict_{claim}")
 
 
 def _rate_pages(var: str, claim: str, name: str, long: str, const: str, const2: str, exact: str) -> tuple:

@@ -30,8 +30,7 @@ CASES = Table((
     ("E[G] trend per doubling\n± MCSE (nats)", "{gap_trend±gap_trend_mcse}"),
     ("φ̂ in Θ_s\n(fraction)", "{in_class:.2f}"), ("smallest σ_min/σ_max", "{isometry_min:.3f}"),
     ("primary", "{growth_verdict}"),
-), dim="case", heading="Growth of the bounds per doubling of k (fit range k ≥ k_fit_min)", verdict="above_verdict",
-    widths=(1.2, 0.9, 1.0, 1.3, 0.7, 0.8, 0.6))
+), dim="case", heading="Growth of the bounds per doubling of k (fit range k ≥ k_fit_min)", verdict="above_verdict")
 
 FIGURE = FigurePage(
     "Two bounds on E[G] and the realised gap against k (log axes)",
@@ -58,7 +57,7 @@ C4_TABLE = Table((
     ("largest |Δℓ|/B_avg · /B_max", "{c4_tightness_avg:.3f} · {c4_tightness_max:.3f}"),
     ("violations\nB_avg · B_max", "{c4_violations_avg:.0f} · {c4_violations_max:.0f}"),
 ), dim="row", heading="C4 (Prop. 4): tightness of B_avg and B_max against |Δℓ| on the same perturbations",
-    verdict=None, widths=(1.0, 1.1, 1.1, 1.1, 1.1, 1.1, 1.0, 0.8))
+    verdict=None)
 
 C4_FIGURE = FigurePage(
     "C4: E|Δℓ| and its two bounds against k",

@@ -21,7 +21,7 @@ FAMILIES = {"fixed class: Fourier lift, P = 9, n fixed": "fourier_",
             "positive control: Wx/|Wx|, n fixed": "control_"}
 RULE = Table((("class", "{facet}"), ("b = slope of log2 E[G] on log2 d", "{b±b_se}"), ("b0 (ln d)", "{b0:.4f}"),
               ("t", "{ni_t:.2f}"), ("p (one-sided)", "{ni_p:.3g}"), ("slope on log2 C", "{beta±beta_se}")),
-             dim="row", heading="Verdict (protocol section 7): {conclusion}", widths=(3.2, 1.9, 0.9, 0.8, 1.0, 1.5))
+             dim="row", heading="Verdict (protocol section 7): {conclusion}")
 RULE_TEXT = ("Each class: reject H0 b ≥ b0 (E[G] grows at least like a ln d factor on its grid) when p = P(T ≤ t) < 0.01, "
              "t = (b − b0) / SE_jackknife(b) on n_blocks − 1 df. The positive control behaves when the rule does NOT "
              "reject. The slope on log2 C is descriptive (2 for a regular model's gap P/n).")
@@ -32,8 +32,7 @@ CURVES = FigurePage("E[G] against d", (
 POINTS = Table((("point", "{facet}"), ("P", "{n_params:.0f}"), ("n", "{n:.0f}"), ("√(P/n)", "{complexity:.4f}"),
                 ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("n E[G] / P", "{scaled_gap:.3f}"),
                 ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"), ("conv.", "{converged:.2f}"),
-                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
-               widths=(1.5, 0.6, 0.6, 0.8, 1.5, 0.8, 1.5, 0.7, 0.6, 0.6))
+                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None)
 
 
 def _s(ds: xr.Dataset, name: str):

@@ -20,8 +20,7 @@ CONFIRMATORY = Table(_CELL_COLS + (
     ("max_j‖Δw_j‖ growth % (p)", "{negmax_pct:+.2f} ({ni_negmax_p:.2g})"),
     ("B_max growth % (p)", "{max_pct:+.2f} ({ni_max_p:.2g})"), ("S1 p · S2 p", "{s1_p:.1e} · {s2_p:.1e}")),
     dim="cell", verdict=("verdict", "control_verdict", "secondary_verdict"), size=7.0,
-    heading="Pre-registered rule (protocols/continuity.md): C4 {conclusion}",
-    widths=(0.9, 0.4, 1.6, 1.0, 1.2, 1.2, 1.0, 1.0, 1.0, 1.0))
+    heading="Pre-registered rule (protocols/continuity.md): C4 {conclusion}")
 EXPLORATORY = Table(_CELL_COLS + (
     ("violations (B_score · B_avg · B_max)", "{viol_score:.0f} · {viol_avg:.0f} · {viol_max:.0f}"),
     ("B_avg slope ± SE (two-sided p)", "{slope_avg±slope_avg_se} ({slope_avg_p:.2g})"),
@@ -30,8 +29,7 @@ EXPLORATORY = Table(_CELL_COLS + (
     ("E B_max / E B_avg at k_max", "{max_avg_end±max_avg_end_mcse}"),
     ("E max|Δw| / E avg|Δw| at k_max", "{negmax_negavg_end±negmax_negavg_mcse_end}"),
     ("largest |Δℓ| / B_avg", "{tight_avg:.3f}")), dim="cell", verdict="flat_verdict", size=7.0,
-    heading="Exploratory (pre-protocol rule, unchanged)",
-    widths=(0.9, 0.4, 1.0, 1.5, 0.9, 1.5, 1.1, 1.1, 0.8, 0.7))
+    heading="Exploratory (pre-protocol rule, unchanged)")
 GROWTH = FigurePage("Growth of E B_avg per doubling of k against the pre-registered margin", (
     Panel("growth_pct", x="eps", band="growth_pct_se", level="delta_pct", level_label="margin δ",
           title="{facet}: {verdict_all}", label="growth per doubling ± 2 SE (%)", ylabel="growth of E B_avg per doubling (%)"),),

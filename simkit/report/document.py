@@ -28,8 +28,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLoca
 
 from simkit.runner.storage import atomic_write
 
-__all__ = ["ReportDocument", "format_pm", "wrap_text", "provenance_pages", "write_report", "study_report",
-           "residual_panel"]
+__all__ = ["ReportDocument", "format_pm", "wrap_text", "auto_widths", "provenance_pages", "write_report",
+           "study_report", "residual_panel"]
 
 #: page size in inches: A4 landscape (prints on US letter without clipping)
 PAGE = (11.69, 8.27)
@@ -85,6 +85,26 @@ def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") 
             line, used = [word], w
         out.append(" ".join(line))
     return out
+
+
+def auto_widths(header: Sequence[str] | None, rows: Sequence[Sequence[str]], width: float, size: float,
+                families: Sequence[str] | None = None, pad: float = 0.12) -> list[float]:
+    """Column widths (inches, summing to ``width``) from the content, as a browser lays out a table: each
+    column gets at least its longest word (of the header too) and, while room is left, a share of its
+    longest line in proportion to what it lacks; a table narrower than the page is stretched in proportion."""
+    n = len(header if header is not None else rows[0])
+    fam = list(families) if families is not None else ["sans-serif"] * n
+    lo, hi = np.zeros(n), np.zeros(n)
+    for r, row in enumerate(([header] if header is not None else []) + list(rows)):
+        for j, cell in enumerate(row):
+            lines = str(cell).split("\n")
+            lo[j] = max(lo[j], pad + max(_width_in(w, size, fam[j]) for line in lines for w in line.split(" ")) / 0.96)
+            if r or header is None:  # a header wraps to the width its column's cells need
+                hi[j] = max(hi[j], pad + max(_width_in(line, size, fam[j]) for line in lines) / 0.96)
+    hi = np.maximum(hi, lo)
+    if hi.sum() <= width or lo.sum() >= width:  # stretched, or too many columns: words break inside
+        return list((hi if hi.sum() <= width else lo) * width / (hi if hi.sum() <= width else lo).sum())
+    return list(lo + (width - lo.sum()) * (hi - lo) / (hi - lo).sum())
 
 
 def _num(x: float, dec: int) -> str:
@@ -214,11 +234,15 @@ class ReportDocument:
         """A bold heading, kept on the page with ``keep`` inches (about three lines) of what follows."""
         self._queue.append(("_heading", (text, size, keep), {}))
 
-    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]], widths: Sequence[float],
-              **kw) -> None:
+    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]],
+              widths: Sequence[float] | None = None, **kw) -> None:
         """A table (``header`` repeated after a page break, or None) whose cells wrap within their relative
-        ``widths``; a row never splits. ``size``, ``colors`` of cell ``(row, column)``, ``families``, ``after``."""
-        self._queue.append(("_table", (header, [list(r) for r in rows], widths), kw))
+        ``widths`` (by default from the content, :func:`auto_widths`); a row never splits. ``size``, ``colors``
+        of cell ``(row, column)``, ``families``, ``after``."""
+        rows = [list(r) for r in rows]
+        if widths is None:
+            widths = auto_widths(header, rows, self.width, kw.get("size", TABLE), kw.get("families"))
+        self._queue.append(("_table", (header, rows, widths), kw))
 
     def _text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
               color: str = "black", after: float = 0.08, keep: int = 1) -> None:

@@ -19,8 +19,7 @@ RESULTS = Table((
     ("t c1", "{c1_t:+.2f}"),
     ("limit est ± MCSE\nlimit exact", "{limit_estimate±limit_estimate_mcse}\n{limit_exact:.5f}"),
     ("t limit", "{limit_t:+.2f}"), ("CE (paper)\nt vs CE", "{ce_exact:.5f}\n{limit_minus_ce_t:+.1f}"),
-), dim="case", heading=verdict_heading("Results and verdicts", noun="cases"),
-    widths=(1.5, 0.45, 1.1, 1.1, 0.55, 1.3, 0.45, 1.4, 0.5, 0.8), size=7.5)
+), dim="case", heading=verdict_heading("Results and verdicts", noun="cases"), size=7.5)
 
 _K = dict(x="n_pairs", fit_range="n_pairs_min")
 PAGES = (

@@ -26,8 +26,7 @@ EXACT = Table((
     ("slope [local range]\n→ limit", "{excess_slope:.4f} [{excess_slope_low:.4f}, {excess_slope_high:.4f}]\n"
                                      "→ {excess_slope_limit:.4f}"),
     ("max |θ_k − θ0|", "{well_max_dev:.2g}"),
-), heading=verdict_heading("Exact results and verdicts", noun="classes"),
-    widths=(1.1, 2.3, 0.25, 0.8, 0.95, 1.1, 1.3, 0.6), size=7.0)
+), heading=verdict_heading("Exact results and verdicts", noun="classes"), size=7.0)
 
 
 def _crossover_table(doc, ds: xr.Dataset) -> None:

@@ -23,8 +23,7 @@ EXPONENTS = Table((
     ("k-exponent b ± SE", "{slope±slope_se}"), ("upper 1 − α bound of b", "{slope_upper:.3f}"),
     ("p of H0: b ≤ 0", "{slope_p:.2g}"), ("b detected w.p. 90%", "{slope_mde:.3f}"),
     ("gain of the last start (largest over k)", "{gain_top±gain_top_mcse}"), ("role → outcome", "{outcome}")),
-    dim="loss", verdict="role_verdict", heading="Exponents, tests and verdict: {verdict}",
-    widths=(1.6, 0.95, 0.95, 1.1, 0.75, 0.65, 0.9, 1.3, 1.5, 0.6))
+    dim="loss", verdict="role_verdict", heading="Exponents, tests and verdict: {verdict}")
 
 K_PAGE = FigurePage("Rademacher complexity against k, and its sensitivity to the optimiser's restarts", (
     Panel("complexity", band="complexity_mcse", also=("complexity_first",), fit="complexity_fit", fit_range="k_fit_min",

@@ -26,8 +26,7 @@ RESULTS = Table((
     ("t of c1", "{c1_z:+.2f}"),
     ("c2 estimate ± MCSE\nc2 exact ± MCSE", "{c2_estimate±c2_estimate_mcse}\n{c2_exact±c2_exact_mcse}"),
     ("t of c2", "{c2_t:+.2f}"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading=verdict_heading("Regression results and verdicts"),
-    widths=(0.82, 0.6, 0.25, 0.36, 0.36, 0.46, 1.1, 1.2, 0.74, 1.15, 0.5, 1.2, 0.5, 0.8, 0.5), size=8.0)
+), heading=verdict_heading("Regression results and verdicts"), size=8.0)
 
 _K = dict(fit_range="k_min")
 _KGAP = dict(band="k_gap_mcse", hline="c1_exact", hline_band="c1_exact_mcse", fit=("c1_estimate", "c2_estimate"),

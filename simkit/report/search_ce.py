@@ -36,8 +36,7 @@ RESULTS = Table((
     ("p-value of slope = −1/2", "{slope_p_half:.2g}"), ("d1 estimate ± MCSE", "{d1_estimate±d1_estimate_mcse}"),
     ("d1 predicted ± MCSE", "{d1_exact±d1_exact_mcse}"), ("z of d1", "{d1_z:+.2f}"),
     ("p of D_k vs exact", _curve_p),
-), heading=verdict_heading("Regression results and verdicts"),
-    widths=(0.78, 0.55, 0.25, 0.33, 0.35, 0.42, 0.9, 1.1, 1.35, 0.6, 1.0, 1.0, 0.45, 0.55))
+), heading=verdict_heading("Regression results and verdicts"))
 
 
 def _retrieval(doc, ds: xr.Dataset) -> None:
@@ -53,7 +52,7 @@ def _retrieval(doc, ds: xr.Dataset) -> None:
             _pm(ds[n].values[i, g], ds[f"{n}_mcse"].values[i, g]) for n in ("top1", "recall"))))
     render(doc, ds, (
         Table(tuple(cols), heading="Retrieval quality: softmax retrieval Q_k against the ideal retrieval M_k",
-              verdict=None, widths=(1.0,) + (1.2,) * len(show)),
+              verdict=None),
         Text(P["retrieval_note"])))
 
 

@@ -283,7 +283,6 @@ class Table:
     dim: str = "setting"
     heading: Source = ""
     verdict: str | tuple[str, ...] | None = "verdict"
-    widths: tuple[float, ...] | None = None
     size: float = 7.5
 
 
@@ -400,8 +399,7 @@ def _table(doc: ReportDocument, ds: xr.Dataset, t: Table, study=None) -> None:
         rows.append(row)
     if t.heading:
         doc.heading(fill(t.heading, ds))
-    widths = t.widths or [1.0] * len(header)
-    doc.table(header, rows, widths, colors=colors, size=t.size)
+    doc.table(header, rows, colors=colors, size=t.size)
 
 
 def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> None:

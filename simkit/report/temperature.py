@@ -20,8 +20,7 @@ CHECKS = Table((
     ("(ii) largest |z| of CE", "{ce_max_abs_z:.2f}"), ("(iii) |c1(τ_min)| / max |c1(τ ≥ 1/κ_M)|", "{c1_ratio±c1_ratio_mcse}"),
     ("c1 peaks at τ; c1 = 0 at τ", "{tau_c1_peak:.3g}; {tau_c1_zero:.3g}"),
     ("E[Z2/Z²] slope (−(d−1)/2)", "{scale_slope:.2f} ({scale_slope_predicted:.1f})"),
-), verdict=("verdict_kl", "verdict_ce", "verdict_c1"), heading="Checks and verdicts",
-    widths=(0.8, 0.55, 0.25, 0.35, 2.0, 0.7, 1.3, 1.0, 1.0, 0.7, 0.7, 0.7))
+), verdict=("verdict_kl", "verdict_ce", "verdict_c1"), heading="Checks and verdicts")
 
 _TAU = ("τ", "{facet:.3g}")
 CE_TABLE = (_TAU, ("CE exact", "{ce_exact±ce_exact_mcse}"), ("CE Monte Carlo", "{ce_estimate±ce_estimate_mcse}"),
@@ -73,14 +72,12 @@ NORMS_TABLE = Table((
     ("E[S]", "{norm_sens_cv±norm_sens_cv_mcse}"), ("S·τ", "{norm_sens_tau±norm_sens_tau_mcse}"),
     ("null: E[S_ref]", "{norm_sens_ref±norm_sens_ref_mcse}"), ("ignored: E[S]", "{norm_sens_ignored±norm_sens_ignored_mcse}"),
     ("FD vs pathwise (max rel.)", "{norm_fd_rel_error:.2g}"), ("plain E[S]", "{norm_sens±norm_sens_mcse}"),
-    ("converged", "{norm_converged:.2f}")), dim="tau_n", verdict=None, size=7.0,
-    widths=(0.45, 1.15, 1.15, 1.1, 1.15, 1.2, 1.1, 0.8, 1.1, 0.6))
+    ("converged", "{norm_converged:.2f}")), dim="tau_n", verdict=None, size=7.0)
 NORM_CHECKS = Table((
     ("estimate", "{facet}"), ("slope b ± SE", "{b±b_se}"), ("t (H0 b ≥ b0)", "{t:.2f}"), ("p", "{p:.3g}"),
     ("E[S](τ_min) ± MCSE", "{level±level_se}"), ("p (H0 ≤ 0)", "{level_p:.3g}"),
     ("E[S](τ_min)/E[S](τ_max)", "{ratio:.3g}"), ("blocks", "{n_blocks:.0f}"), ("passes the rule (1 = yes)", "{passed:.0f}")),
-    dim="row", verdict="verdict", heading="The rule applied to the primary and the controls", size=7.0,
-    widths=(2.2, 0.9, 0.65, 0.6, 1.0, 0.6, 0.9, 0.45, 0.7, 0.9))
+    dim="row", verdict="verdict", heading="The rule applied to the primary and the controls", size=7.0)
 NORMS_FIGURE = FigurePage("Norms clause: G and G·τ; the gap's sensitivity S to the negatives' norms", (
     Panel("norm_g", x="tau_n", series="estimate", band="norm_g_mcse", logy=True, title="E[G] and G·τ"),
     Panel("norm_s", x="tau_n", series="estimate", band="norm_s_mcse", logy=True, title="E[S] = dE[G]/dε and S·τ")),
@@ -152,10 +149,8 @@ temperature_sections = sections("temperature", (
         reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
         verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
     View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (
-        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0,
-              widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
-        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
-              widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2)))),
+        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0),
+        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0))),
     *FIGURES,
     View(lambda ds: ds if "norm_verdict" in ds else None, (
         Text(P["norms"], heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"), NORMS_TABLE,
