@@ -38,11 +38,12 @@ def _symmetry_text(ds: xr.Dataset, i: int) -> str:
     return f"not reversible: {'π-invariant' if abs(shift) < 1e-12 else 'π M ≠ π'}; {sym}"
 
 
-DESIGN = Table((
-    ("setting", "{facet}"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "{dim}"), ("τ", "{tau}"),
-    ("symmetry", _symmetry_text), ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", "{asym_cross±asym_cross_mcse}\nexact {asym_cross_exact:+.4f}"),
-    ("E[x⁺₁ − x₁]\nMC ± MCSE", "{asym_shift±asym_shift_mcse}\nexact {asym_shift_exact:+.4f}"), ("queries / block (C2)", "{search_anchors}"),
-), heading="Design: positive kernels that are not π-reversible", verdict=None)
+DESIGN = Table((("setting", "facet"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "dim"), ("τ", "tau"),
+    ("symmetry", _symmetry_text),
+    ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", "{asym_cross±asym_cross_mcse}\nexact {asym_cross_exact:+.4f}"),
+    ("E[x⁺₁ − x₁]\nMC ± MCSE", "{asym_shift±asym_shift_mcse}\nexact {asym_shift_exact:+.4f}"),
+    ("queries / block (C2)", "search_anchors")), heading="Design: positive kernels that are not π-reversible",
+    verdict=None)
 
 
 def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
@@ -50,16 +51,15 @@ def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
     heading = verdict_heading(what, f"verdict_{claim}")
 
     sign = lambda ds, i: {1.0: "+", -1.0: "−", 0.0: "changes"}.get(float(ds[f"{var}_sign"].values[i]), "n/a")  # noqa
-    return Table((
-        ("setting", "{facet}"), ("k_min", f"{{{var}_k_min}}"), ("sign", sign),
+    return Table((("setting", "facet"), ("k_min", f"{{{var}_k_min}}"), ("sign", sign),
         ("slope ± SE", f"{{{var}_slope±{var}_slope_se}}"),
         ("CI 95%\nCI of the verdict", f"[{{{var}_slope_ci_low:.4f}}, {{{var}_slope_ci_high:.4f}}]\n"
                                       f"[{{{var}_slope_verdict_low:.4f}}, {{{var}_slope_verdict_high:.4f}}]"),
         ("p-value of slope = −1/2", f"{{{var}_slope_p_half:.2g}}"),
         (f"{const} estimate ± MCSE", f"{{{const}_estimate±{const}_estimate_mcse}}"),
         (f"{exact} ± MCSE", f"{{{const}_exact±{const}_exact_mcse}}"),
-        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}"),
-    ), heading=heading, verdict=f"verdict_{claim}")
+        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}")), heading=heading,
+        verdict=f"verdict_{claim}")
 
 
 def _rate_pages(var: str, claim: str, name: str, long: str, const: str, const2: str, exact: str) -> tuple:

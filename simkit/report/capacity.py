@@ -19,9 +19,9 @@ C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry
 FAMILIES = {"fixed class: Fourier lift, P = 9, n fixed": "fourier_",
             "growing class: Wx/|Wx|, n = ratio · P(d)": "linear_",
             "positive control: Wx/|Wx|, n fixed": "control_"}
-RULE = Table((("class", "{facet}"), ("b = slope of log2 E[G] on log2 d", "{b±b_se}"), ("b0 (ln d)", "{b0:.4f}"),
-              ("t", "{ni_t:.2f}"), ("p (one-sided)", "{ni_p:.3g}"), ("slope on log2 C", "{beta±beta_se}")),
-             dim="row", heading="Verdict (protocol section 7): {conclusion}")
+RULE = Table((("class", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"), ("b0 (ln d)", "b0:.4f"),
+    ("t", "ni_t:.2f"), ("p (one-sided)", "ni_p:.3g"), ("slope on log2 C", "beta±beta_se")), dim="row",
+    heading="Verdict (protocol section 7): {conclusion}")
 RULE_TEXT = ("Each class: reject H0 b ≥ b0 (E[G] grows at least like a ln d factor on its grid) when p = P(T ≤ t) < 0.01, "
              "t = (b − b0) / SE_jackknife(b) on n_blocks − 1 df. The positive control behaves when the rule does NOT "
              "reject. The slope on log2 C is descriptive (2 for a regular model's gap P/n).")
@@ -29,10 +29,10 @@ CURVES = FigurePage("E[G] against d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", logy=True, title="{facet}", label="E[G] ± 2 MCSE"),),
     caption="Mean over blocks of G_cv ± 2 MCSE, log–log axes. The fixed and growing classes hold √(P/n) fixed while "
             "d grows; the control holds n fixed, so √(P/n) grows like d.", facet="family")
-POINTS = Table((("point", "{facet}"), ("P", "{n_params:.0f}"), ("n", "{n:.0f}"), ("√(P/n)", "{complexity:.4f}"),
-                ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("n E[G] / P", "{scaled_gap:.3f}"),
-                ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"), ("conv.", "{converged:.2f}"),
-                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None)
+POINTS = Table((("point", "facet"), ("P", "n_params:.0f"), ("n", "n:.0f"), ("√(P/n)", "complexity:.4f"),
+    ("E[G] (cv, nats)", "gap_cv"), ("n E[G] / P", "scaled_gap:.3f"), ("E[G] (plain)", "gap"),
+    ("sd G", "gap_sd:.4f"), ("conv.", "converged:.2f"), ("blocks", "n_finished:.0f")), dim="point",
+    heading="Every design point", verdict=None)
 
 
 def _s(ds: xr.Dataset, name: str):

@@ -30,13 +30,13 @@ def _conclusion(ds: xr.Dataset) -> str:
 
 FAMILIES = {"primary: Fourier lift (9 parameters, frame redrawn per block), τ": "fourier_",
             "positive control: linear Wx/|Wx| (3d parameters), τ√(8/d)": "linear_"}
-RULE = Table((("family", "{facet}"), ("b = slope of log2 E[G] on log2 d", "{b±b_se}"),
-              ("growth per doubling (%)", "{growth_pct±growth_pct_se}"), ("t vs log2 1.2", "{ni_t:.2f}"),
-              ("p (one-sided)", "{ni_p:.3g}")), dim="row", heading="Verdict (protocol section 7): {conclusion}")
-SECONDARY = Table((("family", "{facet}"), ("trend per doubling (nats)", "{trend±trend_se}"), ("t", "{trend_t:.2f}"),
-                   ("p (two-sided)", "{trend_p:.3g}"), ("relative to E[G] (%)", "{rel_pct±rel_pct_se}"),
-                   ("mean E[G] (nats)", "{trend_level:.4f}")), dim="row", verdict=None,
-                  heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d")
+RULE = Table((("family", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"),
+    ("growth per doubling (%)", "growth_pct±growth_pct_se"), ("t vs log2 1.2", "ni_t:.2f"),
+    ("p (one-sided)", "ni_p:.3g")), dim="row", heading="Verdict (protocol section 7): {conclusion}")
+SECONDARY = Table((("family", "facet"), ("trend per doubling (nats)", "trend±trend_se"), ("t", "trend_t:.2f"),
+    ("p (two-sided)", "trend_p:.3g"), ("relative to E[G] (%)", "rel_pct±rel_pct_se"),
+    ("mean E[G] (nats)", "trend_level:.4f")), dim="row", verdict=None,
+    heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d")
 CURVES = FigurePage("E[G] against the embedding dimension d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
           label="E[G] ± 2 MCSE"),),
@@ -73,10 +73,10 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
 
-POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂", "{tau_train:.4g}"),
-                ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"),
-                ("eval MCSE", "{gap_eval_mcse:.4f}"), ("conv.", "{converged:.2f}"), ("iter.", "{iterations:.0f}"),
-                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None)
+POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "tau_train:.4g"),
+    ("E[G] (cv, nats)", "gap_cv"), ("E[G] (plain)", "gap"), ("sd G", "gap_sd:.4f"),
+    ("eval MCSE", "gap_eval_mcse:.4f"), ("conv.", "converged:.2f"), ("iter.", "iterations:.0f"),
+    ("blocks", "n_finished:.0f")), dim="point", heading="Every design point", verdict=None)
 
 
 dimension_sections = sections("dimension", (

@@ -25,19 +25,17 @@ def _reasons(*names: str):
     return text
 
 
-C1 = Table((
-    ("setting", "{facet}"), ("k_min", "{k_min}"), ("slope ± SE", "{slope±slope_se}"), ("p(slope = −1/2)", "{slope_p_half:.2g}"),
+C1 = Table((("setting", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
+    ("p(slope = −1/2)", "slope_p_half:.2g"),
     ("c1 fitted ± MCSE\nc1 exact", "{c1_estimate±c1_estimate_mcse}\n{c1_exact:.4f}"),
     ("c2 fitted ± MCSE\nc2 exact", "{c2_estimate±c2_estimate_mcse}\n{c2_exact:.4f}"),
-    ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading="C1 at φ̂ (C7: the -rot settings)", size=7.5)
-C2 = Table((
-    ("setting", "{facet}"), ("D_k slope ± SE", "{d2_slope±d2_slope_se}"), ("p(−1/2)", "{d2_slope_p_half:.2g}"),
+    ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}")), heading="C1 at φ̂ (C7: the -rot settings)", size=7.5)
+C2 = Table((("setting", "facet"), ("D_k slope ± SE", "d2_slope±d2_slope_se"), ("p(−1/2)", "d2_slope_p_half:.2g"),
     ("D_k verdict", lambda ds, i: str(ds["d2_verdict"].values[i]).upper()),
     ("top-1 first → last", _first_last("ret_top1")), ("recall@10 first → last", _first_last("ret_recall10")),
     ("CE(M̂,Q̂) first → last", _first_last("ret_ce")), ("p top-1 / p CE", "{ret_top1_p:.2g}\n{ret_ce_p:.2g}"),
-    ("Spearman(risk, top-1)", "{ret_spearman:+.2f}"),
-), heading="C2: the D_k rate and retrieval along training", verdict="ret_verdict")
+    ("Spearman(risk, top-1)", "ret_spearman:+.2f")), heading="C2: the D_k rate and retrieval along training",
+    verdict="ret_verdict")
 
 CURVES = FigurePage(
     "gap_k and D_k at the trained encoder: Monte Carlo (±2 MCSE) against exact",

@@ -45,9 +45,9 @@ def _checks(ds: xr.Dataset) -> xr.Dataset:
                                           "d_trend_detect") if v in ds})
 
 
-CHECKS = Table((("claim", "{claim}"), ("statistic", "{statistic}"), ("estimate ± SE", "{est±est_se}"),
-                ("test", "{test}"), ("power", lambda d, i: fill(str(d["power"].values[i]), d)), ("why not passed", "{reason}")),
-               dim="check", heading="Checks and verdicts")
+CHECKS = Table((("claim", "claim"), ("statistic", "statistic"), ("estimate ± SE", "est±est_se"), ("test", "test"),
+    ("power", lambda d, i: fill(str(d["power"].values[i]), d)), ("why not passed", "reason")), dim="check",
+    heading="Checks and verdicts")
 
 
 def _sweep(ds: xr.Dataset, s: str) -> xr.Dataset:
@@ -103,20 +103,20 @@ SWEEPS = {
         subtitle="no-trend verdict {d_verdict}; ±10% equivalence {d_equiv_verdict} (p = {d_equiv_p:.2g})", facet=None),
 }
 
-NI_TABLE = Table((("claim", "{claim}"), ("sweep", "{facet}: {what}"), ("τ", "{tau_range}"), ("b ± SE", "{b±b_se}"),
-                  ("growth per doubling (%)", "{growth_pct±growth_pct_se}"), ("mean E[G]", "{level:.4f}"),
-                  ("p (H0 growth ≥ δ)", "{ni_p:.3g}"), ("why not passed", "{verdict_reason}")), dim="ni",
-                 heading="Pre-registered: G does not grow with k (protocols/generalisation.md)")
+NI_TABLE = Table((("claim", "claim"), ("sweep", "{facet}: {what}"), ("τ", "tau_range"), ("b ± SE", "b±b_se"),
+    ("growth per doubling (%)", "growth_pct±growth_pct_se"), ("mean E[G]", "level:.4f"),
+    ("p (H0 growth ≥ δ)", "ni_p:.3g"), ("why not passed", "verdict_reason")), dim="ni",
+    heading="Pre-registered: G does not grow with k (protocols/generalisation.md)")
 NI_FIGURE = FigurePage("E[G] against k for the pre-registered sweeps (± 2 MCSE)", (
     Panel("gap_cv", title="{facet}: {verdict}; b = {b±b_se}", label="E[G] ± 2 MCSE", band="gap_cv_mcse", fit="ni_fit",
           fit_label="fitted log2–log2 line (slope b)", logy=True),),
     caption=P["ni_caption"], facet="ni", per_page=4)
-POINTS = Table((("point", "{facet}"), ("family", "{family}"), ("n", "{n:.0f}"), ("k", "{k:.0f}"), ("τ", "{tau:.3g}"),
-                ("d", "{d:.0f}"), ("E[G] (control variate)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"),
-                ("E[E] (control var.)", "{excess_cv±excess_cv_mcse}"), ("sd G", "{gap_sd:.4f}"),
-                ("R_k(φ̂) − R_k(id)", "{risk_excess±risk_excess_mcse}"), ("converged", "{converged:.2f}"),
-                ("restart spread", "{restart_spread:.1e}"), ("E[G] / bound", "{bound_ratio:.1e}")),
-               dim="point", verdict=None, size=6.5, heading="Every design point (means over training sets ± MCSE)")
+POINTS = Table((("point", "facet"), ("family", "family"), ("n", "n:.0f"), ("k", "k:.0f"), ("τ", "tau:.3g"),
+    ("d", "d:.0f"), ("E[G] (control variate)", "gap_cv"), ("E[G] (plain)", "gap"),
+    ("E[E] (control var.)", "excess_cv"), ("sd G", "gap_sd:.4f"), ("R_k(φ̂) − R_k(id)", "risk_excess"),
+    ("converged", "converged:.2f"), ("restart spread", "restart_spread:.1e"),
+    ("E[G] / bound", "bound_ratio:.1e")), dim="point", verdict=None, size=6.5,
+    heading="Every design point (means over training sets ± MCSE)")
 
 
 def _ni(ds: xr.Dataset) -> xr.Dataset | None:
@@ -160,8 +160,8 @@ def _design(ds: xr.Dataset) -> xr.Dataset:
 
 generalisation_sections = sections("generalisation", (
     TitlePage(texts=(P["claims"], P["method"])),
-    View(_design, (Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
-                          ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design"),)),
+    View(_design, (Table((("sweep", "facet"), ("family", "family"), ("levels", "levels"), ("fixed", "fixed"),
+        ("κ_M", "kappa_m:g")), dim="sweep", verdict=None, heading="Design"),)),
     View(_checks, (CHECKS,)),
     View(lambda ds: ds if "d" in _present(ds) else None,
          (Text(P["lift"], heading="C6: a family with fixed parameter count and Lipschitz constant"),)),

@@ -62,19 +62,17 @@ def _curves(ds: xr.Dataset) -> FigurePage:
         facet=None)
 
 
-KMF = Table((("k_min factor f", "{facet:g}"), ("k_min", "{kmf_k_min:.0f}"), ("slope ± SE", "{kmf_slope±kmf_slope_se}"),
-             ("slope of the fit to the exact curve", "{kmf_slope_exact_fit:.5f}"),
-             ("c1 ± MCSE", "{kmf_c1_estimate±kmf_c1_estimate_mcse}"), ("t of c1", "{kmf_c1_z:+.2f}"),
-             ("c1 of the fit to the exact curve", "{kmf_c1_exact_fit:.5f}"), ("reason", "{kmf_reason}")),
-            dim="kmf", verdict="kmf_verdict")
-BLOCKS = Table((("cell", "{facet}"), ("anchors per block", "{block_size:.0f}"), ("blocks", "{n_units:.0f}"),
-                ("anchors in all", "{anchors_total:.0f}"), ("slope ± SE", "{slope±slope_se}"),
-                ("c1 ± MCSE", "{c1_estimate±c1_estimate_mcse}"), ("t of c1", "{c1_z:+.2f}"), ("reason", "{verdict_reason}")),
-               dim="cell", verdict="rate_verdict")
-PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/2)", "{facet:g}"),
-               ("slope ± SE", "{pilot_slope±pilot_slope_se}"), ("c1 ± MCSE", "{pilot_c1_estimate±pilot_c1_estimate_mcse}"),
-               ("t of c1", "{pilot_c1_z:+.2f}"), ("MCSE of gap at k_max", "{pilot_gap_mcse_kmax:.3g}"),
-               ("reason", "{pilot_reason}")), dim="pilot", verdict="pilot_verdict")
+KMF = Table((("k_min factor f", "facet:g"), ("k_min", "kmf_k_min:.0f"), ("slope ± SE", "kmf_slope±kmf_slope_se"),
+    ("slope of the fit to the exact curve", "kmf_slope_exact_fit:.5f"), ("c1 ± MCSE", "kmf_c1_estimate"),
+    ("t of c1", "kmf_c1_z:+.2f"), ("c1 of the fit to the exact curve", "kmf_c1_exact_fit:.5f"),
+    ("reason", "kmf_reason")), dim="kmf", verdict="kmf_verdict")
+BLOCKS = Table((("cell", "facet"), ("anchors per block", "block_size:.0f"), ("blocks", "n_units:.0f"),
+    ("anchors in all", "anchors_total:.0f"), ("slope ± SE", "slope±slope_se"), ("c1 ± MCSE", "c1_estimate"),
+    ("t of c1", "c1_z:+.2f"), ("reason", "verdict_reason")), dim="cell", verdict="rate_verdict")
+PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/2)", "facet:g"),
+    ("slope ± SE", "pilot_slope±pilot_slope_se"), ("c1 ± MCSE", "pilot_c1_estimate"),
+    ("t of c1", "pilot_c1_z:+.2f"), ("MCSE of gap at k_max", "pilot_gap_mcse_kmax:.3g"),
+    ("reason", "pilot_reason")), dim="pilot", verdict="pilot_verdict")
 
 
 def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:

@@ -12,14 +12,13 @@ from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, 
 __all__ = ["in_batch_sections", "PAGES"]
 
 P = prose("in_batch")
-RESULTS = Table((
-    ("case", "{facet}"), ("k_min", "{k_min}"), ("slope ± SE", "{slope±slope_se}"),
-    ("95% CI", "[{slope_ci_low:.3f}, {slope_ci_high:.3f}]"), ("p(−1/2)", "{slope_p_half:.2g}"),
+RESULTS = Table((("case", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
+    ("95% CI", "[{slope_ci_low:.3f}, {slope_ci_high:.3f}]"), ("p(−1/2)", "slope_p_half:.2g"),
     ("c1 est ± MCSE\nc1 exact", "{c1_batch_estimate±c1_batch_estimate_mcse}\n{c1_batch_exact:.5f}"),
-    ("t c1", "{c1_t:+.2f}"),
+    ("t c1", "c1_t:+.2f"),
     ("limit est ± MCSE\nlimit exact", "{limit_estimate±limit_estimate_mcse}\n{limit_exact:.5f}"),
-    ("t limit", "{limit_t:+.2f}"), ("CE (paper)\nt vs CE", "{ce_exact:.5f}\n{limit_minus_ce_t:+.1f}"),
-), dim="case", heading=verdict_heading("Results and verdicts", noun="cases"), size=7.5)
+    ("t limit", "limit_t:+.2f"), ("CE (paper)\nt vs CE", "{ce_exact:.5f}\n{limit_minus_ce_t:+.1f}")), dim="case",
+    heading=verdict_heading("Results and verdicts", noun="cases"), size=7.5)
 
 _K = dict(x="n_pairs", fit_range="n_pairs_min")
 PAGES = (

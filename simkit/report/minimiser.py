@@ -17,16 +17,15 @@ __all__ = ["minimiser_sections"]
 P = prose("minimiser")
 
 
-EXACT = Table((
-    ("class", "{facet}"), ("description", "{description}"), ("P", "{n_params}"),
+EXACT = Table((("class", "facet"), ("description", "description"), ("P", "n_params"),
     ("θ*", lambda ds, i: ", ".join(fin(v, ".5g") for v in ds["theta_star"].values[i] if np.isfinite(v))),
     ("½gᵀH⁻¹g\nlim k²·excess", "{excess_const_exact:.6g}\n{excess_const_limit:.6g}"),
     ("−H⁻¹g\nlim k(θ_k − θ*)", lambda ds, i: "\n".join(
         ", ".join(fin(v, ".5g") for v in ds[n].values[i] if np.isfinite(v)) for n in ("shift_const", "shift_limit"))),
     ("slope [local range]\n→ limit", "{excess_slope:.4f} [{excess_slope_low:.4f}, {excess_slope_high:.4f}]\n"
                                      "→ {excess_slope_limit:.4f}"),
-    ("max |θ_k − θ0|", "{well_max_dev:.2g}"),
-), heading=verdict_heading("Exact results and verdicts", noun="classes"), size=7.0)
+    ("max |θ_k − θ0|", "well_max_dev:.2g")),
+    heading=verdict_heading("Exact results and verdicts", noun="classes"), size=7.0)
 
 
 def _crossover_table(doc, ds: xr.Dataset) -> None:

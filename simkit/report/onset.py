@@ -12,16 +12,15 @@ from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePa
 __all__ = ["onset_sections", "PAGES"]
 
 P = prose("onset")
-RESULTS = Table((
-    ("setting", "{facet}"), ("τ", "{tau}"), ("scale ρ", "{expansion_scale:.4g}"), ("|c2/c1|", "{crossover:.4g}"),
-    ("c1 ± MCSE", "{c1±c1_mcse}"), ("c2 ± MCSE", "{c2±c2_mcse}"),
+RESULTS = Table((("setting", "facet"), ("τ", "tau"), ("scale ρ", "expansion_scale:.4g"),
+    ("|c2/c1|", "crossover:.4g"), ("c1 ± MCSE", "c1"), ("c2 ± MCSE", "c2"),
     ("k* (1/k)\n95% interval", "{onset_k:.5g}\n[{onset_k_low:.5g}, {onset_k_high:.5g}]"),
-    ("k*/ρ", "{onset_over_scale:.3g}"),
+    ("k*/ρ", "onset_over_scale:.3g"),
     ("k* (c1/k + c2/k²)\n95% interval", "{onset_k_second_order:.5g}\n[{onset_k_second_order_low:.5g}, "
                                          "{onset_k_second_order_high:.5g}]"),
-    ("predicted\n[ρ, 16ρ]", "[{predicted_low:.4g}, {predicted_high:.4g}]"), ("k* in range?", "{scale_predicts}"),
-    ("MC k_max", "{k_max:.0f}"), ("curve max |t|\ncurve p", "{curve_max_t:.2f}\n{curve_p:.2g}"),
-), heading=verdict_heading("Onsets and curve tests"), size=7.5)
+    ("predicted\n[ρ, 16ρ]", "[{predicted_low:.4g}, {predicted_high:.4g}]"), ("k* in range?", "scale_predicts"),
+    ("MC k_max", "k_max:.0f"), ("curve max |t|\ncurve p", "{curve_max_t:.2f}\n{curve_p:.2g}")),
+    heading=verdict_heading("Onsets and curve tests"), size=7.5)
 
 PAGES = (
     TitlePage(texts=(P["intro"], P["method"]), then=(RESULTS, Text(P["answer"]), Failures())),

@@ -16,17 +16,16 @@ from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table
 __all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
 
 P = prose("rate_k")
-RESULTS = Table((
-    ("setting", "{facet}"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"), ("τ", "{tau}"),
-    ("k_min", "{k_min}"), ("slope ± jackknife SE", "{slope±slope_se}"),
+RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
+    ("τ", "tau"), ("k_min", "k_min"), ("slope ± jackknife SE", "slope±slope_se"),
     ("CI 95%\nCI of the verdict", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]\n"
                                   "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
-    ("p-value of slope = −1/2", "{slope_p_half:.2g}"),
+    ("p-value of slope = −1/2", "slope_p_half:.2g"),
     ("c1 estimate ± MCSE\nc1 exact ± MCSE", "{c1_estimate±c1_estimate_mcse}\n{c1_exact±c1_exact_mcse}"),
-    ("t of c1", "{c1_z:+.2f}"),
+    ("t of c1", "c1_z:+.2f"),
     ("c2 estimate ± MCSE\nc2 exact ± MCSE", "{c2_estimate±c2_estimate_mcse}\n{c2_exact±c2_exact_mcse}"),
-    ("t of c2", "{c2_t:+.2f}"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading=verdict_heading("Regression results and verdicts"), size=8.0)
+    ("t of c2", "c2_t:+.2f"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}")),
+    heading=verdict_heading("Regression results and verdicts"), size=8.0)
 
 _K = dict(fit_range="k_min")
 _KGAP = dict(band="k_gap_mcse", hline="c1_exact", hline_band="c1_exact_mcse", fit=("c1_estimate", "c2_estimate"),

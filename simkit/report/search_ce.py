@@ -28,15 +28,13 @@ def _curve_p(ds: xr.Dataset, i: int) -> str:
     return f"{p:.3g}" if math.isfinite(p) else "not tested\n(no exact curve)"
 
 
-RESULTS = Table((
-    ("setting", "{facet}"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"), ("τ", "{tau}"),
-    ("k_min", "{k_min}"), ("sign of D_k (k ≥ k_min)", _sign), ("slope ± SE", "{slope±slope_se}"),
+RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
+    ("τ", "tau"), ("k_min", "k_min"), ("sign of D_k (k ≥ k_min)", _sign), ("slope ± SE", "slope±slope_se"),
     ("CI 95%\nCI of the verdict", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]\n"
                                   "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
-    ("p-value of slope = −1/2", "{slope_p_half:.2g}"), ("d1 estimate ± MCSE", "{d1_estimate±d1_estimate_mcse}"),
-    ("d1 predicted ± MCSE", "{d1_exact±d1_exact_mcse}"), ("z of d1", "{d1_z:+.2f}"),
-    ("p of D_k vs exact", _curve_p),
-), heading=verdict_heading("Regression results and verdicts"))
+    ("p-value of slope = −1/2", "slope_p_half:.2g"), ("d1 estimate ± MCSE", "d1_estimate"),
+    ("d1 predicted ± MCSE", "d1_exact"), ("z of d1", "d1_z:+.2f"), ("p of D_k vs exact", _curve_p)),
+    heading=verdict_heading("Regression results and verdicts"))
 
 
 def _retrieval(doc, ds: xr.Dataset) -> None:
@@ -45,7 +43,7 @@ def _retrieval(doc, ds: xr.Dataset) -> None:
     show = [int(kk) for kk in k if kk >= n_top]
     if len(show) > 5:
         show = [show[j] for j in np.unique(np.round(np.linspace(0, len(show) - 1, 5)).astype(int))]
-    cols = [("setting", "{facet}")]
+    cols = [("setting", "facet")]
     for kk in show:
         g = int(np.nonzero(k == kk)[0][0])
         cols.append((f"k = {kk}\ntop-1 · recall@{n_top}", lambda ds, i, g=g: "\n".join(

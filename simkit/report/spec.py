@@ -179,6 +179,7 @@ def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
     return v.values.item() if v.ndim == 0 else v.values
 
 
+_BARE = re.compile(r"[A-Za-z_]\w*(?:±[A-Za-z_]\w*)?(?::[^{}]*)?")
 _FIELD = re.compile(r"(?<![\^_])\{([A-Za-z_][\w]*)(?:±([A-Za-z_][\w]*))?(?::([^}]*))?\}")
 
 
@@ -277,7 +278,8 @@ class FigurePage:
 @dataclasses.dataclass(frozen=True)
 class Table:
     """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable name (headed
-    by its ``long_name``, with its ``_mcse``); ``verdict`` one or several coloured verdict columns."""
+    by its ``long_name``); a template that is a bare field (``v``, ``v:fmt``, ``v±se``) is filled as one,
+    a bare ``v`` with its ``v_mcse`` when there is one; ``verdict`` one or several coloured verdict columns."""
 
     columns: tuple[str | tuple[str, Source], ...]
     dim: str = "setting"
@@ -380,12 +382,12 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> 
 def _table(doc: ReportDocument, ds: xr.Dataset, t: Table, study=None) -> None:
     header, cells = [], []
     for col in t.columns:
-        if isinstance(col, tuple):
-            header.append(col[0])
-            cells.append(col[1])
-        else:
-            header.append(label(ds, col))
-            cells.append(f"{{{col}±{col}_mcse}}" if f"{col}_mcse" in ds.variables else f"{{{col}}}")
+        head, cell = col if isinstance(col, tuple) else (None, col)
+        if isinstance(cell, str) and _BARE.fullmatch(cell):  # a field without braces: "v", "v:fmt", "v±se"
+            name = cell.split(":")[0]
+            cell = f"{{{name}±{name}_mcse}}" if cell == name and f"{name}_mcse" in ds.variables else f"{{{cell}}}"
+        header.append(label(ds, col) if head is None else head)
+        cells.append(cell)
     names = (t.verdict,) if isinstance(t.verdict, str) else t.verdict or ()
     names = [n for n in names if n in ds]
     header += ["verdict"] if len(names) == 1 and isinstance(t.verdict, str) else [label(ds, n) for n in names]

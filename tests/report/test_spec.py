@@ -130,6 +130,12 @@ def test_table_and_failures(tmp_path, monkeypatch):
     assert header == ["the gap y", "constant", "k_min", "verdict"]
     assert rows[1] == ["5.00 ± 0.50", "5.00 ± 0.25", "4", "FAIL"]
     assert seen[1][1] == [["b", "fail: slope interval excludes -1", "—"]]
+    seen.clear()  # a bare field as template: its MCSE when it has one, a format, another error, text as text
+    _build(tmp_path, [Table((("Y", "y"), ("C", "c:.1f"), ("C ± y", "c±y_mcse"), ("k", "k_min"), ("n", "n/a")))],
+           synthetic().isel(k=0))
+    assert seen[0][0] == ["Y", "C", "C ± y", "k", "n", "verdict"]
+    assert seen[0][1] == [["3.00 ± 0.30", "3.0", "3.00 ± 0.30", "4", "n/a", "PASS"],
+                          ["5.00 ± 0.50", "5.0", "5.00 ± 0.50", "4", "n/a", "FAIL"]]
 
 
 def test_lone_sentence_joins_the_page_before(tmp_path, monkeypatch):
