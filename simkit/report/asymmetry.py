@@ -8,9 +8,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
-                                sections, verdict_heading)
-
-__all__ = ["asymmetry_sections"]
+                                verdict_heading)
 
 P = prose("asymmetry")
 
@@ -110,12 +108,9 @@ PAGES = (
 )
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """The numbers the prose quotes: the settings with a negative c1 and the false-failure rates."""
     alpha, n = float(ds.attrs.get("alpha", np.nan)), ds.sizes["setting"]
     neg = [str(s) for s, c in zip(ds["setting"].values, ds["c1_exact"].values) if c < 0]
     return ds.assign_attrs(n_checks=2 * n, negative_c1=f"in {', '.join(neg)}" if neg else "in no setting of this design",
                            ff_all=1 - (1 - 2 * alpha) ** n * (1 - alpha) ** n)
-
-
-asymmetry_sections = sections("asymmetry", PAGES, _derived)

@@ -6,10 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, render
-
-__all__ = ["capacity_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather
 
 C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d; their "
            "complexity term is √(P/n) (P the class dimension; docs/theory.md §19). Tested prediction "
@@ -51,25 +48,28 @@ def _conclusion(ds: xr.Dataset) -> str:
         n for n, x in zip(("the fixed class", "the growing class"), v) if x != "pass")
 
 
-def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
+def derive(ds: xr.Dataset) -> xr.Dataset:
+    quick = "quick" in str(ds.attrs.get("analysis", ""))
+    reasons = " ".join(str(_s(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(_s(ds, f"{f}_reason")))
+    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if quick else "",
+                           reasons=" " + reasons if reasons else "")
+
+
+def _rows(ds: xr.Dataset) -> xr.Dataset:
     rows = gather(ds, FAMILIES, ("b", "b_se", "b0", "ni_t", "ni_p", "beta", "beta_se"))
-    rows = rows.assign(conclusion=xr.DataArray(_conclusion(ds)),
+    return rows.assign(conclusion=xr.DataArray(_conclusion(ds)),
                        verdict=("row", [str(_s(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]))
+
+
+def _curves(ds: xr.Dataset) -> xr.Dataset:
     fams = ds["family"].values.astype(str)
     parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == f)).swap_dims(point="d")
              .reset_coords(drop=True) for f in ("fourier", "linear", "control")]
     curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return rows, curves
+    return curves
 
 
-def capacity_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The study's pages (all but provenance), from the dataset alone."""
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
-    rows, curves = _derived(ds)
-    reasons = " ".join(str(_s(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(_s(ds, f"{f}_reason")))
-    render(doc, ds, (TitlePage(texts=(C6_TEXT,), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
-    render(doc, rows, (RULE, Text(RULE_TEXT + (" " + reasons if reasons else ""))))
-    render(doc, curves, (CURVES,))
-    render(doc, ds, (POINTS,))
+PAGES = (TitlePage(texts=(C6_TEXT,), ademp=True, note="{note}"), View(_rows, (RULE, Text(RULE_TEXT + "{reasons}"))),
+         View(_curves, (CURVES,)), POINTS)

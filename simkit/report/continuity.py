@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose, sections
-
-__all__ = ["continuity_sections"]
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose
 
 P = prose("continuity")
 
@@ -71,7 +69,7 @@ VALIDITY = FigurePage(
     caption=P["validity_caption"])
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: growth in per cent, end-of-grid ratios, totals."""
     pct = lambda v: (100 * ds[v]).assign_attrs(long_name="growth per doubling (%)", units="1")  # noqa: E731
     tags = [t for t in ("score", "avg", "max") if f"tightness_{t}" in ds]
@@ -103,9 +101,9 @@ def _cells(ds: xr.Dataset) -> xr.Dataset:
     return ds.stack(cell=("setting", "eps")).reset_index("cell").assign_coords(cell=labels)
 
 
-continuity_sections = sections("continuity", (
+PAGES = (
     TitlePage(texts=(P["claim"], P["bounds"], P["method"]), note="{note}"),
     View(_cells, (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), Failures(
         dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
         verdicts=("verdict", "control_verdict", "secondary_verdict")))),
-    GROWTH, BOUNDS, NEGATIVES, RATIOS, VALIDITY), _derived)
+    GROWTH, BOUNDS, NEGATIVES, RATIOS, VALIDITY)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, sections
-
-__all__ = ["dimension_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose
 
 P = prose("dimension")
 
@@ -69,7 +67,7 @@ def _curves(ds: xr.Dataset) -> xr.Dataset:
     return curves
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
 
@@ -79,6 +77,6 @@ POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "
     ("blocks", "n_finished:.0f")), dim="point", heading="Every design point", verdict=None)
 
 
-dimension_sections = sections("dimension", (
+PAGES = (
     TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
-    View(_curves, (CURVES,)), POINTS), _derived)
+    View(_curves, (CURVES,)), POINTS)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose, sections
-
-__all__ = ["encoders_sections"]
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose
 
 P = prose("encoders")
 
@@ -50,7 +48,7 @@ CURVES = FigurePage(
     caption=P["curves_caption"])
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: k times gap_k, its exact curve and D_k."""
     k, out = ds["k"].astype(float), ds.copy()
     for name, src, long_name in (("k_gap", "gap", "k times gap_k"), ("k_gap_mcse", "gap_mcse", "MCSE of k_gap"),
@@ -69,7 +67,7 @@ TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a databa
     caption=P["training_caption"], facet=None, per_page=2)
 
 
-encoders_sections = sections("encoders", (
+PAGES = (
     TitlePage(texts=(P["intro"],), then=(C1, Text(_reasons("verdict_reason")), C2,
                                          Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
-    CURVES, TRAINING), _derived)
+    CURVES, TRAINING)

@@ -9,9 +9,7 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, sections
-
-__all__ = ["generalisation_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose
 
 P = prose("generalisation")
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d", "kprim": "k", "kctl": "k", "krot": "k", "kbrown": "k"}
@@ -158,7 +156,7 @@ def _design(ds: xr.Dataset) -> xr.Dataset:
         "kappa_m": ("sweep", [float(_sweep(ds, s)["kappa_m"].values[0]) for s in present])}, coords={"sweep": present})
 
 
-generalisation_sections = sections("generalisation", (
+PAGES = (
     TitlePage(texts=(P["claims"], P["method"])),
     View(_design, (Table((("sweep", "facet"), ("family", "family"), ("levels", "levels"), ("fixed", "fixed"),
         ("κ_M", "kappa_m:g")), dim="sweep", verdict=None, heading="Design"),)),
@@ -168,5 +166,6 @@ generalisation_sections = sections("generalisation", (
     *(View(lambda ds, s=s: _sweep(ds, s) if s in _present(ds) else None, (page,)) for s, page in SWEEPS.items()),
     View(_ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE)),
     View(lambda ds: ds if "bound_complexity" in ds else None, (Text(P["bound"], heading="The realised gap against the bound"),)),
-    POINTS), requires=("point", "sweep", "family", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse", "excess_cv",
-                       "excess_cv_mcse", "gap_sd", "gap_id", "raw_gap_cv"))
+    POINTS)
+REQUIRES = ("point", "sweep", "family", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse", "excess_cv", "excess_cv_mcse",
+            "gap_sd", "gap_id", "raw_gap_cv")

@@ -10,8 +10,6 @@ import xarray as xr
 from simkit.report.document import COLORS, ReportDocument
 from simkit.report.spec import FigurePage, Panel, Table, Text, config, fill, fin, prose, protocol_block, render
 
-__all__ = ["hard_regime_sections"]
-
 P = prose("hard_regime")
 
 
@@ -86,7 +84,7 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     render(doc, one, (PILOT,))
 
 
-def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
+def _pages(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
     quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
     doc.heading("Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
@@ -107,3 +105,6 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(P["exploratory"], size=8)
     for base in dict.fromkeys(map(str, ds["base"].values)):
         _sensitivity(doc, ds, base)
+
+
+PAGES = (_pages,)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose, sections,
+from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
                                 verdict_heading)
-
-__all__ = ["in_batch_sections", "PAGES"]
 
 P = prose("in_batch")
 RESULTS = Table((("case", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
@@ -37,10 +35,7 @@ PAGES = (
 
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """The false-failure rates the prose quotes."""
     alpha = float(ds.attrs.get("alpha", float("nan")))
     return ds.assign_attrs(ff_case=3 * alpha, ff_all=3 * alpha * ds.sizes["case"])
-
-
-in_batch_sections = sections("in_batch", PAGES, _derived)

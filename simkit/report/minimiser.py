@@ -10,9 +10,7 @@ import xarray as xr
 
 from simkit.report.document import format_pm
 from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, config, fin, prose,
-                                sections, verdict_heading)
-
-__all__ = ["minimiser_sections"]
+                                verdict_heading)
 
 P = prose("minimiser")
 
@@ -67,7 +65,7 @@ PAGES = (
 )
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: a zero coefficient, the fit range's first k, the k-bias
     of the misspecified classes, and the numbers the prose quotes."""
     k_fit_min = float(config(ds).get("k_fit_min", np.nan))
@@ -78,6 +76,3 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
             long_name="exact k-bias CE(θ_k) − CE(θ*)", units="1"))
     out["shift_const"] = ds["shift_const"].assign_attrs(long_name="−H⁻¹g (predicted limit)")
     return out
-
-
-minimiser_sections = sections("minimiser", PAGES, _derived)

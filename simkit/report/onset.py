@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, prose, sections, verdict_heading
-
-__all__ = ["onset_sections", "PAGES"]
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, prose, verdict_heading
 
 P = prose("onset")
 RESULTS = Table((("setting", "facet"), ("τ", "tau"), ("scale ρ", "expansion_scale:.4g"),
@@ -50,7 +48,7 @@ def _answer(ps: list[str]) -> str:
     return "yes" if ps and all(p == "inside" for p in ps) else "no" if "outside" in ps else "undetermined"
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """The ±10% band lines over the exact grid (display only) and the numbers the prose quotes."""
     tol, alpha = float(ds.attrs.get("onset_tol", 0.1)), float(ds.attrs.get("alpha", np.nan))
     ones = xr.ones_like(ds["ratio_exact"])
@@ -61,6 +59,3 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     big = [p for p, r in zip(pos, ds["expansion_scale"].values) if r >= 1e3]
     return out.assign_attrs(onset_tol=tol, answer_all=_answer(pos), answer_large=_answer(big),
                             ff_all=1 - (1 - alpha) ** ds.sizes["setting"])
-
-
-onset_sections = sections("onset", PAGES, _derived)

@@ -10,9 +10,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import format_pm
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, prose, render, sections
-
-__all__ = ["rademacher_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, prose, render
 
 P = prose("rademacher")
 _NAME = {"infonce": "InfoNCE ℓ_k", "pairsum": "control: Σ_j log(1+e^{s_j−s_0})"}
@@ -45,7 +43,7 @@ CENTRING = FigurePage("Centring and the optimiser's work", (
     caption=P["centring_caption"], facet="loss")
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: the first start's R̂_n, the fitted power law c k^b
     over the fit range (c through the weighted geometric mean of the data), the centring gain, the outcome."""
     k, kmin = ds["k"].astype(float), float(config(ds).get("k_fit_min", 16))
@@ -93,6 +91,6 @@ def _n_table(doc, one: xr.Dataset) -> None:
         dim="kn", verdict=None, heading="InfoNCE: R̂_n against n"),))
 
 
-rademacher_sections = sections("rademacher", (
+PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(EXPONENTS,)), View(_n_curve, (_n_table, Text(P["rule"]))),
-    K_PAGE, View(_n_curve, (N_PAGE,)), CENTRING), _derived)
+    K_PAGE, View(_n_curve, (N_PAGE,)), CENTRING)

@@ -10,10 +10,8 @@ from types import SimpleNamespace
 import xarray as xr
 
 from simkit.report.document import study_report
-from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, prose, sections,
-                                verdict_heading)
-
-__all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
+from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
+                                study_sections, verdict_heading)
 
 P = prose("rate_k")
 RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
@@ -59,7 +57,7 @@ PAGES = (
 
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities computed from the saved variables (no re-run): k·exact gap, the CV gain and the
     numbers the prose quotes."""
     k, alpha, nb = ds["k"].astype(float), float(ds.attrs.get("alpha", math.nan)), ds.sizes.get("block", 0)
@@ -71,10 +69,7 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
                             cv_uncertainty_pct=200 / math.sqrt(nb - 1) if nb > 1 else math.nan)
 
 
-rate_k_sections = sections("rate_k", PAGES, _derived)
-
-
 def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
     """Write the C1 study's PDF (its pages, then the provenance) from its dataset alone; return the page count."""
     return study_report(SimpleNamespace(name="rate_k", claim="C1", title="the finite-k InfoNCE bias decays as c1/k",
-                                        report_sections=rate_k_sections), ds, path)
+                                        report_sections=study_sections("rate_k")), ds, path)

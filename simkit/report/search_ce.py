@@ -9,9 +9,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, config, format_pm,
-                                prose, render, sections, verdict_heading)
-
-__all__ = ["search_ce_sections"]
+                                prose, render, verdict_heading)
 
 P = prose("search_ce")
 
@@ -96,7 +94,7 @@ PAGES = (
 )
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables (no re-run): k times the two parts of D_k, the
     variance-reduction factors of the C2 estimator, and the numbers the prose quotes."""
     alpha, n_set, cfg = float(ds.attrs.get("alpha", np.nan)), ds.sizes["setting"], config(ds)
@@ -112,6 +110,3 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     for name, (value, long_name) in new.items():
         out[name] = value.assign_attrs(long_name=long_name, units="1")
     return out
-
-
-search_ce_sections = sections("search_ce", PAGES, _derived)

@@ -5,13 +5,15 @@ Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is 
 facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
 the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``, ``level``
 and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's module is its declarations
-and :func:`sections`; its page prose lives in ``pages/<study>.md`` (:func:`prose`).
+``PAGES`` (with ``derive`` and ``REQUIRES``, :func:`study_sections`); its prose is ``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.util
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -31,7 +33,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
            "RESIDUAL_KEY", "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill",
-           "protocol_block", "config", "prose", "sections", "t_crit", "UNRESOLVED"]
+           "protocol_block", "config", "prose", "sections", "study_sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
@@ -97,6 +99,15 @@ def sections(name: str, pages: Sequence, derive: Callable | None = None, require
             raise
     draw.__doc__ = f"The pages of the {name} study (all but provenance), from its dataset alone."
     return draw
+
+
+def study_sections(name: str):
+    """The sections of study ``name`` declared in ``simkit.report.<name>``: its ``PAGES``, drawn from its
+    ``derive(ds)`` if it has one, after checking its ``REQUIRES`` (:func:`sections`); none without a module."""
+    if not name.isidentifier() or importlib.util.find_spec(f"simkit.report.{name}") is None:
+        return lambda doc, ds, study=None: None
+    module = importlib.import_module(f"simkit.report.{name}")
+    return sections(name, module.PAGES, getattr(module, "derive", None), getattr(module, "REQUIRES", ()))
 
 
 def _drawn(items: Sequence):

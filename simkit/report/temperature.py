@@ -8,9 +8,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, View, config, gather, prose,
-                                sections, stack)
-
-__all__ = ["temperature_sections"]
+                                stack)
 
 P = prose("temperature")
 
@@ -81,7 +79,7 @@ NORMS_FIGURE = FigurePage("Norms clause: G and G·τ; the gap's sensitivity S to
     caption=P["norms_caption"], facet=None)
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: per-setting extremes, k·gap_k at two k, |gap|."""
     k, taus = ds["k"].values, ds["tau"].values
     kf = int(config(ds).get("k_fixed", 64))
@@ -139,7 +137,7 @@ SCALED_TABLE = Table((("τ", "facet:g"), ("E[S]", "scaled_sens_cv"), ("S·τ", "
 
 
 _HEAD = "{setting}: π {pi}, d = {dim}, κ_M = {kappa_m:g} — "
-temperature_sections = sections("temperature", (
+PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
         reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
         verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
@@ -153,4 +151,4 @@ temperature_sections = sections("temperature", (
     View(lambda ds: ds if "scaled_verdict" in ds else None, (  # the rule of protocols/temperature_scaled.md
         Text(_scaled_text, heading="Norms clause beyond the 1/τ score scale (pre-registered, "
                                    "protocols/temperature_scaled.md)"), SCALED_TABLE,
-        View(_scaled_rows, (NORM_CHECKS,))))), _derived)
+        View(_scaled_rows, (NORM_CHECKS,)))))
