@@ -424,3 +424,17 @@ def test_view_draws_its_items_on_each_dataset(monkeypatch, tmp_path):
     each = spec.View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (Text("setting {setting}"),))
     _build(tmp_path, [each, spec.View(lambda ds: None, (Text("never"),))])
     assert texts == ["setting a", "setting b"]
+
+
+def test_study_sections_are_found_by_the_study_name(tmp_path):
+    """``study_sections(name)`` draws the ``PAGES`` of ``simkit/report/<name>.py`` after its ``derive``; a
+    name without a module (an out-of-tree study) draws nothing. Positive control: a rate_k dataset without
+    its verdicts is refused, naming them."""
+    nothing = spec.study_sections("no_such_study")
+    assert document.write_report(tmp_path / "none.pdf", lambda doc: nothing(doc, None)) == 0
+    from simkit.runner import read_dataset
+    ds = read_dataset(DATA / "rate_k.nc")
+    assert document.write_report(tmp_path / "r.pdf", lambda doc: spec.study_sections("rate_k")(doc, ds)) >= 4
+    with pytest.raises(ValueError, match=r"must be a rate_k dataset; it lacks 'verdict'"):
+        document.write_report(tmp_path / "bad.pdf",
+                              lambda doc: spec.study_sections("rate_k")(doc, ds.drop_vars("verdict")))
