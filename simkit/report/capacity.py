@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, scalar
 
 C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d; their "
            "complexity term is √(P/n) (P the class dimension; docs/theory.md §19). Tested prediction "
@@ -32,12 +32,8 @@ POINTS = Table((("point", "facet"), ("P", "n_params:.0f"), ("n", "n:.0f"), ("√
     heading="Every design point", verdict=None)
 
 
-def _s(ds: xr.Dataset, name: str):
-    return ds[name].values.item() if name in ds.variables else float("nan")
-
-
 def _conclusion(ds: xr.Dataset) -> str:
-    v = [str(_s(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]
+    v = [str(scalar(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]
     if "error" in v:
         return "error: a task failed (see the reasons); no confirmatory conclusion"
     if v[2] != "pass":
@@ -50,15 +46,14 @@ def _conclusion(ds: xr.Dataset) -> str:
 
 def derive(ds: xr.Dataset) -> xr.Dataset:
     quick = "quick" in str(ds.attrs.get("analysis", ""))
-    reasons = " ".join(str(_s(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(_s(ds, f"{f}_reason")))
+    reasons = " ".join(str(scalar(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(scalar(ds, f"{f}_reason")))
     return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if quick else "",
                            reasons=" " + reasons if reasons else "")
 
 
 def _rows(ds: xr.Dataset) -> xr.Dataset:
-    rows = gather(ds, FAMILIES, ("b", "b_se", "b0", "ni_t", "ni_p", "beta", "beta_se"))
-    return rows.assign(conclusion=xr.DataArray(_conclusion(ds)),
-                       verdict=("row", [str(_s(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]))
+    rows = gather(ds, FAMILIES, ("b", "b_se", "b0", "ni_t", "ni_p", "beta", "beta_se", "verdict"))
+    return rows.assign(conclusion=xr.DataArray(_conclusion(ds)))
 
 
 def _curves(ds: xr.Dataset) -> xr.Dataset:

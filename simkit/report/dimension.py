@@ -6,17 +6,13 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, scalar
 
 P = prose("dimension")
 
 
-def _s(ds: xr.Dataset, name: str):
-    return ds[name].values.item() if name in ds.variables else float("nan")
-
-
 def _conclusion(ds: xr.Dataset) -> str:
-    v, c = str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))
+    v, c = str(scalar(ds, "verdict")), str(scalar(ds, "control_verdict"))
     if v == "error" or c == "error":
         return "error: a task failed (see the reasons); no confirmatory conclusion"
     if c != "pass":
@@ -48,9 +44,9 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
     rows = rows.assign(growth_pct=100 * rows["growth"], growth_pct_se=100 * rows["growth_se"],
                        rel_pct=100 * rows["rel_trend"], rel_pct_se=100 * rows["rel_trend_se"],
                        conclusion=xr.DataArray(_conclusion(ds)),
-                       verdict=("row", [str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))]))
-    return rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason")
-                                              if str(_s(ds, n))))
+                       verdict=("row", [str(scalar(ds, "verdict")), str(scalar(ds, "control_verdict"))]))
+    return rows.assign_attrs(reasons=" ".join(str(scalar(ds, n)) for n in ("verdict_reason", "control_reason")
+                                              if str(scalar(ds, n))))
 
 
 def _curves(ds: xr.Dataset) -> xr.Dataset:
@@ -60,7 +56,7 @@ def _curves(ds: xr.Dataset) -> xr.Dataset:
              .swap_dims(point="d").reset_coords(drop=True) for f in fams]
     curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES)[:len(fams)])
     lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
-    b = xr.DataArray([_s(ds, f"{f}_b") for f in fams], dims="family")
+    b = xr.DataArray([scalar(ds, f"{f}_b") for f in fams], dims="family")
     curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}

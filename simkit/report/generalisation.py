@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, scalar
 
 P = prose("generalisation")
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d", "kprim": "k", "kctl": "k", "krot": "k", "kbrown": "k"}
@@ -31,14 +31,14 @@ def _checks(ds: xr.Dataset) -> xr.Dataset:
             "d": ("C6", "E[G] per doubling of d (Fourier lift)", "d_trend", "two-sided t, H0: slope = 0", "d_trend_p",
                   "|slope| ≥ {d_trend_detect:.4f} nats per doubling")}
     rows = [s for s in spec if s in set(map(str, ds["sweep"].values))]
-    val = lambda name: ds[name].values.item() if name in ds.variables else np.nan  # noqa: E731
     out = xr.Dataset({
         "claim": ("check", [spec[s][0] for s in rows]), "statistic": ("check", [f"{s} sweep: {spec[s][1]}" for s in rows]),
-        "est": ("check", [val(spec[s][2]) for s in rows]), "est_se": ("check", [val(spec[s][2] + "_se") for s in rows]),
-        "test": ("check", [f"{spec[s][3]}, level {alpha:g}; p = {val(spec[s][4]):.2g}" for s in rows]),
+        "est": ("check", [scalar(ds, spec[s][2]) for s in rows]),
+        "est_se": ("check", [scalar(ds, spec[s][2] + "_se") for s in rows]),
+        "test": ("check", [f"{spec[s][3]}, level {alpha:g}; p = {scalar(ds, spec[s][4]):.2g}" for s in rows]),
         "power": ("check", [f"detects {spec[s][5]} w.p. {power:g}" for s in rows]),
-        "verdict": ("check", [str(val(f"{s}_verdict")) for s in rows]),
-        "reason": ("check", [str(val(f"{s}_verdict_reason")) for s in rows])}, coords={"check": rows}, attrs=a)
+        "verdict": ("check", [str(scalar(ds, f"{s}_verdict")) for s in rows]),
+        "reason": ("check", [str(scalar(ds, f"{s}_verdict_reason")) for s in rows])}, coords={"check": rows}, attrs=a)
     return out.assign({v: ds[v] for v in ("n_slope_detect", "k_trend_detect", "tau_slope_detect", "tau_false_fail",
                                           "d_trend_detect") if v in ds})
 

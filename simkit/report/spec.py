@@ -32,7 +32,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, format_pm, label, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
-           "RESIDUAL_KEY", "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill",
+           "RESIDUAL_KEY", "verdict_heading", "gather", "scalar", "stack", "panel_title", "fin", "require", "fill",
            "protocol_block", "config", "prose", "sections", "study_sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
@@ -130,10 +130,15 @@ def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
     return heading
 
 
+def scalar(ds: xr.Dataset, name: str):
+    """The value of the scalar variable ``name``, NaN when the dataset has none."""
+    return ds[name].values.item() if name in ds.variables else np.nan
+
+
 def gather(ds: xr.Dataset, rows: dict[str, str], fields: Sequence[str], dim: str = "row") -> xr.Dataset:
     """Scalar variables named ``<prefix><field>`` as one dataset over ``dim``: a row per ``label: prefix``
     of ``rows`` (missing variables are NaN), for a :class:`Table` of checks that share their fields."""
-    cols = {f: [ds[p + f].values.item() if p + f in ds.variables else np.nan for p in rows.values()] for f in fields}
+    cols = {f: [scalar(ds, p + f) for p in rows.values()] for f in fields}
     return xr.Dataset({f: (dim, np.asarray(v, dtype=object if any(isinstance(x, str) for x in v) else float))
                        for f, v in cols.items()}, coords={dim: list(rows)}, attrs=ds.attrs)
 
