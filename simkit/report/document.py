@@ -52,21 +52,22 @@ MINUS = "\u2212"
 # text and numbers
 
 @lru_cache(maxsize=8192)
-def _width_in(text: str, size: float, family: str = "sans-serif") -> float:
+def _width_in(text: str, size: float, family: str = "sans-serif", weight: str = "normal") -> float:
     """Rendered width of one line in inches, from the font metrics (no renderer needed)."""
-    w, _, _ = text_to_path.get_text_width_height_descent(text, FontProperties(family=family, size=size),
-                                                         ismath=False)
+    font = FontProperties(family=family, size=size, weight=weight)
+    w, _, _ = text_to_path.get_text_width_height_descent(text, font, ismath=False)
     return w / 72.0
 
 
-def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") -> list[str]:
+def wrap_text(text: str, width: float, size: float, family: str = "sans-serif", weight: str = "normal") -> list[str]:
     """Greedy word wrap into lines at most ``width`` inches wide at ``size`` points (font metrics, 3% margin);
     newlines are kept and a word wider than a line is broken between characters."""
-    limit, space, out = 0.97 * width, _width_in(" ", size, family), []
+    width_in = lambda t: _width_in(t, size, family, weight)  # noqa: E731
+    limit, space, out = 0.97 * width, width_in(" "), []
     for para in str(text).split("\n"):
         line, used = [], 0.0
         for word in para.split(" "):
-            w = _width_in(word, size, family)
+            w = width_in(word)
             if line and used + space + w <= limit:
                 line.append(word)
                 used += space + w
@@ -77,11 +78,11 @@ def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") 
                 lo, hi = 1, len(word) - 1  # bisect for the longest prefix that fits
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
-                    lo, hi = (mid, hi) if _width_in(word[:mid], size, family) <= limit else (lo, mid - 1)
+                    lo, hi = (mid, hi) if width_in(word[:mid]) <= limit else (lo, mid - 1)
                 cut = lo
                 out.append(word[:cut])
                 word = word[cut:]
-                w = _width_in(word, size, family)
+                w = width_in(word)
             line, used = [word], w
         out.append(" ".join(line))
     return out
@@ -96,9 +97,11 @@ def auto_widths(header: Sequence[str] | None, rows: Sequence[Sequence[str]], wid
     fam = list(families) if families is not None else ["sans-serif"] * n
     lo, hi = np.zeros(n), np.zeros(n)
     for r, row in enumerate(([header] if header is not None else []) + list(rows)):
+        weight = "bold" if r == 0 and header is not None else "normal"
         for j, cell in enumerate(row):
             lines = str(cell).split("\n")
-            lo[j] = max(lo[j], pad + max(_width_in(w, size, fam[j]) for line in lines for w in line.split(" ")) / 0.96)
+            lo[j] = max(lo[j], pad + max(_width_in(w, size, fam[j], weight) for line in lines
+                                         for w in line.split(" ")) / 0.96)
             if r or header is None:  # a header wraps to the width its column's cells need
                 hi[j] = max(hi[j], pad + max(_width_in(line, size, fam[j]) for line in lines) / 0.96)
     hi = np.maximum(hi, lo)
@@ -186,9 +189,9 @@ class ReportDocument:
         header, rows, widths = args
         size, fam = kw.get("size", TABLE) * self._scale, kw.get("families") or ["sans-serif"] * len(widths)
         cols = [w * self.width / float(sum(widths)) for w in widths]
-        rows = ([header] if header is not None else []) + list(rows[:1])
-        return sum(max(len(wrap_text(c, cw - 0.1, size, f)) for c, cw, f in zip(r, cols, fam)) * size * LEADING / 72
-                   + 0.1 for r in rows)
+        rows = ([(header, "bold")] if header is not None else []) + [(r, "normal") for r in rows[:1]]
+        return sum(max(len(wrap_text(c, cw - 0.1, size, f, wt)) for c, cw, f in zip(r, cols, fam)) * size * LEADING
+                   / 72 + 0.1 for r, wt in rows)
 
     def finish_page(self) -> None:
         """Lay out and write the queued flow, if any: what follows starts on a new page."""
@@ -247,7 +250,7 @@ class ReportDocument:
     def _text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
               color: str = "black", after: float = 0.08, keep: int = 1) -> None:
         size, after = size * self._scale, after * self._scale
-        lines = wrap_text(text, self.width, size, family)
+        lines = wrap_text(text, self.width, size, family, weight)
         lh = size * LEADING / 72
         self._room(lh * min(keep, len(lines)))
         for line in lines:
@@ -268,8 +271,8 @@ class ReportDocument:
         fam = list(families) if families is not None else ["sans-serif"] * len(cols)
         pad, lh, colors = 0.05, size * LEADING / 72, colors or {}
 
-        def layout(cells):
-            wrapped = [wrap_text(c, cw - 2 * pad, size, f) for c, cw, f in zip(cells, cols, fam)]
+        def layout(cells, weight="normal"):
+            wrapped = [wrap_text(c, cw - 2 * pad, size, f, weight) for c, cw, f in zip(cells, cols, fam)]
             return wrapped, max(len(w) for w in wrapped) * lh + 2 * pad
 
         def draw(wrapped, height, fill, bold=False, cell_fill=None):
@@ -285,7 +288,7 @@ class ReportDocument:
             self.y += height
             self._rule()
 
-        head = layout(header) if header is not None else None
+        head = layout(header, "bold") if header is not None else None
         body = [layout(r) for r in rows]
         self._room((head[1] if head else 0) + (body[0][1] if body else 0))
         if head:

@@ -211,9 +211,11 @@ def test_auto_widths_fit_the_page_and_break_no_word():
     rows = [["mixture-d16", "−0.99977 ± 0.00015", "1.2e−166"], ["uniform-d3", "[−1.0012, −0.9993]", "0.73"]]
     widths = report.auto_widths(header, rows, 6.0, 7.5)
     assert sum(widths) == pytest.approx(6.0)
-    for row in [header] + rows:
+    for row, weight in [(header, "bold")] + [(r, "normal") for r in rows]:  # a header is set in bold
         for cell, w in zip(row, widths):
-            assert " ".join(wrap_text(cell, w - 0.1, 7.5)) == cell  # every line break falls between words
+            assert " ".join(wrap_text(cell, w - 0.1, 7.5, weight=weight)) == cell  # breaks fall between words
+    bold, plain = (report._width_in("slope", 7.5, weight=w) for w in ("bold", "normal"))
+    assert bold > plain  # the bold header is measured as drawn
     wide = report.auto_widths(None, [["a", "bb"]], 20.0, 7.5)
     line = [report._width_in(t, 7.5) for t in ("a", "bb")]
     assert wide[1] / wide[0] == pytest.approx((0.12 + line[1] / 0.96) / (0.12 + line[0] / 0.96))
