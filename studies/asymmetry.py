@@ -433,10 +433,6 @@ class Asymmetry(Study):
     def attrs(self, cfg):
         return {"alpha": ALPHA, "n_top": N_TOP}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.asymmetry import asymmetry_sections
-        asymmetry_sections(doc, ds, study=self)
-
     def summary_text(self, ds) -> str:
         rates = estimate_table(ds, "setting", {"gap_slope": "C1 slope", "c1_estimate": "c1", "c1_exact": "c1 exact",
                                                "c1_z": "z", "d_slope": "C2 slope", "d1_estimate": "d1",

@@ -394,10 +394,6 @@ class Bounds(Study):
         return {**protocol_attrs(PROTOCOL_PATH), "iso_min": ISO_MIN, "growth_max_min": GROWTH_MAX_MIN,
                 "growth_avg_max": GROWTH_AVG_MAX, "z_above": Z_ABOVE}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.bounds import bounds_sections
-        bounds_sections(doc, ds, study=self)
-
     def summary_text(self, ds) -> str:
         k = ds["k"].values
         show = [g for g, kk in enumerate(k) if kk in (1, 16, 256, int(k[-1]))]

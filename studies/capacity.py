@@ -337,9 +337,9 @@ class Capacity(Study):
         return {"alpha": ALPHA, "seed_split": SEED_SPLIT, **protocol_attrs(),
                 "analysis": "confirmatory" if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.capacity import capacity_sections
-        capacity_sections(doc, ds)
+    def report_sections(self, doc, ds):  # simkit/report/capacity.py, for the replication (a subclass) too
+        from simkit.report.spec import study_sections
+        study_sections("capacity")(doc, ds, study=self)
 
     def summary_text(self, ds) -> str:
         lines = [f"{'point':<16}{'P':>6}{'n':>7}{'C':>8}{'E[G] (cv)':>24}{'nG/P':>8}{'conv':>6}"]

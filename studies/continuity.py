@@ -399,9 +399,5 @@ class Continuity(Study):
                 "analysis": "confirmatory (the design of protocols/continuity.md)" if registered_design(cfg) else
                             "exploratory: not the pre-registered design (quick, another seed or other parameters)"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.continuity import continuity_sections
-        continuity_sections(doc, ds)
-
 
 STUDY = Continuity()

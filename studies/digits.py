@@ -442,9 +442,5 @@ class Digits(Study):
                 "n_test_images": int(split["test"].size), "test_index_sha256": split["sha256"],
                 "pi": "uniform over the test images (normalised pixels on S^63)"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.digits import digits_sections
-        digits_sections(doc, ds, study=self)
-
 
 STUDY = Digits()

@@ -338,10 +338,6 @@ class Dimension(Study):
         return {"alpha": ALPHA, "delta": DELTA, "b0": B0, "seed_split": SEED_SPLIT, **protocol_attrs(),
                 "analysis": "confirmatory" if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.dimension import dimension_sections
-        dimension_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'point':<16}{'params':>8}{'E[G] (cv)':>24}{'conv':>6}"]
         for i, p in enumerate(ds["point"].values):

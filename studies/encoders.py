@@ -435,9 +435,5 @@ class Encoders(Study):
                 "retrieval_test": "pre-stated: risk falls; one-sided paired t (blocks) of top-1 rise and "
                                   "CE(M_hat, Q_hat) fall, first vs last checkpoint, alpha each"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.encoders import encoders_sections
-        encoders_sections(doc, ds, study=self)
-
 
 STUDY = Encoders()

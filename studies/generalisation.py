@@ -430,10 +430,6 @@ class Generalisation(Study):
                              "confirmatory for the NI sweeps and the bound check (protocols/generalisation.md); "
                              "the n, k, tau, d checks are exploratory")}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.generalisation import generalisation_sections
-        generalisation_sections(doc, ds)
-
     def claim_rows(self, ds) -> list[dict]:
         """One row per sweep present (``<sweep>_verdict`` in ``ds``); the bound check where a bound was evaluated."""
         rows = [check.row(ds) for s, check in zip(SWEEPS, self.checks) if f"{s}_verdict" in ds]

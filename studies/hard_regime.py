@@ -442,9 +442,5 @@ class HardRegime(Study):
                 "analysis": "confirmatory (cell 'hard'); every other cell and table exploratory"
                 if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.hard_regime import hard_regime_sections
-        hard_regime_sections(doc, ds)
-
 
 STUDY = HardRegime()

@@ -285,10 +285,6 @@ class InBatch(Study):
         return {"alpha": ALPHA, **protocol_attrs(PROTOCOL_PATH, _ROOT),
                 "analysis": "confirmatory" if not cfg.get("quick") else "quick (CI) design: not the confirmatory run"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.in_batch import in_batch_sections
-        in_batch_sections(doc, ds, study=self)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'case':<24}{'slope':>9}{'c1 est':>18}{'c1 exact':>10}{'t':>7}{'L est':>20}{'L exact':>10}"
                  f"{'t':>7}{'t vs CE':>9}  verdict"]

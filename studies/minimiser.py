@@ -422,10 +422,6 @@ class Minimiser(Study):
         return {"alpha": ALPHA, "well_tol": WELL_TOL, "slope_tol": SLOPE_TOL, "slope_band": SLOPE_BAND,
                 "const_rtol": CONST_RTOL, **protocol_attrs(PROTOCOL_PATH)}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.minimiser import minimiser_sections
-        minimiser_sections(doc, ds, study=self)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'class':<22}{'½gᵀH⁻¹g':>12}{'lim k²·excess':>15}{'slope [interval] → limit':>34}"
                  f"{'max|θ_k−θ0|':>13}  verdict"]

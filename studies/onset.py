@@ -359,10 +359,6 @@ class Onset(Study):
                 "analysis": "quick (CI) design: not the confirmatory run" if cfg.get("quick") else
                 "confirmatory (protocols/onset.md)"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.onset import onset_sections
-        onset_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<22}{'scale':>10}{'k*':>10}{'95% interval':>24}{'k*/scale':>10}{'k*(2nd)':>10}"
                  f"{'curve p':>9}  predicts"]

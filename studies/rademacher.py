@@ -371,10 +371,6 @@ class Rademacher(Study):
     def attrs(self, cfg):
         return {"alpha": ALPHA, "optimiser": f"scipy L-BFGS-B in the box, {OPTIMISER}"}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.rademacher import rademacher_sections
-        rademacher_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'loss':<9}{'hat R_n(k=1)':>20}{'hat R_n(k_max)':>20}{'k-exponent':>20}{'p(<=0)':>9}"
                  f"{'mde@90%':>11}{'last-start gain':>22}"]

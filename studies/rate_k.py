@@ -373,10 +373,6 @@ class RateK(Study):
     def attrs(self, cfg):
         return {"alpha": ALPHA}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.rate_k import rate_k_sections
-        rate_k_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         lines = [f"{'setting':<14}{'slope':>9}{'95% CI':>20}{'p(-1/2)':>10}{'c1 est':>16}{'c1 exact':>18}{'z':>7}  verdict"]
         for i, s in enumerate(ds["setting"].values):

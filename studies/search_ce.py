@@ -380,10 +380,6 @@ class SearchCE(Study):
     def attrs(self, cfg):
         return {"alpha": ALPHA, "n_top": N_TOP, **protocol_attrs(PROTOCOL_PATH)}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.search_ce import search_ce_sections
-        search_ce_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         k = ds["k"].values
         lines = [f"{'setting':<13}{'slope ± SE':>19}{'99.9% CI':>20}{'p(-1/2)':>10}{'d1 est ± MCSE':>20}"

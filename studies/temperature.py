@@ -410,10 +410,6 @@ class Temperature(Study):
                 "analysis": ("norms clause confirmatory (protocols/temperature.md); KL, CE and c1 checks exploratory"
                              if not cfg.get("quick") else "quick (CI) design: not the confirmatory run")}
 
-    def report_sections(self, doc, ds):
-        from simkit.report.temperature import temperature_sections
-        temperature_sections(doc, ds)
-
     def summary_text(self, ds) -> str:
         kf = int(dataset_config(ds).get("k_fixed", 64))
         j = int(np.flatnonzero(ds["k"].values == kf)[0]) if kf in ds["k"].values else -1

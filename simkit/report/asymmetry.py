@@ -8,9 +8,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
-                                sections, verdict_heading)
-
-__all__ = ["asymmetry_sections"]
+                                verdict_heading)
 
 P = prose("asymmetry")
 
@@ -38,12 +36,12 @@ def _symmetry_text(ds: xr.Dataset, i: int) -> str:
     return f"not reversible: {'π-invariant' if abs(shift) < 1e-12 else 'π M ≠ π'}; {sym}"
 
 
-DESIGN = Table((
-    ("setting", "{facet}"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "{dim}"), ("τ", "{tau}"),
-    ("symmetry", _symmetry_text), ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", "{asym_cross±asym_cross_mcse}\nexact {asym_cross_exact:+.4f}"),
-    ("E[x⁺₁ − x₁]\nMC ± MCSE", "{asym_shift±asym_shift_mcse}\nexact {asym_shift_exact:+.4f}"), ("queries / block (C2)", "{search_anchors}"),
-), heading="Design: positive kernels that are not π-reversible", verdict=None,
-    widths=(0.95, 1.7, 0.8, 0.25, 0.35, 1.45, 1.05, 1.05, 0.6))
+DESIGN = Table((("setting", "facet"), ("kernel M", _kernel_text), ("π", _pi_text), ("d", "dim"), ("τ", "tau"),
+    ("symmetry", _symmetry_text),
+    ("E[x₁x⁺₂ − x₂x⁺₁]\nMC ± MCSE", "{asym_cross±asym_cross_mcse}\nexact {asym_cross_exact:+.4f}"),
+    ("E[x⁺₁ − x₁]\nMC ± MCSE", "{asym_shift±asym_shift_mcse}\nexact {asym_shift_exact:+.4f}"),
+    ("queries / block (C2)", "search_anchors")), heading="Design: positive kernels that are not π-reversible",
+    verdict=None)
 
 
 def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
@@ -51,16 +49,15 @@ def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
     heading = verdict_heading(what, f"verdict_{claim}")
 
     sign = lambda ds, i: {1.0: "+", -1.0: "−", 0.0: "changes"}.get(float(ds[f"{var}_sign"].values[i]), "n/a")  # noqa
-    return Table((
-        ("setting", "{facet}"), ("k_min", f"{{{var}_k_min}}"), ("sign", sign),
+    return Table((("setting", "facet"), ("k_min", f"{{{var}_k_min}}"), ("sign", sign),
         ("slope ± SE", f"{{{var}_slope±{var}_slope_se}}"),
         ("CI 95%\nCI of the verdict", f"[{{{var}_slope_ci_low:.4f}}, {{{var}_slope_ci_high:.4f}}]\n"
                                       f"[{{{var}_slope_verdict_low:.4f}}, {{{var}_slope_verdict_high:.4f}}]"),
         ("p-value of slope = −1/2", f"{{{var}_slope_p_half:.2g}}"),
         (f"{const} estimate ± MCSE", f"{{{const}_estimate±{const}_estimate_mcse}}"),
         (f"{exact} ± MCSE", f"{{{const}_exact±{const}_exact_mcse}}"),
-        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}"),
-    ), heading=heading, verdict=f"verdict_{claim}", widths=(1.0, 0.45, 0.45, 1.2, 1.3, 0.75, 1.15, 1.2, 0.6, 0.55))
+        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}")), heading=heading,
+        verdict=f"verdict_{claim}")
 
 
 def _rate_pages(var: str, claim: str, name: str, long: str, const: str, const2: str, exact: str) -> tuple:
@@ -111,12 +108,9 @@ PAGES = (
 )
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """The numbers the prose quotes: the settings with a negative c1 and the false-failure rates."""
     alpha, n = float(ds.attrs.get("alpha", np.nan)), ds.sizes["setting"]
     neg = [str(s) for s, c in zip(ds["setting"].values, ds["c1_exact"].values) if c < 0]
     return ds.assign_attrs(n_checks=2 * n, negative_c1=f"in {', '.join(neg)}" if neg else "in no setting of this design",
                            ff_all=1 - (1 - 2 * alpha) ** n * (1 - alpha) ** n)
-
-
-asymmetry_sections = sections("asymmetry", PAGES, _derived)

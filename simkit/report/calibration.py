@@ -20,11 +20,10 @@ __all__ = ["calibration_sections", "calibration_report", "calibration_datasets",
 PANELS_PER_PAGE = (3, 5)
 
 P = prose("calibration")
-REJECTIONS = Table((
-    ("check", "{facet}"), ("kind", "{check_kind}"), ("nominal rate", "{nominal}"), ("rejected", "{rejected}"),
+REJECTIONS = Table((("check", "facet"), ("kind", "check_kind"), ("nominal rate", "nominal"),
+    ("rejected", "rejected"),
     ("empirical rate [95% CI]", "{empirical_rate:.4f} [{empirical_rate_low:.4f}, {empirical_rate_high:.4f}]"),
-    ("binomial p", "{binom_pvalue:.2g}"), ("KS p", "{ks_pvalue:.2g}")), dim="check", verdict="calibrated",
-    widths=(2.6, 1.0, 1.2, 1.0, 2.2, 0.8, 0.8, 0.6))
+    ("binomial p", "binom_pvalue:.2g"), ("KS p", "ks_pvalue:.2g")), dim="check", verdict="calibrated")
 
 
 def _derived(ds: xr.Dataset) -> xr.Dataset:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.document import ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, gather, render
-
-__all__ = ["capacity_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, scalar
 
 C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d; their "
            "complexity term is √(P/n) (P the class dimension; docs/theory.md §19). Tested prediction "
@@ -19,9 +16,9 @@ C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry
 FAMILIES = {"fixed class: Fourier lift, P = 9, n fixed": "fourier_",
             "growing class: Wx/|Wx|, n = ratio · P(d)": "linear_",
             "positive control: Wx/|Wx|, n fixed": "control_"}
-RULE = Table((("class", "{facet}"), ("b = slope of log2 E[G] on log2 d", "{b±b_se}"), ("b0 (ln d)", "{b0:.4f}"),
-              ("t", "{ni_t:.2f}"), ("p (one-sided)", "{ni_p:.3g}"), ("slope on log2 C", "{beta±beta_se}")),
-             dim="row", heading="Verdict (protocol section 7): {conclusion}", widths=(3.2, 1.9, 0.9, 0.8, 1.0, 1.5))
+RULE = Table((("class", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"), ("b0 (ln d)", "b0:.4f"),
+    ("t", "ni_t:.2f"), ("p (one-sided)", "ni_p:.3g"), ("slope on log2 C", "beta±beta_se")), dim="row",
+    heading="Verdict (protocol section 7): {conclusion}")
 RULE_TEXT = ("Each class: reject H0 b ≥ b0 (E[G] grows at least like a ln d factor on its grid) when p = P(T ≤ t) < 0.01, "
              "t = (b − b0) / SE_jackknife(b) on n_blocks − 1 df. The positive control behaves when the rule does NOT "
              "reject. The slope on log2 C is descriptive (2 for a regular model's gap P/n).")
@@ -29,19 +26,14 @@ CURVES = FigurePage("E[G] against d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", logy=True, title="{facet}", label="E[G] ± 2 MCSE"),),
     caption="Mean over blocks of G_cv ± 2 MCSE, log–log axes. The fixed and growing classes hold √(P/n) fixed while "
             "d grows; the control holds n fixed, so √(P/n) grows like d.", facet="family")
-POINTS = Table((("point", "{facet}"), ("P", "{n_params:.0f}"), ("n", "{n:.0f}"), ("√(P/n)", "{complexity:.4f}"),
-                ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("n E[G] / P", "{scaled_gap:.3f}"),
-                ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"), ("conv.", "{converged:.2f}"),
-                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
-               widths=(1.5, 0.6, 0.6, 0.8, 1.5, 0.8, 1.5, 0.7, 0.6, 0.6))
-
-
-def _s(ds: xr.Dataset, name: str):
-    return ds[name].values.item() if name in ds.variables else float("nan")
+POINTS = Table((("point", "facet"), ("P", "n_params:.0f"), ("n", "n:.0f"), ("√(P/n)", "complexity:.4f"),
+    ("E[G] (cv, nats)", "gap_cv"), ("n E[G] / P", "scaled_gap:.3f"), ("E[G] (plain)", "gap"),
+    ("sd G", "gap_sd:.4f"), ("conv.", "converged:.2f"), ("blocks", "n_finished:.0f")), dim="point",
+    heading="Every design point", verdict=None)
 
 
 def _conclusion(ds: xr.Dataset) -> str:
-    v = [str(_s(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]
+    v = [str(scalar(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]
     if "error" in v:
         return "error: a task failed (see the reasons); no confirmatory conclusion"
     if v[2] != "pass":
@@ -52,25 +44,27 @@ def _conclusion(ds: xr.Dataset) -> str:
         n for n, x in zip(("the fixed class", "the growing class"), v) if x != "pass")
 
 
-def _derived(ds: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
-    rows = gather(ds, FAMILIES, ("b", "b_se", "b0", "ni_t", "ni_p", "beta", "beta_se"))
-    rows = rows.assign(conclusion=xr.DataArray(_conclusion(ds)),
-                       verdict=("row", [str(_s(ds, f"{f}_verdict")) for f in ("fourier", "linear", "control")]))
+def derive(ds: xr.Dataset) -> xr.Dataset:
+    quick = "quick" in str(ds.attrs.get("analysis", ""))
+    reasons = " ".join(str(scalar(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(scalar(ds, f"{f}_reason")))
+    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if quick else "",
+                           reasons=" " + reasons if reasons else "")
+
+
+def _rows(ds: xr.Dataset) -> xr.Dataset:
+    rows = gather(ds, FAMILIES, ("b", "b_se", "b0", "ni_t", "ni_p", "beta", "beta_se", "verdict"))
+    return rows.assign(conclusion=xr.DataArray(_conclusion(ds)))
+
+
+def _curves(ds: xr.Dataset) -> xr.Dataset:
     fams = ds["family"].values.astype(str)
     parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == f)).swap_dims(point="d")
              .reset_coords(drop=True) for f in ("fourier", "linear", "control")]
     curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return rows, curves
+    return curves
 
 
-def capacity_sections(doc: ReportDocument, ds: xr.Dataset, study=None) -> None:
-    """The study's pages (all but provenance), from the dataset alone."""
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
-    rows, curves = _derived(ds)
-    reasons = " ".join(str(_s(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(_s(ds, f"{f}_reason")))
-    render(doc, ds, (TitlePage(texts=(C6_TEXT,), ademp=True, note=" · QUICK DESIGN (not confirmatory)" if quick else ""),))
-    render(doc, rows, (RULE, Text(RULE_TEXT + (" " + reasons if reasons else ""))))
-    render(doc, curves, (CURVES,))
-    render(doc, ds, (POINTS,))
+PAGES = (TitlePage(texts=(C6_TEXT,), ademp=True, note="{note}"), View(_rows, (RULE, Text(RULE_TEXT + "{reasons}"))),
+         View(_curves, (CURVES,)), POINTS)

@@ -6,19 +6,13 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, sections
-
-__all__ = ["dimension_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, scalar
 
 P = prose("dimension")
 
 
-def _s(ds: xr.Dataset, name: str):
-    return ds[name].values.item() if name in ds.variables else float("nan")
-
-
 def _conclusion(ds: xr.Dataset) -> str:
-    v, c = str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))
+    v, c = str(scalar(ds, "verdict")), str(scalar(ds, "control_verdict"))
     if v == "error" or c == "error":
         return "error: a task failed (see the reasons); no confirmatory conclusion"
     if c != "pass":
@@ -30,15 +24,13 @@ def _conclusion(ds: xr.Dataset) -> str:
 
 FAMILIES = {"primary: Fourier lift (9 parameters, frame redrawn per block), τ": "fourier_",
             "positive control: linear Wx/|Wx| (3d parameters), τ√(8/d)": "linear_"}
-RULE = Table((("family", "{facet}"), ("b = slope of log2 E[G] on log2 d", "{b±b_se}"),
-              ("growth per doubling (%)", "{growth_pct±growth_pct_se}"), ("t vs log2 1.2", "{ni_t:.2f}"),
-              ("p (one-sided)", "{ni_p:.3g}")), dim="row", heading="Verdict (protocol section 7): {conclusion}",
-             widths=(3.2, 1.7, 1.5, 1.2, 1.0, 0.8))
-SECONDARY = Table((("family", "{facet}"), ("trend per doubling (nats)", "{trend±trend_se}"), ("t", "{trend_t:.2f}"),
-                   ("p (two-sided)", "{trend_p:.3g}"), ("relative to E[G] (%)", "{rel_pct±rel_pct_se}"),
-                   ("mean E[G] (nats)", "{trend_level:.4f}")), dim="row", verdict=None,
-                  heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d",
-                  widths=(3.2, 1.8, 0.7, 1.0, 1.5, 1.2))
+RULE = Table((("family", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"),
+    ("growth per doubling (%)", "growth_pct±growth_pct_se"), ("t vs log2 1.2", "ni_t:.2f"),
+    ("p (one-sided)", "ni_p:.3g")), dim="row", heading="Verdict (protocol section 7): {conclusion}")
+SECONDARY = Table((("family", "facet"), ("trend per doubling (nats)", "trend±trend_se"), ("t", "trend_t:.2f"),
+    ("p (two-sided)", "trend_p:.3g"), ("relative to E[G] (%)", "rel_pct±rel_pct_se"),
+    ("mean E[G] (nats)", "trend_level:.4f")), dim="row", verdict=None,
+    heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d")
 CURVES = FigurePage("E[G] against the embedding dimension d", (
     Panel("gap_cv", x="d", band="gap_cv_mcse", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
           label="E[G] ± 2 MCSE"),),
@@ -52,9 +44,9 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
     rows = rows.assign(growth_pct=100 * rows["growth"], growth_pct_se=100 * rows["growth_se"],
                        rel_pct=100 * rows["rel_trend"], rel_pct_se=100 * rows["rel_trend_se"],
                        conclusion=xr.DataArray(_conclusion(ds)),
-                       verdict=("row", [str(_s(ds, "verdict")), str(_s(ds, "control_verdict"))]))
-    return rows.assign_attrs(reasons=" ".join(str(_s(ds, n)) for n in ("verdict_reason", "control_reason")
-                                              if str(_s(ds, n))))
+                       verdict=("row", [str(scalar(ds, "verdict")), str(scalar(ds, "control_verdict"))]))
+    return rows.assign_attrs(reasons=" ".join(str(scalar(ds, n)) for n in ("verdict_reason", "control_reason")
+                                              if str(scalar(ds, n))))
 
 
 def _curves(ds: xr.Dataset) -> xr.Dataset:
@@ -64,24 +56,23 @@ def _curves(ds: xr.Dataset) -> xr.Dataset:
              .swap_dims(point="d").reset_coords(drop=True) for f in fams]
     curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES)[:len(fams)])
     lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
-    b = xr.DataArray([_s(ds, f"{f}_b") for f in fams], dims="family")
+    b = xr.DataArray([scalar(ds, f"{f}_b") for f in fams], dims="family")
     curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
     return curves
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
 
-POINTS = Table((("point", "{facet}"), ("params", "{n_params:.0f}"), ("τ of φ̂", "{tau_train:.4g}"),
-                ("E[G] (cv, nats)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"), ("sd G", "{gap_sd:.4f}"),
-                ("eval MCSE", "{gap_eval_mcse:.4f}"), ("conv.", "{converged:.2f}"), ("iter.", "{iterations:.0f}"),
-                ("blocks", "{n_finished:.0f}")), dim="point", heading="Every design point", verdict=None,
-               widths=(1.5, 0.7, 0.8, 1.5, 1.5, 0.8, 0.8, 0.6, 0.6, 0.6))
+POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "tau_train:.4g"),
+    ("E[G] (cv, nats)", "gap_cv"), ("E[G] (plain)", "gap"), ("sd G", "gap_sd:.4f"),
+    ("eval MCSE", "gap_eval_mcse:.4f"), ("conv.", "converged:.2f"), ("iter.", "iterations:.0f"),
+    ("blocks", "n_finished:.0f")), dim="point", heading="Every design point", verdict=None)
 
 
-dimension_sections = sections("dimension", (
+PAGES = (
     TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
-    View(_curves, (CURVES,)), POINTS), _derived)
+    View(_curves, (CURVES,)), POINTS)

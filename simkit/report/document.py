@@ -28,8 +28,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLoca
 
 from simkit.runner.storage import atomic_write
 
-__all__ = ["ReportDocument", "format_pm", "wrap_text", "provenance_pages", "write_report", "study_report",
-           "residual_panel"]
+__all__ = ["ReportDocument", "format_pm", "wrap_text", "auto_widths", "provenance_pages", "write_report",
+           "study_report", "residual_panel"]
 
 #: page size in inches: A4 landscape (prints on US letter without clipping)
 PAGE = (11.69, 8.27)
@@ -52,21 +52,22 @@ MINUS = "\u2212"
 # text and numbers
 
 @lru_cache(maxsize=8192)
-def _width_in(text: str, size: float, family: str = "sans-serif") -> float:
+def _width_in(text: str, size: float, family: str = "sans-serif", weight: str = "normal") -> float:
     """Rendered width of one line in inches, from the font metrics (no renderer needed)."""
-    w, _, _ = text_to_path.get_text_width_height_descent(text, FontProperties(family=family, size=size),
-                                                         ismath=False)
+    font = FontProperties(family=family, size=size, weight=weight)
+    w, _, _ = text_to_path.get_text_width_height_descent(text, font, ismath=False)
     return w / 72.0
 
 
-def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") -> list[str]:
+def wrap_text(text: str, width: float, size: float, family: str = "sans-serif", weight: str = "normal") -> list[str]:
     """Greedy word wrap into lines at most ``width`` inches wide at ``size`` points (font metrics, 3% margin);
     newlines are kept and a word wider than a line is broken between characters."""
-    limit, space, out = 0.97 * width, _width_in(" ", size, family), []
+    width_in = lambda t: _width_in(t, size, family, weight)  # noqa: E731
+    limit, space, out = 0.97 * width, width_in(" "), []
     for para in str(text).split("\n"):
         line, used = [], 0.0
         for word in para.split(" "):
-            w = _width_in(word, size, family)
+            w = width_in(word)
             if line and used + space + w <= limit:
                 line.append(word)
                 used += space + w
@@ -77,14 +78,36 @@ def wrap_text(text: str, width: float, size: float, family: str = "sans-serif") 
                 lo, hi = 1, len(word) - 1  # bisect for the longest prefix that fits
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
-                    lo, hi = (mid, hi) if _width_in(word[:mid], size, family) <= limit else (lo, mid - 1)
+                    lo, hi = (mid, hi) if width_in(word[:mid]) <= limit else (lo, mid - 1)
                 cut = lo
                 out.append(word[:cut])
                 word = word[cut:]
-                w = _width_in(word, size, family)
+                w = width_in(word)
             line, used = [word], w
         out.append(" ".join(line))
     return out
+
+
+def auto_widths(header: Sequence[str] | None, rows: Sequence[Sequence[str]], width: float, size: float,
+                families: Sequence[str] | None = None, pad: float = 0.12) -> list[float]:
+    """Column widths (inches, summing to ``width``) from the content, as a browser lays out a table: each
+    column gets at least its longest word (of the header too) and, while room is left, a share of its
+    longest line in proportion to what it lacks; a table narrower than the page is stretched in proportion."""
+    n = len(header if header is not None else rows[0])
+    fam = list(families) if families is not None else ["sans-serif"] * n
+    lo, hi = np.zeros(n), np.zeros(n)
+    for r, row in enumerate(([header] if header is not None else []) + list(rows)):
+        weight = "bold" if r == 0 and header is not None else "normal"
+        for j, cell in enumerate(row):
+            lines = str(cell).split("\n")
+            lo[j] = max(lo[j], pad + max(_width_in(w, size, fam[j], weight) for line in lines
+                                         for w in line.split(" ")) / 0.96)
+            if r or header is None:  # a header wraps to the width its column's cells need
+                hi[j] = max(hi[j], pad + max(_width_in(line, size, fam[j]) for line in lines) / 0.96)
+    hi = np.maximum(hi, lo)
+    if hi.sum() <= width or lo.sum() >= width:  # stretched, or too many columns: words break inside
+        return list((hi if hi.sum() <= width else lo) * width / (hi if hi.sum() <= width else lo).sum())
+    return list(lo + (width - lo.sum()) * (hi - lo) / (hi - lo).sum())
 
 
 def _num(x: float, dec: int) -> str:
@@ -166,9 +189,9 @@ class ReportDocument:
         header, rows, widths = args
         size, fam = kw.get("size", TABLE) * self._scale, kw.get("families") or ["sans-serif"] * len(widths)
         cols = [w * self.width / float(sum(widths)) for w in widths]
-        rows = ([header] if header is not None else []) + list(rows[:1])
-        return sum(max(len(wrap_text(c, cw - 0.1, size, f)) for c, cw, f in zip(r, cols, fam)) * size * LEADING / 72
-                   + 0.1 for r in rows)
+        rows = ([(header, "bold")] if header is not None else []) + [(r, "normal") for r in rows[:1]]
+        return sum(max(len(wrap_text(c, cw - 0.1, size, f, wt)) for c, cw, f in zip(r, cols, fam)) * size * LEADING
+                   / 72 + 0.1 for r, wt in rows)
 
     def finish_page(self) -> None:
         """Lay out and write the queued flow, if any: what follows starts on a new page."""
@@ -214,16 +237,20 @@ class ReportDocument:
         """A bold heading, kept on the page with ``keep`` inches (about three lines) of what follows."""
         self._queue.append(("_heading", (text, size, keep), {}))
 
-    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]], widths: Sequence[float],
-              **kw) -> None:
+    def table(self, header: Sequence[str] | None, rows: Sequence[Sequence[str]],
+              widths: Sequence[float] | None = None, **kw) -> None:
         """A table (``header`` repeated after a page break, or None) whose cells wrap within their relative
-        ``widths``; a row never splits. ``size``, ``colors`` of cell ``(row, column)``, ``families``, ``after``."""
-        self._queue.append(("_table", (header, [list(r) for r in rows], widths), kw))
+        ``widths`` (by default from the content, :func:`auto_widths`); a row never splits. ``size``, ``colors``
+        of cell ``(row, column)``, ``families``, ``after``."""
+        rows = [list(r) for r in rows]
+        if widths is None:
+            widths = auto_widths(header, rows, self.width, kw.get("size", TABLE), kw.get("families"))
+        self._queue.append(("_table", (header, rows, widths), kw))
 
     def _text(self, text: str, *, size: float = BODY, weight: str = "normal", family: str = "sans-serif",
               color: str = "black", after: float = 0.08, keep: int = 1) -> None:
         size, after = size * self._scale, after * self._scale
-        lines = wrap_text(text, self.width, size, family)
+        lines = wrap_text(text, self.width, size, family, weight)
         lh = size * LEADING / 72
         self._room(lh * min(keep, len(lines)))
         for line in lines:
@@ -244,8 +271,8 @@ class ReportDocument:
         fam = list(families) if families is not None else ["sans-serif"] * len(cols)
         pad, lh, colors = 0.05, size * LEADING / 72, colors or {}
 
-        def layout(cells):
-            wrapped = [wrap_text(c, cw - 2 * pad, size, f) for c, cw, f in zip(cells, cols, fam)]
+        def layout(cells, weight="normal"):
+            wrapped = [wrap_text(c, cw - 2 * pad, size, f, weight) for c, cw, f in zip(cells, cols, fam)]
             return wrapped, max(len(w) for w in wrapped) * lh + 2 * pad
 
         def draw(wrapped, height, fill, bold=False, cell_fill=None):
@@ -261,7 +288,7 @@ class ReportDocument:
             self.y += height
             self._rule()
 
-        head = layout(header) if header is not None else None
+        head = layout(header, "bold") if header is not None else None
         body = [layout(r) for r in rows]
         self._room((head[1] if head else 0) + (body[0][1] if body else 0))
         if head:

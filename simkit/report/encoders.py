@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose, sections
-
-__all__ = ["encoders_sections"]
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose
 
 P = prose("encoders")
 
@@ -25,20 +23,17 @@ def _reasons(*names: str):
     return text
 
 
-C1 = Table((
-    ("setting", "{facet}"), ("k_min", "{k_min}"), ("slope ± SE", "{slope±slope_se}"), ("p(slope = −1/2)", "{slope_p_half:.2g}"),
+C1 = Table((("setting", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
+    ("p(slope = −1/2)", "slope_p_half:.2g"),
     ("c1 fitted ± MCSE\nc1 exact", "{c1_estimate±c1_estimate_mcse}\n{c1_exact:.4f}"),
     ("c2 fitted ± MCSE\nc2 exact", "{c2_estimate±c2_estimate_mcse}\n{c2_exact:.4f}"),
-    ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading="C1 at φ̂ (C7: the -rot settings)", widths=(1.0, 0.4, 1.0, 0.7, 1.1, 1.1, 0.7, 0.6), size=7.5)
-C2 = Table((
-    ("setting", "{facet}"), ("D_k slope ± SE", "{d2_slope±d2_slope_se}"), ("p(−1/2)", "{d2_slope_p_half:.2g}"),
+    ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}")), heading="C1 at φ̂ (C7: the -rot settings)", size=7.5)
+C2 = Table((("setting", "facet"), ("D_k slope ± SE", "d2_slope±d2_slope_se"), ("p(−1/2)", "d2_slope_p_half:.2g"),
     ("D_k verdict", lambda ds, i: str(ds["d2_verdict"].values[i]).upper()),
     ("top-1 first → last", _first_last("ret_top1")), ("recall@10 first → last", _first_last("ret_recall10")),
     ("CE(M̂,Q̂) first → last", _first_last("ret_ce")), ("p top-1 / p CE", "{ret_top1_p:.2g}\n{ret_ce_p:.2g}"),
-    ("Spearman(risk, top-1)", "{ret_spearman:+.2f}"),
-), heading="C2: the D_k rate and retrieval along training", verdict="ret_verdict",
-    widths=(1.0, 0.9, 0.5, 0.55, 0.9, 0.9, 0.9, 0.6, 0.6, 0.6))
+    ("Spearman(risk, top-1)", "ret_spearman:+.2f")), heading="C2: the D_k rate and retrieval along training",
+    verdict="ret_verdict")
 
 CURVES = FigurePage(
     "gap_k and D_k at the trained encoder: Monte Carlo (±2 MCSE) against exact",
@@ -53,7 +48,7 @@ CURVES = FigurePage(
     caption=P["curves_caption"])
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: k times gap_k, its exact curve and D_k."""
     k, out = ds["k"].astype(float), ds.copy()
     for name, src, long_name in (("k_gap", "gap", "k times gap_k"), ("k_gap_mcse", "gap_mcse", "MCSE of k_gap"),
@@ -72,7 +67,7 @@ TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a databa
     caption=P["training_caption"], facet=None, per_page=2)
 
 
-encoders_sections = sections("encoders", (
+PAGES = (
     TitlePage(texts=(P["intro"],), then=(C1, Text(_reasons("verdict_reason")), C2,
                                          Text(_reasons("ret_verdict_reason", "d2_verdict_reason")), ClaimTable())),
-    CURVES, TRAINING), _derived)
+    CURVES, TRAINING)

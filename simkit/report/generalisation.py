@@ -9,9 +9,7 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, sections
-
-__all__ = ["generalisation_sections"]
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, config, fill, gather, prose, scalar
 
 P = prose("generalisation")
 _LEVEL = {"n": "n", "k": "k", "tau": "tau", "d": "d", "kprim": "k", "kctl": "k", "krot": "k", "kbrown": "k"}
@@ -33,21 +31,21 @@ def _checks(ds: xr.Dataset) -> xr.Dataset:
             "d": ("C6", "E[G] per doubling of d (Fourier lift)", "d_trend", "two-sided t, H0: slope = 0", "d_trend_p",
                   "|slope| ≥ {d_trend_detect:.4f} nats per doubling")}
     rows = [s for s in spec if s in set(map(str, ds["sweep"].values))]
-    val = lambda name: ds[name].values.item() if name in ds.variables else np.nan  # noqa: E731
     out = xr.Dataset({
         "claim": ("check", [spec[s][0] for s in rows]), "statistic": ("check", [f"{s} sweep: {spec[s][1]}" for s in rows]),
-        "est": ("check", [val(spec[s][2]) for s in rows]), "est_se": ("check", [val(spec[s][2] + "_se") for s in rows]),
-        "test": ("check", [f"{spec[s][3]}, level {alpha:g}; p = {val(spec[s][4]):.2g}" for s in rows]),
+        "est": ("check", [scalar(ds, spec[s][2]) for s in rows]),
+        "est_se": ("check", [scalar(ds, spec[s][2] + "_se") for s in rows]),
+        "test": ("check", [f"{spec[s][3]}, level {alpha:g}; p = {scalar(ds, spec[s][4]):.2g}" for s in rows]),
         "power": ("check", [f"detects {spec[s][5]} w.p. {power:g}" for s in rows]),
-        "verdict": ("check", [str(val(f"{s}_verdict")) for s in rows]),
-        "reason": ("check", [str(val(f"{s}_verdict_reason")) for s in rows])}, coords={"check": rows}, attrs=a)
+        "verdict": ("check", [str(scalar(ds, f"{s}_verdict")) for s in rows]),
+        "reason": ("check", [str(scalar(ds, f"{s}_verdict_reason")) for s in rows])}, coords={"check": rows}, attrs=a)
     return out.assign({v: ds[v] for v in ("n_slope_detect", "k_trend_detect", "tau_slope_detect", "tau_false_fail",
                                           "d_trend_detect") if v in ds})
 
 
-CHECKS = Table((("claim", "{claim}"), ("statistic", "{statistic}"), ("estimate ± SE", "{est±est_se}"),
-                ("test", "{test}"), ("power", lambda d, i: fill(str(d["power"].values[i]), d)), ("why not passed", "{reason}")),
-               dim="check", heading="Checks and verdicts", widths=(0.45, 2.0, 1.1, 2.2, 2.4, 1.6, 0.7))
+CHECKS = Table((("claim", "claim"), ("statistic", "statistic"), ("estimate ± SE", "est±est_se"), ("test", "test"),
+    ("power", lambda d, i: fill(str(d["power"].values[i]), d)), ("why not passed", "reason")), dim="check",
+    heading="Checks and verdicts")
 
 
 def _sweep(ds: xr.Dataset, s: str) -> xr.Dataset:
@@ -103,22 +101,20 @@ SWEEPS = {
         subtitle="no-trend verdict {d_verdict}; ±10% equivalence {d_equiv_verdict} (p = {d_equiv_p:.2g})", facet=None),
 }
 
-NI_TABLE = Table((("claim", "{claim}"), ("sweep", "{facet}: {what}"), ("τ", "{tau_range}"), ("b ± SE", "{b±b_se}"),
-                  ("growth per doubling (%)", "{growth_pct±growth_pct_se}"), ("mean E[G]", "{level:.4f}"),
-                  ("p (H0 growth ≥ δ)", "{ni_p:.3g}"), ("why not passed", "{verdict_reason}")), dim="ni",
-                 heading="Pre-registered: G does not grow with k (protocols/generalisation.md)",
-                 widths=(0.45, 2.4, 0.8, 1.1, 1.2, 0.7, 0.8, 1.6, 0.7))
+NI_TABLE = Table((("claim", "claim"), ("sweep", "{facet}: {what}"), ("τ", "tau_range"), ("b ± SE", "b±b_se"),
+    ("growth per doubling (%)", "growth_pct±growth_pct_se"), ("mean E[G]", "level:.4f"),
+    ("p (H0 growth ≥ δ)", "ni_p:.3g"), ("why not passed", "verdict_reason")), dim="ni",
+    heading="Pre-registered: G does not grow with k (protocols/generalisation.md)")
 NI_FIGURE = FigurePage("E[G] against k for the pre-registered sweeps (± 2 MCSE)", (
     Panel("gap_cv", title="{facet}: {verdict}; b = {b±b_se}", label="E[G] ± 2 MCSE", band="gap_cv_mcse", fit="ni_fit",
           fit_label="fitted log2–log2 line (slope b)", logy=True),),
     caption=P["ni_caption"], facet="ni", per_page=4)
-POINTS = Table((("point", "{facet}"), ("family", "{family}"), ("n", "{n:.0f}"), ("k", "{k:.0f}"), ("τ", "{tau:.3g}"),
-                ("d", "{d:.0f}"), ("E[G] (control variate)", "{gap_cv±gap_cv_mcse}"), ("E[G] (plain)", "{gap±gap_mcse}"),
-                ("E[E] (control var.)", "{excess_cv±excess_cv_mcse}"), ("sd G", "{gap_sd:.4f}"),
-                ("R_k(φ̂) − R_k(id)", "{risk_excess±risk_excess_mcse}"), ("converged", "{converged:.2f}"),
-                ("restart spread", "{restart_spread:.1e}"), ("E[G] / bound", "{bound_ratio:.1e}")),
-               dim="point", verdict=None, size=6.5, heading="Every design point (means over training sets ± MCSE)",
-               widths=(0.85, 0.5, 0.4, 0.4, 0.4, 0.3, 1.15, 1.15, 1.15, 0.5, 1.15, 0.6, 0.6, 0.6))
+POINTS = Table((("point", "facet"), ("family", "family"), ("n", "n:.0f"), ("k", "k:.0f"), ("τ", "tau:.3g"),
+    ("d", "d:.0f"), ("E[G] (control variate)", "gap_cv"), ("E[G] (plain)", "gap"),
+    ("E[E] (control var.)", "excess_cv"), ("sd G", "gap_sd:.4f"), ("R_k(φ̂) − R_k(id)", "risk_excess"),
+    ("converged", "converged:.2f"), ("restart spread", "restart_spread:.1e"),
+    ("E[G] / bound", "bound_ratio:.1e")), dim="point", verdict=None, size=6.5,
+    heading="Every design point (means over training sets ± MCSE)")
 
 
 def _ni(ds: xr.Dataset) -> xr.Dataset | None:
@@ -160,16 +156,16 @@ def _design(ds: xr.Dataset) -> xr.Dataset:
         "kappa_m": ("sweep", [float(_sweep(ds, s)["kappa_m"].values[0]) for s in present])}, coords={"sweep": present})
 
 
-generalisation_sections = sections("generalisation", (
+PAGES = (
     TitlePage(texts=(P["claims"], P["method"])),
-    View(_design, (Table((("sweep", "{facet}"), ("family", "{family}"), ("levels", "{levels}"), ("fixed", "{fixed}"),
-                          ("κ_M", "{kappa_m:g}")), dim="sweep", verdict=None, heading="Design",
-                         widths=(0.6, 0.7, 3.6, 2.6, 0.5)),)),
+    View(_design, (Table((("sweep", "facet"), ("family", "family"), ("levels", "levels"), ("fixed", "fixed"),
+        ("κ_M", "kappa_m:g")), dim="sweep", verdict=None, heading="Design"),)),
     View(_checks, (CHECKS,)),
     View(lambda ds: ds if "d" in _present(ds) else None,
          (Text(P["lift"], heading="C6: a family with fixed parameter count and Lipschitz constant"),)),
     *(View(lambda ds, s=s: _sweep(ds, s) if s in _present(ds) else None, (page,)) for s, page in SWEEPS.items()),
     View(_ni, (Text(P["ni_note"]), NI_TABLE, NI_FIGURE)),
     View(lambda ds: ds if "bound_complexity" in ds else None, (Text(P["bound"], heading="The realised gap against the bound"),)),
-    POINTS), requires=("point", "sweep", "family", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse", "excess_cv",
-                       "excess_cv_mcse", "gap_sd", "gap_id", "raw_gap_cv"))
+    POINTS)
+REQUIRES = ("point", "sweep", "family", "gap_cv", "gap_cv_mcse", "gap", "gap_mcse", "excess_cv", "excess_cv_mcse",
+            "gap_sd", "gap_id", "raw_gap_cv")

@@ -10,8 +10,6 @@ import xarray as xr
 from simkit.report.document import COLORS, ReportDocument
 from simkit.report.spec import FigurePage, Panel, Table, Text, config, fill, fin, prose, protocol_block, render
 
-__all__ = ["hard_regime_sections"]
-
 P = prose("hard_regime")
 
 
@@ -62,20 +60,17 @@ def _curves(ds: xr.Dataset) -> FigurePage:
         facet=None)
 
 
-KMF = Table((("k_min factor f", "{facet:g}"), ("k_min", "{kmf_k_min:.0f}"), ("slope ± SE", "{kmf_slope±kmf_slope_se}"),
-             ("slope of the fit to the exact curve", "{kmf_slope_exact_fit:.5f}"),
-             ("c1 ± MCSE", "{kmf_c1_estimate±kmf_c1_estimate_mcse}"), ("t of c1", "{kmf_c1_z:+.2f}"),
-             ("c1 of the fit to the exact curve", "{kmf_c1_exact_fit:.5f}"), ("reason", "{kmf_reason}")),
-            dim="kmf", verdict="kmf_verdict", widths=(0.8, 0.5, 1.0, 0.9, 1.0, 0.5, 0.9, 2.6, 0.5))
-BLOCKS = Table((("cell", "{facet}"), ("anchors per block", "{block_size:.0f}"), ("blocks", "{n_units:.0f}"),
-                ("anchors in all", "{anchors_total:.0f}"), ("slope ± SE", "{slope±slope_se}"),
-                ("c1 ± MCSE", "{c1_estimate±c1_estimate_mcse}"), ("t of c1", "{c1_z:+.2f}"), ("reason", "{verdict_reason}")),
-               dim="cell", verdict="rate_verdict", widths=(1.0, 0.6, 0.5, 0.6, 1.0, 1.0, 0.5, 2.6, 0.6))
-PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/2)", "{facet:g}"),
-               ("slope ± SE", "{pilot_slope±pilot_slope_se}"), ("c1 ± MCSE", "{pilot_c1_estimate±pilot_c1_estimate_mcse}"),
-               ("t of c1", "{pilot_c1_z:+.2f}"), ("MCSE of gap at k_max", "{pilot_gap_mcse_kmax:.3g}"),
-               ("reason", "{pilot_reason}")), dim="pilot", verdict="pilot_verdict",
-              widths=(1.5, 1.0, 1.0, 0.5, 0.8, 2.6, 0.6))
+KMF = Table((("k_min factor f", "facet:g"), ("k_min", "kmf_k_min:.0f"), ("slope ± SE", "kmf_slope±kmf_slope_se"),
+    ("slope of the fit to the exact curve", "kmf_slope_exact_fit:.5f"), ("c1 ± MCSE", "kmf_c1_estimate"),
+    ("t of c1", "kmf_c1_z:+.2f"), ("c1 of the fit to the exact curve", "kmf_c1_exact_fit:.5f"),
+    ("reason", "kmf_reason")), dim="kmf", verdict="kmf_verdict")
+BLOCKS = Table((("cell", "facet"), ("anchors per block", "block_size:.0f"), ("blocks", "n_units:.0f"),
+    ("anchors in all", "anchors_total:.0f"), ("slope ± SE", "slope±slope_se"), ("c1 ± MCSE", "c1_estimate"),
+    ("t of c1", "c1_z:+.2f"), ("reason", "verdict_reason")), dim="cell", verdict="rate_verdict")
+PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/2)", "facet:g"),
+    ("slope ± SE", "pilot_slope±pilot_slope_se"), ("c1 ± MCSE", "pilot_c1_estimate"),
+    ("t of c1", "pilot_c1_z:+.2f"), ("MCSE of gap at k_max", "pilot_gap_mcse_kmax:.3g"),
+    ("reason", "pilot_reason")), dim="pilot", verdict="pilot_verdict")
 
 
 def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
@@ -89,7 +84,7 @@ def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
     render(doc, one, (PILOT,))
 
 
-def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
+def _pages(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The study's pages (all but provenance), from the dataset alone."""
     quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
     doc.heading("Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
@@ -110,3 +105,6 @@ def hard_regime_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     doc.text(P["exploratory"], size=8)
     for base in dict.fromkeys(map(str, ds["base"].values)):
         _sensitivity(doc, ds, base)
+
+
+PAGES = (_pages,)

@@ -10,24 +10,20 @@ import xarray as xr
 
 from simkit.report.document import format_pm
 from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, config, fin, prose,
-                                sections, verdict_heading)
-
-__all__ = ["minimiser_sections"]
+                                verdict_heading)
 
 P = prose("minimiser")
 
 
-EXACT = Table((
-    ("class", "{facet}"), ("description", "{description}"), ("P", "{n_params}"),
+EXACT = Table((("class", "facet"), ("description", "description"), ("P", "n_params"),
     ("θ*", lambda ds, i: ", ".join(fin(v, ".5g") for v in ds["theta_star"].values[i] if np.isfinite(v))),
     ("½gᵀH⁻¹g\nlim k²·excess", "{excess_const_exact:.6g}\n{excess_const_limit:.6g}"),
     ("−H⁻¹g\nlim k(θ_k − θ*)", lambda ds, i: "\n".join(
         ", ".join(fin(v, ".5g") for v in ds[n].values[i] if np.isfinite(v)) for n in ("shift_const", "shift_limit"))),
     ("slope [local range]\n→ limit", "{excess_slope:.4f} [{excess_slope_low:.4f}, {excess_slope_high:.4f}]\n"
                                      "→ {excess_slope_limit:.4f}"),
-    ("max |θ_k − θ0|", "{well_max_dev:.2g}"),
-), heading=verdict_heading("Exact results and verdicts", noun="classes"),
-    widths=(1.1, 2.3, 0.25, 0.8, 0.95, 1.1, 1.3, 0.6), size=7.0)
+    ("max |θ_k − θ0|", "well_max_dev:.2g")),
+    heading=verdict_heading("Exact results and verdicts", noun="classes"), size=7.0)
 
 
 def _crossover_table(doc, ds: xr.Dataset) -> None:
@@ -69,7 +65,7 @@ PAGES = (
 )
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: a zero coefficient, the fit range's first k, the k-bias
     of the misspecified classes, and the numbers the prose quotes."""
     k_fit_min = float(config(ds).get("k_fit_min", np.nan))
@@ -80,6 +76,3 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
             long_name="exact k-bias CE(θ_k) − CE(θ*)", units="1"))
     out["shift_const"] = ds["shift_const"].assign_attrs(long_name="−H⁻¹g (predicted limit)")
     return out
-
-
-minimiser_sections = sections("minimiser", PAGES, _derived)

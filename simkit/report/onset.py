@@ -7,21 +7,18 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, prose, sections, verdict_heading
-
-__all__ = ["onset_sections", "PAGES"]
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, prose, verdict_heading
 
 P = prose("onset")
-RESULTS = Table((
-    ("setting", "{facet}"), ("τ", "{tau}"), ("scale ρ", "{expansion_scale:.4g}"), ("|c2/c1|", "{crossover:.4g}"),
-    ("c1 ± MCSE", "{c1±c1_mcse}"), ("c2 ± MCSE", "{c2±c2_mcse}"),
+RESULTS = Table((("setting", "facet"), ("τ", "tau"), ("scale ρ", "expansion_scale:.4g"),
+    ("|c2/c1|", "crossover:.4g"), ("c1 ± MCSE", "c1"), ("c2 ± MCSE", "c2"),
     ("k* (1/k)\n95% interval", "{onset_k:.5g}\n[{onset_k_low:.5g}, {onset_k_high:.5g}]"),
-    ("k*/ρ", "{onset_over_scale:.3g}"),
+    ("k*/ρ", "onset_over_scale:.3g"),
     ("k* (c1/k + c2/k²)\n95% interval", "{onset_k_second_order:.5g}\n[{onset_k_second_order_low:.5g}, "
                                          "{onset_k_second_order_high:.5g}]"),
-    ("predicted\n[ρ, 16ρ]", "[{predicted_low:.4g}, {predicted_high:.4g}]"), ("k* in range?", "{scale_predicts}"),
-    ("MC k_max", "{k_max:.0f}"), ("curve max |t|\ncurve p", "{curve_max_t:.2f}\n{curve_p:.2g}"),
-), heading=verdict_heading("Onsets and curve tests"), size=7.5)
+    ("predicted\n[ρ, 16ρ]", "[{predicted_low:.4g}, {predicted_high:.4g}]"), ("k* in range?", "scale_predicts"),
+    ("MC k_max", "k_max:.0f"), ("curve max |t|\ncurve p", "{curve_max_t:.2f}\n{curve_p:.2g}")),
+    heading=verdict_heading("Onsets and curve tests"), size=7.5)
 
 PAGES = (
     TitlePage(texts=(P["intro"], P["method"]), then=(RESULTS, Text(P["answer"]), Failures())),
@@ -51,7 +48,7 @@ def _answer(ps: list[str]) -> str:
     return "yes" if ps and all(p == "inside" for p in ps) else "no" if "outside" in ps else "undetermined"
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """The ±10% band lines over the exact grid (display only) and the numbers the prose quotes."""
     tol, alpha = float(ds.attrs.get("onset_tol", 0.1)), float(ds.attrs.get("alpha", np.nan))
     ones = xr.ones_like(ds["ratio_exact"])
@@ -62,6 +59,3 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
     big = [p for p, r in zip(pos, ds["expansion_scale"].values) if r >= 1e3]
     return out.assign_attrs(onset_tol=tol, answer_all=_answer(pos), answer_large=_answer(big),
                             ff_all=1 - (1 - alpha) ** ds.sizes["setting"])
-
-
-onset_sections = sections("onset", PAGES, _derived)

@@ -10,24 +10,20 @@ from types import SimpleNamespace
 import xarray as xr
 
 from simkit.report.document import study_report
-from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, prose, sections,
-                                verdict_heading)
-
-__all__ = ["rate_k_sections", "rate_k_report", "PAGES"]
+from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
+                                study_sections, verdict_heading)
 
 P = prose("rate_k")
-RESULTS = Table((
-    ("setting", "{facet}"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"), ("τ", "{tau}"),
-    ("k_min", "{k_min}"), ("slope ± jackknife SE", "{slope±slope_se}"),
+RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
+    ("τ", "tau"), ("k_min", "k_min"), ("slope ± jackknife SE", "slope±slope_se"),
     ("CI 95%\nCI of the verdict", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]\n"
                                   "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
-    ("p-value of slope = −1/2", "{slope_p_half:.2g}"),
+    ("p-value of slope = −1/2", "slope_p_half:.2g"),
     ("c1 estimate ± MCSE\nc1 exact ± MCSE", "{c1_estimate±c1_estimate_mcse}\n{c1_exact±c1_exact_mcse}"),
-    ("t of c1", "{c1_z:+.2f}"),
+    ("t of c1", "c1_z:+.2f"),
     ("c2 estimate ± MCSE\nc2 exact ± MCSE", "{c2_estimate±c2_estimate_mcse}\n{c2_exact±c2_exact_mcse}"),
-    ("t of c2", "{c2_t:+.2f}"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}"),
-), heading=verdict_heading("Regression results and verdicts"),
-    widths=(0.82, 0.6, 0.25, 0.36, 0.36, 0.46, 1.1, 1.2, 0.74, 1.15, 0.5, 1.2, 0.5, 0.8, 0.5), size=8.0)
+    ("t of c2", "c2_t:+.2f"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}")),
+    heading=verdict_heading("Regression results and verdicts"), size=8.0)
 
 _K = dict(fit_range="k_min")
 _KGAP = dict(band="k_gap_mcse", hline="c1_exact", hline_band="c1_exact_mcse", fit=("c1_estimate", "c2_estimate"),
@@ -61,7 +57,7 @@ PAGES = (
 
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities computed from the saved variables (no re-run): k·exact gap, the CV gain and the
     numbers the prose quotes."""
     k, alpha, nb = ds["k"].astype(float), float(ds.attrs.get("alpha", math.nan)), ds.sizes.get("block", 0)
@@ -73,10 +69,7 @@ def _derived(ds: xr.Dataset) -> xr.Dataset:
                             cv_uncertainty_pct=200 / math.sqrt(nb - 1) if nb > 1 else math.nan)
 
 
-rate_k_sections = sections("rate_k", PAGES, _derived)
-
-
 def rate_k_report(ds: xr.Dataset, path: str | os.PathLike) -> int:
     """Write the C1 study's PDF (its pages, then the provenance) from its dataset alone; return the page count."""
     return study_report(SimpleNamespace(name="rate_k", claim="C1", title="the finite-k InfoNCE bias decays as c1/k",
-                                        report_sections=rate_k_sections), ds, path)
+                                        report_sections=study_sections("rate_k")), ds, path)

@@ -5,13 +5,15 @@ Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is 
 facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
 the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``, ``level``
 and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's module is its declarations
-and :func:`sections`; its page prose lives in ``pages/<study>.md`` (:func:`prose`).
+``PAGES`` (with ``derive`` and ``REQUIRES``, :func:`study_sections`); its prose is ``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.util
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -30,8 +32,8 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, format_pm, label, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
-           "RESIDUAL_KEY", "verdict_heading", "gather", "stack", "panel_title", "fin", "require", "fill",
-           "protocol_block", "config", "prose", "sections", "t_crit", "UNRESOLVED"]
+           "RESIDUAL_KEY", "verdict_heading", "gather", "scalar", "stack", "panel_title", "fin", "require", "fill",
+           "protocol_block", "config", "prose", "sections", "study_sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
@@ -99,6 +101,15 @@ def sections(name: str, pages: Sequence, derive: Callable | None = None, require
     return draw
 
 
+def study_sections(name: str):
+    """The sections of study ``name`` declared in ``simkit.report.<name>``: its ``PAGES``, drawn from its
+    ``derive(ds)`` if it has one, after checking its ``REQUIRES`` (:func:`sections`); none without a module."""
+    if not name.isidentifier() or importlib.util.find_spec(f"simkit.report.{name}") is None:
+        return lambda doc, ds, study=None: None
+    module = importlib.import_module(f"simkit.report.{name}")
+    return sections(name, module.PAGES, getattr(module, "derive", None), getattr(module, "REQUIRES", ()))
+
+
 def _drawn(items: Sequence):
     """The variables that declarations outside a :class:`View` draw: panels' ``var`` and ``also``, tables'
     verdicts."""
@@ -119,10 +130,15 @@ def verdict_heading(what: str, var: str = "verdict", noun: str = "settings"):
     return heading
 
 
+def scalar(ds: xr.Dataset, name: str):
+    """The value of the scalar variable ``name``, NaN when the dataset has none."""
+    return ds[name].values.item() if name in ds.variables else np.nan
+
+
 def gather(ds: xr.Dataset, rows: dict[str, str], fields: Sequence[str], dim: str = "row") -> xr.Dataset:
     """Scalar variables named ``<prefix><field>`` as one dataset over ``dim``: a row per ``label: prefix``
     of ``rows`` (missing variables are NaN), for a :class:`Table` of checks that share their fields."""
-    cols = {f: [ds[p + f].values.item() if p + f in ds.variables else np.nan for p in rows.values()] for f in fields}
+    cols = {f: [scalar(ds, p + f) for p in rows.values()] for f in fields}
     return xr.Dataset({f: (dim, np.asarray(v, dtype=object if any(isinstance(x, str) for x in v) else float))
                        for f, v in cols.items()}, coords={dim: list(rows)}, attrs=ds.attrs)
 
@@ -179,6 +195,7 @@ def _at(ds: xr.Dataset, name: str, facet: str | None, i: int | None):
     return v.values.item() if v.ndim == 0 else v.values
 
 
+_BARE = re.compile(r"[A-Za-z_]\w*(?:±[A-Za-z_]\w*)?(?::[^{}]*)?")
 _FIELD = re.compile(r"(?<![\^_])\{([A-Za-z_][\w]*)(?:±([A-Za-z_][\w]*))?(?::([^}]*))?\}")
 
 
@@ -277,13 +294,13 @@ class FigurePage:
 @dataclasses.dataclass(frozen=True)
 class Table:
     """One row per value of ``dim``; ``columns`` are ``(header, template)`` pairs or a variable name (headed
-    by its ``long_name``, with its ``_mcse``); ``verdict`` one or several coloured verdict columns."""
+    by its ``long_name``); a template that is a bare field (``v``, ``v:fmt``, ``v±se``) is filled as one,
+    a bare ``v`` with its ``v_mcse`` when there is one; ``verdict`` one or several coloured verdict columns."""
 
     columns: tuple[str | tuple[str, Source], ...]
     dim: str = "setting"
     heading: Source = ""
     verdict: str | tuple[str, ...] | None = "verdict"
-    widths: tuple[float, ...] | None = None
     size: float = 7.5
 
 
@@ -381,12 +398,12 @@ def _title_page(doc: ReportDocument, ds: xr.Dataset, page: TitlePage, study) -> 
 def _table(doc: ReportDocument, ds: xr.Dataset, t: Table, study=None) -> None:
     header, cells = [], []
     for col in t.columns:
-        if isinstance(col, tuple):
-            header.append(col[0])
-            cells.append(col[1])
-        else:
-            header.append(label(ds, col))
-            cells.append(f"{{{col}±{col}_mcse}}" if f"{col}_mcse" in ds.variables else f"{{{col}}}")
+        head, cell = col if isinstance(col, tuple) else (None, col)
+        if isinstance(cell, str) and _BARE.fullmatch(cell):  # a field without braces: "v", "v:fmt", "v±se"
+            name = cell.split(":")[0]
+            cell = f"{{{name}±{name}_mcse}}" if cell == name and f"{name}_mcse" in ds.variables else f"{{{cell}}}"
+        header.append(label(ds, col) if head is None else head)
+        cells.append(cell)
     names = (t.verdict,) if isinstance(t.verdict, str) else t.verdict or ()
     names = [n for n in names if n in ds]
     header += ["verdict"] if len(names) == 1 and isinstance(t.verdict, str) else [label(ds, n) for n in names]
@@ -400,8 +417,7 @@ def _table(doc: ReportDocument, ds: xr.Dataset, t: Table, study=None) -> None:
         rows.append(row)
     if t.heading:
         doc.heading(fill(t.heading, ds))
-    widths = t.widths or [1.0] * len(header)
-    doc.table(header, rows, widths, colors=colors, size=t.size)
+    doc.table(header, rows, colors=colors, size=t.size)
 
 
 def _claim_table(doc: ReportDocument, ds: xr.Dataset, t: ClaimTable, study) -> None:

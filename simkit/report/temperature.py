@@ -8,31 +8,27 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.spec import (Failures, FigurePage, Panel, Table, Text, TitlePage, View, config, gather, prose,
-                                sections, stack)
-
-__all__ = ["temperature_sections"]
+                                stack)
 
 P = prose("temperature")
 
-CHECKS = Table((
-    ("setting", "{facet}"), ("π", "{pi}"), ("d", "{dim}"), ("κ_M", "{kappa_m}"),
+CHECKS = Table((("setting", "facet"), ("π", "pi"), ("d", "dim"), ("κ_M", "kappa_m"),
     ("(i) largest KL_max/(2/τ) ± MCSE", "{kl_ratio_top±kl_ratio_top_mcse} at τ = {tau_kl_top:.3g}"),
-    ("(ii) largest |z| of CE", "{ce_max_abs_z:.2f}"), ("(iii) |c1(τ_min)| / max |c1(τ ≥ 1/κ_M)|", "{c1_ratio±c1_ratio_mcse}"),
+    ("(ii) largest |z| of CE", "ce_max_abs_z:.2f"), ("(iii) |c1(τ_min)| / max |c1(τ ≥ 1/κ_M)|", "c1_ratio"),
     ("c1 peaks at τ; c1 = 0 at τ", "{tau_c1_peak:.3g}; {tau_c1_zero:.3g}"),
-    ("E[Z2/Z²] slope (−(d−1)/2)", "{scale_slope:.2f} ({scale_slope_predicted:.1f})"),
-), verdict=("verdict_kl", "verdict_ce", "verdict_c1"), heading="Checks and verdicts",
-    widths=(0.8, 0.55, 0.25, 0.35, 2.0, 0.7, 1.3, 1.0, 1.0, 0.7, 0.7, 0.7))
+    ("E[Z2/Z²] slope (−(d−1)/2)", "{scale_slope:.2f} ({scale_slope_predicted:.1f})")),
+    verdict=("verdict_kl", "verdict_ce", "verdict_c1"), heading="Checks and verdicts")
 
-_TAU = ("τ", "{facet:.3g}")
-CE_TABLE = (_TAU, ("CE exact", "{ce_exact±ce_exact_mcse}"), ("CE Monte Carlo", "{ce_estimate±ce_estimate_mcse}"),
-            ("z", "{ce_z:+.2f}"), ("H", "{entropy±entropy_mcse}"), ("c1 exact", "{c1_exact±c1_exact_mcse}"),
-            ("E[Z2/Z²]", "{z2_ratio:.4g}"), ("E[m1/Z]", "{m1_ratio:.4g}"), ("k·gap_k at k_fixed", "{k_gap_kf±k_gap_kf_mcse}"),
-            ("k·gap_k at k_max", "{k_gap_kmax±k_gap_kmax_mcse}"))
-KL_TABLE = (_TAU, ("2/τ", "{kl_bound:.3g}"), ("E_x KL exact", "{kl_mean_exact±kl_mean_exact_mcse}"),
-            ("E_x KL direct", "{kl_mean±kl_mean_mcse}"), ("E_x KL importance", "{kl_mean_is±kl_mean_is_mcse}"),
+_TAU = ("τ", "facet:.3g")
+CE_TABLE = (_TAU, ("CE exact", "ce_exact"), ("CE Monte Carlo", "ce_estimate"),
+            ("z", "ce_z:+.2f"), ("H", "entropy"), ("c1 exact", "c1_exact"),
+            ("E[Z2/Z²]", "z2_ratio:.4g"), ("E[m1/Z]", "m1_ratio:.4g"), ("k·gap_k at k_fixed", "k_gap_kf"),
+            ("k·gap_k at k_max", "k_gap_kmax"))
+KL_TABLE = (_TAU, ("2/τ", "kl_bound:.3g"), ("E_x KL exact", "kl_mean_exact"),
+            ("E_x KL direct", "kl_mean"), ("E_x KL importance", "kl_mean_is"),
             ("max KL exact (anchors; sup)", "{kl_max_anchor_exact:.3g}; {kl_sup_exact:.3g}"),
-            ("max KL direct", "{kl_max±kl_max_mcse}"), ("max KL importance", "{kl_max_is±kl_max_is_mcse}"),
-            ("min ESS", "{kl_is_ess_min:.0f}"), ("max KL / (2/τ)", "{kl_ratio±kl_ratio_mcse}"))
+            ("max KL direct", "kl_max"), ("max KL importance", "kl_max_is"),
+            ("min ESS", "kl_is_ess_min:.0f"), ("max KL / (2/τ)", "kl_ratio"))
 
 _T = dict(x="tau")
 FIGURES = (
@@ -68,26 +64,22 @@ NORM_ROWS = {"primary: S of φ̂ (control variate)": "norm_primary_",
              "control: norms changed in a score-ignored component (S = 0)": "norm_ignored_"}
 
 
-NORMS_TABLE = Table((
-    ("τ", "{facet:g}"), ("E[G]", "{norm_gap_cv±norm_gap_cv_mcse}"), ("G·τ", "{norm_gap_tau±norm_gap_tau_mcse}"),
-    ("E[S]", "{norm_sens_cv±norm_sens_cv_mcse}"), ("S·τ", "{norm_sens_tau±norm_sens_tau_mcse}"),
-    ("null: E[S_ref]", "{norm_sens_ref±norm_sens_ref_mcse}"), ("ignored: E[S]", "{norm_sens_ignored±norm_sens_ignored_mcse}"),
-    ("FD vs pathwise (max rel.)", "{norm_fd_rel_error:.2g}"), ("plain E[S]", "{norm_sens±norm_sens_mcse}"),
-    ("converged", "{norm_converged:.2f}")), dim="tau_n", verdict=None, size=7.0,
-    widths=(0.45, 1.15, 1.15, 1.1, 1.15, 1.2, 1.1, 0.8, 1.1, 0.6))
-NORM_CHECKS = Table((
-    ("estimate", "{facet}"), ("slope b ± SE", "{b±b_se}"), ("t (H0 b ≥ b0)", "{t:.2f}"), ("p", "{p:.3g}"),
-    ("E[S](τ_min) ± MCSE", "{level±level_se}"), ("p (H0 ≤ 0)", "{level_p:.3g}"),
-    ("E[S](τ_min)/E[S](τ_max)", "{ratio:.3g}"), ("blocks", "{n_blocks:.0f}"), ("passes the rule (1 = yes)", "{passed:.0f}")),
-    dim="row", verdict="verdict", heading="The rule applied to the primary and the controls", size=7.0,
-    widths=(2.2, 0.9, 0.65, 0.6, 1.0, 0.6, 0.9, 0.45, 0.7, 0.9))
+NORMS_TABLE = Table((("τ", "facet:g"), ("E[G]", "norm_gap_cv"), ("G·τ", "norm_gap_tau"), ("E[S]", "norm_sens_cv"),
+    ("S·τ", "norm_sens_tau"), ("null: E[S_ref]", "norm_sens_ref"), ("ignored: E[S]", "norm_sens_ignored"),
+    ("FD vs pathwise (max rel.)", "norm_fd_rel_error:.2g"), ("plain E[S]", "norm_sens"),
+    ("converged", "norm_converged:.2f")), dim="tau_n", verdict=None, size=7.0)
+NORM_CHECKS = Table((("estimate", "facet"), ("slope b ± SE", "b±b_se"), ("t (H0 b ≥ b0)", "t:.2f"),
+    ("p", "p:.3g"), ("E[S](τ_min) ± MCSE", "level±level_se"), ("p (H0 ≤ 0)", "level_p:.3g"),
+    ("E[S](τ_min)/E[S](τ_max)", "ratio:.3g"), ("blocks", "n_blocks:.0f"),
+    ("passes the rule (1 = yes)", "passed:.0f")), dim="row", verdict="verdict",
+    heading="The rule applied to the primary and the controls", size=7.0)
 NORMS_FIGURE = FigurePage("Norms clause: G and G·τ; the gap's sensitivity S to the negatives' norms", (
     Panel("norm_g", x="tau_n", series="estimate", band="norm_g_mcse", logy=True, title="E[G] and G·τ"),
     Panel("norm_s", x="tau_n", series="estimate", band="norm_s_mcse", logy=True, title="E[S] = dE[G]/dε and S·τ")),
     caption=P["norms_caption"], facet=None)
 
 
-def _derived(ds: xr.Dataset) -> xr.Dataset:
+def derive(ds: xr.Dataset) -> xr.Dataset:
     """Display quantities from the saved variables: per-setting extremes, k·gap_k at two k, |gap|."""
     k, taus = ds["k"].values, ds["tau"].values
     kf = int(config(ds).get("k_fixed", 64))
@@ -138,24 +130,20 @@ def _scaled_text(d: xr.Dataset) -> str:
             f"{d['scaled_conclusion'].values}.")
 
 
-SCALED_TABLE = Table((
-    ("τ", "{facet:g}"), ("E[S]", "{scaled_sens_cv±scaled_sens_cv_mcse}"),
-    ("S·τ", "{scaled_sens_tau±scaled_sens_tau_mcse}"), ("E[G]", "{scaled_gap_cv±scaled_gap_cv_mcse}"),
-    ("G·τ", "{scaled_gap_tau±scaled_gap_tau_mcse}"), ("E[S]/E[G]", "{scaled_sens_gap±scaled_sens_gap_se}"),
-    ("null: E[S_ref]", "{scaled_sens_ref±scaled_sens_ref_mcse}"), ("FD (max rel.)", "{scaled_fd_rel_error:.2g}")),
-    dim="tau_s", verdict=None, size=7.0)
+SCALED_TABLE = Table((("τ", "facet:g"), ("E[S]", "scaled_sens_cv"), ("S·τ", "scaled_sens_tau"),
+    ("E[G]", "scaled_gap_cv"), ("G·τ", "scaled_gap_tau"), ("E[S]/E[G]", "scaled_sens_gap±scaled_sens_gap_se"),
+    ("null: E[S_ref]", "scaled_sens_ref"), ("FD (max rel.)", "scaled_fd_rel_error:.2g")), dim="tau_s",
+    verdict=None, size=7.0)
 
 
 _HEAD = "{setting}: π {pi}, d = {dim}, κ_M = {kappa_m:g} — "
-temperature_sections = sections("temperature", (
+PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
         reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
         verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
     View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (
-        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0,
-              widths=(0.45, 1.25, 1.2, 0.45, 1.2, 1.2, 0.6, 0.6, 1.5, 1.5)),
-        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0,
-              widths=(0.45, 0.45, 1.4, 1.2, 1.2, 1.1, 1.1, 1.1, 0.5, 1.2)))),
+        Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0),
+        Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0))),
     *FIGURES,
     View(lambda ds: ds if "norm_verdict" in ds else None, (
         Text(P["norms"], heading="Norms clause of C5 (pre-registered, protocols/temperature.md)"), NORMS_TABLE,
@@ -163,4 +151,4 @@ temperature_sections = sections("temperature", (
     View(lambda ds: ds if "scaled_verdict" in ds else None, (  # the rule of protocols/temperature_scaled.md
         Text(_scaled_text, heading="Norms clause beyond the 1/τ score scale (pre-registered, "
                                    "protocols/temperature_scaled.md)"), SCALED_TABLE,
-        View(_scaled_rows, (NORM_CHECKS,))))), _derived)
+        View(_scaled_rows, (NORM_CHECKS,)))))

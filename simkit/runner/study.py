@@ -216,7 +216,10 @@ class Study:
         return claim_summary(self.claim_rows(ds))
 
     def report_sections(self, doc, ds: xr.Dataset) -> None:
-        """Add this study's pages (all but provenance) to a :class:`simkit.report.ReportDocument`."""
+        """Add this study's pages (all but provenance) to a :class:`simkit.report.ReportDocument`: by
+        default those declared in ``simkit.report.<name>`` (:func:`simkit.report.spec.study_sections`)."""
+        from simkit.report.spec import study_sections
+        study_sections(self.name)(doc, ds, study=self)
 
     def report(self, ds: xr.Dataset, path: str | os.PathLike) -> int:
         """Write the study's PDF: a title page, :meth:`report_sections`, provenance. Returns the page count."""

@@ -202,3 +202,22 @@ def test_wrap_text_fits_width():
         assert len(lines) > 3
         assert all(report._width_in(line, size) <= 2.0 for line in lines)
         assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+
+
+def test_auto_widths_fit_the_page_and_break_no_word():
+    """Content widths: the columns fill the page; no word of any cell is broken; a narrow table keeps the
+    proportions of its longest lines; more columns than fit give every column the same share of its words."""
+    header = ["setting", "slope ± SE", "p-value of slope = −1/2"]
+    rows = [["mixture-d16", "−0.99977 ± 0.00015", "1.2e−166"], ["uniform-d3", "[−1.0012, −0.9993]", "0.73"]]
+    widths = report.auto_widths(header, rows, 6.0, 7.5)
+    assert sum(widths) == pytest.approx(6.0)
+    for row, weight in [(header, "bold")] + [(r, "normal") for r in rows]:  # a header is set in bold
+        for cell, w in zip(row, widths):
+            assert " ".join(wrap_text(cell, w - 0.1, 7.5, weight=weight)) == cell  # breaks fall between words
+    bold, plain = (report._width_in("slope", 7.5, weight=w) for w in ("bold", "normal"))
+    assert bold > plain  # the bold header is measured as drawn
+    wide = report.auto_widths(None, [["a", "bb"]], 20.0, 7.5)
+    line = [report._width_in(t, 7.5) for t in ("a", "bb")]
+    assert wide[1] / wide[0] == pytest.approx((0.12 + line[1] / 0.96) / (0.12 + line[0] / 0.96))
+    crowded = report.auto_widths(None, [["word"] * 40], 6.0, 7.5)
+    assert crowded == pytest.approx([6.0 / 40] * 40)

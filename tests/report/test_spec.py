@@ -130,6 +130,12 @@ def test_table_and_failures(tmp_path, monkeypatch):
     assert header == ["the gap y", "constant", "k_min", "verdict"]
     assert rows[1] == ["5.00 ± 0.50", "5.00 ± 0.25", "4", "FAIL"]
     assert seen[1][1] == [["b", "fail: slope interval excludes -1", "—"]]
+    seen.clear()  # a bare field as template: its MCSE when it has one, a format, another error, text as text
+    _build(tmp_path, [Table((("Y", "y"), ("C", "c:.1f"), ("C ± y", "c±y_mcse"), ("k", "k_min"), ("n", "n/a")))],
+           synthetic().isel(k=0))
+    assert seen[0][0] == ["Y", "C", "C ± y", "k", "n", "verdict"]
+    assert seen[0][1] == [["3.00 ± 0.30", "3.0", "3.00 ± 0.30", "4", "n/a", "PASS"],
+                          ["5.00 ± 0.50", "5.0", "5.00 ± 0.50", "4", "n/a", "FAIL"]]
 
 
 def test_lone_sentence_joins_the_page_before(tmp_path, monkeypatch):
@@ -418,3 +424,17 @@ def test_view_draws_its_items_on_each_dataset(monkeypatch, tmp_path):
     each = spec.View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (Text("setting {setting}"),))
     _build(tmp_path, [each, spec.View(lambda ds: None, (Text("never"),))])
     assert texts == ["setting a", "setting b"]
+
+
+def test_study_sections_are_found_by_the_study_name(tmp_path):
+    """``study_sections(name)`` draws the ``PAGES`` of ``simkit/report/<name>.py`` after its ``derive``; a
+    name without a module (an out-of-tree study) draws nothing. Positive control: a rate_k dataset without
+    its verdicts is refused, naming them."""
+    nothing = spec.study_sections("no_such_study")
+    assert document.write_report(tmp_path / "none.pdf", lambda doc: nothing(doc, None)) == 0
+    from simkit.runner import read_dataset
+    ds = read_dataset(DATA / "rate_k.nc")
+    assert document.write_report(tmp_path / "r.pdf", lambda doc: spec.study_sections("rate_k")(doc, ds)) >= 4
+    with pytest.raises(ValueError, match=r"must be a rate_k dataset; it lacks 'verdict'"):
+        document.write_report(tmp_path / "bad.pdf",
+                              lambda doc: spec.study_sections("rate_k")(doc, ds.drop_vars("verdict")))
