@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import xarray as xr
 
 __all__ = ["START", "END", "MAX_CELL", "claims_table", "readme_table", "main"]
@@ -27,7 +28,9 @@ def _cell(text: str) -> str:
 
 def claims_table(ds: xr.Dataset) -> str:
     """The markdown table of a validation dataset: claim row, what is claimed, the row's statistic in
-    one line (estimates ± MCSE), its false-failure rate, verdict and the studies' reports."""
+    one line (estimates ± MCSE), its stated false-failure rate (and, where the row's checks were calibrated
+    at the design that ran, the calibrated rate with its Clopper-Pearson 95% interval), verdict and the
+    studies' reports."""
     lines = ["| claim | what is claimed | statistic ± MCSE (per check) | false-fail rate | verdict | report |",
              "|---|---|---|---|---|---|"]
     for i, c in enumerate(ds["claim"].values):
@@ -36,6 +39,11 @@ def claims_table(ds: xr.Dataset) -> str:
         if an.startswith("confirmatory ("):
             label += f" ({an.split('(', 1)[1].split(',')[0]})"
         f = float(ds["false_fail_rate"].values[i])
+        rate = f"{f:.2g}" if f == f else "—"
+        e, lo, hi = (float(ds[f"empirical_false_fail{k}"].values[i]) if f"empirical_false_fail{k}" in ds else np.nan
+                     for k in ("", "_low", "_high"))
+        if e == e:  # a calibration at the design that ran (simkit validate's rule)
+            rate += f"; calibrated {e:.2g} [{lo:.2g}, {hi:.2g}]"
         v = str(ds["verdict"].values[i])
         n_na = int(ds["n_not_assessed"].values[i]) if "n_not_assessed" in ds else 0
         verdict = f"**{v}**" + (f" ({n_na} check{'s' if n_na > 1 else ''} not assessed)" if n_na and v != "not assessed"
@@ -44,7 +52,7 @@ def claims_table(ds: xr.Dataset) -> str:
         report = ", ".join(f"[{s}](reports/{s}.pdf)" for s in studies) or "—"
         lines.append("| " + " | ".join(_cell(x) for x in (
             label, str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
-            f"{f:.2g}" if f == f else "—", verdict, report)) + " |")
+            rate, verdict, report)) + " |")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simkit.claims.table import END, MAX_CELL, START, claims_table, main, readme_table
@@ -42,6 +43,17 @@ def test_positive_control_a_changed_verdict_changes_the_table():
     assert readme_table(readme) == a and readme_table(readme) != b
     with pytest.raises(ValueError, match="markers"):
         readme_table("no markers")
+
+
+def test_a_row_calibrated_at_its_design_quotes_the_calibrated_rate_and_one_elsewhere_does_not():
+    base = {"study": "demo", "statistic": "slope, 3 settings", "estimate": -1.0, "estimate_mcse": 0.01,
+            "false_fail_rate": 0.01, "detail": "", "analysis": "exploratory", "claim": "C1", "verdict": "pass",
+            "calibration_rejects": np.array([0.0] * 48 + [1.0, np.nan])}
+    here = claims_table(combine_checks([base]))
+    # 1 of the 49 decided seeds failed: 0.0204, Clopper-Pearson 95% [0.000517, 0.109]
+    assert "| 0.01; calibrated 0.02 [0.00052, 0.11] |" in here
+    other = claims_table(combine_checks([{**base, "calibration_other_design": "quick"}]))
+    assert "| 0.01 |" in other and "calibrated" not in other
 
 
 def test_cli_prints_the_table_and_refuses_a_bad_path(capsys, tmp_path):
