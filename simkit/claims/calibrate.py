@@ -46,7 +46,8 @@ from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
 
 __all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
-           "clopper_pearson", "calibration_path", "target_protocols", "calibration_rates", "union_rejection_rate", "seed_rows", "CONFIDENCE"]
+           "clopper_pearson", "calibration_path", "target_protocols", "calibration_rates", "union_rejection_rate",
+           "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
@@ -682,7 +683,8 @@ def calibration_rates(study_name: str, directory: str | os.PathLike = Path("data
     95%) and ``n`` (seeds): per check from its verdict row, per claim from the seeds on which any of
     the claim's check verdicts failed (the claim's combined verdict); and ``"source"``, the file name
     (so a full-design row calibrated only on the quick design says so), ``"design"`` (``quick`` or
-    ``full``: the calibrated design), ``"target_config"`` and ``"target_protocols"`` (the calibrated configuration and protocol hashes) and per check ``stated``, the stated rate *at the calibrated
+    ``full``: the calibrated design), ``"target_config"`` and ``"target_protocols"`` (the calibrated
+    configuration and protocol hashes) and per check ``stated``, the stated rate *at the calibrated
     design* (it can differ from the full design's: a power-based rate depends on the design's
     standard errors) and ``rejects``, its per-seed rejections (1, 0, NaN: for the union over a set of
     checks). Empty without a dataset.
