@@ -46,8 +46,8 @@ from simkit.runner.run import apply_schema
 from simkit.runner.storage import write_dataset
 
 __all__ = ["calibrate", "combine", "calibration_dataset", "Calibration", "Alternative", "ALTERNATIVES", "SCHEMA", "check_labels",
-           "clopper_pearson", "calibration_path", "target_protocols", "calibration_rates", "union_rejection_rate",
-           "seed_rows", "CONFIDENCE"]
+           "clopper_pearson", "calibration_path", "protocol_hashes", "target_protocols", "calibration_rates",
+           "union_rejection_rate", "seed_rows", "CONFIDENCE"]
 
 #: level of the empirical rate's interval
 CONFIDENCE = 0.95
@@ -657,10 +657,15 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
     return res
 
 
+def protocol_hashes(attrs: dict) -> dict[str, str]:
+    """The SHA-256 of each protocol named in a study's or dataset's attributes (its ``*_sha256`` ones)."""
+    return {k: str(v) for k, v in attrs.items() if k.endswith("_sha256")}
+
+
 def target_protocols(study: Study, cfg: dict) -> dict[str, str]:
-    """The SHA-256 of each protocol that the study's rules follow (its ``*_sha256`` attributes): a calibration
-    counts for a dataset only where they agree, since a protocol fixes the rule the rates belong to."""
-    return {k: str(v) for k, v in study.attrs(cfg).items() if k.endswith("_sha256")}
+    """The protocol hashes of the study's rules (:func:`protocol_hashes`): a calibration counts for a dataset
+    only where they agree, since a protocol fixes the rule the rates belong to."""
+    return protocol_hashes(study.attrs(cfg))
 
 
 def calibration_path(study_name: str, directory: str | os.PathLike = Path("data") / "calibration", *,

@@ -338,7 +338,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
     Where ``<calibration>/<study>.nc`` exists (``simkit calibrate``), each check's empirical
     false-failure rate is shown beside its stated one.
     """
-    from simkit.claims.calibrate import calibration_rates
+    from simkit.claims.calibrate import calibration_rates, protocol_hashes
     from simkit.runner import read_dataset
     out = Path(out)
     names = study_names() if studies is None else studies
@@ -370,7 +370,7 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
         cal = calibration_rates(name, calibration, full=ran_full)
         if cal and cal["design"] == "full" and ran_full:
             cal["design"] = full_design_label(cal["target_config"], configs[name][1], cal["target_protocols"],
-                                              {k: str(v) for k, v in res_ds.attrs.items() if k.endswith("_sha256")})
+                                              protocol_hashes(res_ds.attrs))
         sources[name] = cal.get("source", "")
         for j, row in enumerate(study.claim_rows(res_ds)):
             c = cal.get(j, {})
