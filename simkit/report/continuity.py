@@ -40,14 +40,14 @@ GROWTH = FigurePage("Growth of E B_avg per doubling of k against the pre-registe
 _CELL = "{setting}, ε = {facet}"
 BOUNDS = FigurePage(
     "Loss differences and their bounds against k",
-    (Panel("dl", band="dl_mcse", also=("bound_score", "bound_avg", "bound_max"), logy=True,
+    (Panel("dl", also=("bound_score", "bound_avg", "bound_max"), logy=True,
            title=_CELL + ": slopes avg {slope_avg:.1e}, max {slope_max:.3f}", label="E |Δℓ| ± 2 MCSE",
            also_labels=("E B_score (1)", "E B_avg (AVG)", "E B_max (MAX)"), ylabel="nats"),),
     caption=P["bounds_caption"],
     subtitle="averaging bound B_avg flat in k, max bound B_max growing", facet=("setting", "eps"))
 NEGATIVES = FigurePage(
     "The negatives' term: softmax average against maximum",
-    (Panel("neg_avg", band="neg_avg_mcse", also=("neg_max",), hline="neg_plain", hline_band="neg_plain_mcse",
+    (Panel("neg_avg", also=("neg_max",), hline="neg_plain",
            title=_CELL + ": max/avg {negmax_negavg_end±negmax_negavg_mcse_end}", ylabel="‖φ(x⁻) − ψ(x⁻)‖",
            label="softmax average over the first k negatives ± 2 MCSE",
            also_labels=("maximum over the first k negatives",), hline_label="unweighted mean ± 2 MCSE"),),
@@ -55,7 +55,7 @@ NEGATIVES = FigurePage(
 
 
 RATIOS = FigurePage("Ratios of means", tuple(
-    Panel(v, series="eps", band=v + "_mcse", logy=True, title="{facet}: " + t, ylabel="ratio")
+    Panel(v, series="eps", logy=True, title="{facet}: " + t, ylabel="ratio")
     for v, t in (("ratio_max_avg", "E B_max / E B_avg"), ("ratio_avg_dl", "E B_avg / E |Δℓ|"),
                  ("ratio_score_dl", "E B_score / E |Δℓ|"))),
     caption=P["ratios_caption"])
@@ -90,8 +90,7 @@ def derive(ds: xr.Dataset) -> xr.Dataset:
         for i, s in enumerate(ds["setting"].values)) if "family" in ds and "perturbation" in ds else ""
     alpha = float(ds.attrs.get("alpha", np.nan))
     note = "" if "protocol_path" in ds.attrs else " · not the pre-registered design: exploratory"
-    return out.assign_attrs(settings_text=settings, eps_text=", ".join(f"{e:g}" for e in ds["eps"].values),
-                            bump_factor=float(ds.attrs.get("bump_gain", 4)), note=note,
+    return out.assign_attrs(settings_text=settings, bump_factor=float(ds.attrs.get("bump_gain", 4)), note=note,
                             ff_all=1 - (1 - alpha) ** (ds.sizes["setting"] * ds.sizes["eps"]))
 
 

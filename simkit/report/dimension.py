@@ -32,7 +32,7 @@ SECONDARY = Table((("family", "facet"), ("trend per doubling (nats)", "trend±tr
     ("mean E[G] (nats)", "trend_level:.4f")), dim="row", verdict=None,
     heading="Secondary, descriptive: two-sided trend of E[G] per doubling of d")
 CURVES = FigurePage("E[G] against the embedding dimension d", (
-    Panel("gap_cv", x="d", band="gap_cv_mcse", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
+    Panel("gap_cv", x="d", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
           label="E[G] ± 2 MCSE"),),
     caption=P["curves_caption"], facet="family")
 

@@ -48,17 +48,19 @@ def _axes():
 
 
 def test_panel_draws_the_mcse_band():
+    """The band is ``y_mcse``, named or by default. Positive control: no band without an MCSE variable."""
     ds = synthetic()
-    ax = _axes()
-    spec.draw_panel(ax, ds, Panel("y", band="y_mcse"), "setting", 1)
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 1
-    verts = bands[0].get_paths()[0].vertices
-    # the band spans y ± 2 MCSE at every k: from 0.8 y to 1.2 y
     y = ds["y"].values[1]
-    assert np.isclose(verts[:, 1].max(), 1.2 * y.max()) and np.isclose(verts[:, 1].min(), 0.8 * y.min())
+    for panel in (Panel("y", band="y_mcse"), Panel("y")):
+        ax = _axes()
+        spec.draw_panel(ax, ds, panel, "setting", 1)
+        bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        assert len(bands) == 1
+        verts = bands[0].get_paths()[0].vertices
+        # the band spans y ± 2 MCSE at every k: from 0.8 y to 1.2 y
+        assert np.isclose(verts[:, 1].max(), 1.2 * y.max()) and np.isclose(verts[:, 1].min(), 0.8 * y.min())
     ax = _axes()
-    spec.draw_panel(ax, ds, Panel("y"), "setting", 1)  # positive control: no band without an MCSE variable
+    spec.draw_panel(ax, ds.drop_vars("y_mcse"), Panel("y"), "setting", 1)
     assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
 
 
