@@ -3,10 +3,9 @@ along lines of constant complexity, every design point; prose in ``pages/capacit
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, scalar
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, family_curves, gather, prose, scalar
 
 P = prose("capacity")
 
@@ -17,7 +16,8 @@ RULE = Table((("class", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"
     ("t", "ni_t:.2f"), ("p (one-sided)", "ni_p:.3g"), ("slope on log2 C", "beta±beta_se")), dim="row",
     heading="Verdict (protocol section 7): {conclusion}")
 CURVES = FigurePage("E[G] against d", (
-    Panel("gap_cv", x="d", logy=True, title="{facet}", label="E[G] ± 2 MCSE"),),
+    Panel("gap_cv", x="d", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
+          label="E[G] ± 2 MCSE"),),
     caption=P["curves_caption"], facet="family")
 POINTS = Table((("point", "facet"), ("P", "n_params:.0f"), ("n", "n:.0f"), ("√(P/n)", "complexity:.4f"),
     ("E[G] (cv, nats)", "gap_cv"), ("n E[G] / P", "scaled_gap:.3f"), ("E[G] (plain)", "gap"),
@@ -49,15 +49,5 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
     return rows.assign(conclusion=xr.DataArray(_conclusion(ds)))
 
 
-def _curves(ds: xr.Dataset) -> xr.Dataset:
-    fams = ds["family"].values.astype(str)
-    parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == f)).swap_dims(point="d")
-             .reset_coords(drop=True) for f in ("fourier", "linear", "control")]
-    curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES))
-    curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
-    curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return curves
-
-
 PAGES = (TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]))),
-         View(_curves, (CURVES,)), POINTS)
+         View(lambda ds: family_curves(ds, FAMILIES), (CURVES,)), POINTS)

@@ -3,10 +3,9 @@ trends, E[G] against d with the fit, every design point; prose in ``pages/dimens
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, prose, scalar
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, family_curves, gather, prose, scalar
 
 P = prose("dimension")
 
@@ -49,20 +48,6 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
                                               if str(scalar(ds, n))))
 
 
-def _curves(ds: xr.Dataset) -> xr.Dataset:
-    """The two families' curves along d with the fitted line."""
-    fams = [f for f in ("fourier", "linear") if f in ds["family"].values.astype(str)]
-    parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(ds["family"].values.astype(str) == f))
-             .swap_dims(point="d").reset_coords(drop=True) for f in fams]
-    curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES)[:len(fams)])
-    lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
-    b = xr.DataArray([scalar(ds, f"{f}_b") for f in fams], dims="family")
-    curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
-    curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
-    curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return curves
-
-
 def derive(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
 
@@ -75,4 +60,4 @@ POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "
 
 PAGES = (
     TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
-    View(_curves, (CURVES,)), POINTS)
+    View(lambda ds: family_curves(ds, FAMILIES), (CURVES,)), POINTS)

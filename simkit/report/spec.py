@@ -34,6 +34,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
            "rate_columns", "rate_page", "constant_page", "residual_page", "VMF_SETTING", "verdict_heading", "gather",
+           "family_curves",
            "scalar", "stack", "panel_title", "fin", "require", "fill", "protocol_block", "config", "prose", "sections",
            "study_sections", "t_crit", "UNRESOLVED"]
 
@@ -152,6 +153,23 @@ def stack(ds: xr.Dataset, names: dict[str, str], dim: str, name: str, attrs: dic
         return xr.concat([ds[v + suffix] if v + suffix in ds else ds[v] * np.nan for v in names.values()],
                          dim=dim, coords="minimal", compat="override").assign_coords({dim: list(names)})
     return ds.assign({name: cat("").assign_attrs(attrs), name + "_mcse": cat("_mcse")})
+
+
+def family_curves(ds: xr.Dataset, families: dict[str, str]) -> xr.Dataset:
+    """E[G] (``gap_cv`` ± MCSE) against d of each family of a design over ``point`` present in ``ds``, one row
+    per ``label: prefix`` of ``families`` (as for :func:`gather`; the family is the prefix without its "_"),
+    with ``fit``: the line 2^(a + b log2 d) of the family's slope ``<prefix>b`` through the mean of log2 E[G]."""
+    fams = ds["family"].values.astype(str)
+    rows = {lab: p for lab, p in families.items() if p.rstrip("_") in fams}
+    curves = xr.concat([ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == p.rstrip("_")))
+                        .swap_dims(point="d").reset_coords(drop=True) for p in rows.values()], dim="family",
+                       join="outer").assign_coords(family=list(rows))
+    lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
+    b = xr.DataArray([scalar(ds, p + "b") for p in rows.values()], dims="family")
+    curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
+    curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
+    curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
+    return curves
 
 
 def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
@@ -328,10 +346,10 @@ class Failures:
 
 @dataclasses.dataclass(frozen=True)
 class Text:
-    """A paragraph (template or callable of the dataset); ``heading`` puts a heading above it."""
+    """A paragraph (template or callable of the dataset); ``heading`` (a template) puts a heading above it."""
 
     text: Source
-    heading: str = ""
+    heading: Source = ""
     size: float = SMALL
 
 
@@ -424,7 +442,7 @@ def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) 
 
 def _text(doc: ReportDocument, ds: xr.Dataset, t: Text, study=None) -> None:
     if t.heading:
-        doc.heading(t.heading)
+        doc.heading(fill(t.heading, ds))
     doc.text(fill(t.text, ds), size=t.size)
 
 
