@@ -158,7 +158,8 @@ def stack(ds: xr.Dataset, names: dict[str, str], dim: str, name: str, attrs: dic
 def family_curves(ds: xr.Dataset, families: dict[str, str]) -> xr.Dataset:
     """E[G] (``gap_cv`` ± MCSE) against d of each family of a design over ``point`` present in ``ds``, one row
     per ``label: prefix`` of ``families`` (as for :func:`gather`; the family is the prefix without its "_"),
-    with ``fit``: the line 2^(a + b log2 d) of the family's slope ``<prefix>b`` through the mean of log2 E[G]."""
+    with ``fit``: the line 2^(a + b log2 d) of the family's slope ``<prefix>b`` through the mean of log2 E[G],
+    over the family's own d."""
     fams = ds["family"].values.astype(str)
     rows = {lab: p for lab, p in families.items() if p.rstrip("_") in fams}
     curves = xr.concat([ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == p.rstrip("_")))
@@ -166,7 +167,8 @@ def family_curves(ds: xr.Dataset, families: dict[str, str]) -> xr.Dataset:
                        join="outer").assign_coords(family=list(rows))
     lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
     b = xr.DataArray([scalar(ds, p + "b") for p in rows.values()], dims="family")
-    curves["fit"] = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
+    fit = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
+    curves["fit"] = fit.where(curves["gap_cv"].notnull())
     curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
     curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
     return curves
