@@ -398,6 +398,7 @@ def test_generic_quantities_of_templates():
     assert fill("{level:g} {t_crit:.4f} {k_min} {k_max} {block_max}", ds) == (
         f"0.99 {st.t.isf(0.005, 19):.4f} 1 128 19")
     assert fill("{k_max}", ds.assign_attrs(k_max=64)) == "64"  # a stated value wins
+    assert fill("{{k_values}}", ds) == "{1, 2, 4, 8, 16, 32, 64, 128}"  # a coordinate listed
     spec.UNRESOLVED.clear()
     assert fill("{level} {t_crit} {y_max}", synthetic()) == "n/a n/a n/a"
     assert spec.UNRESOLVED == {"level", "t_crit", "y_max"}
@@ -440,3 +441,16 @@ def test_study_sections_are_found_by_the_study_name(tmp_path):
     with pytest.raises(ValueError, match=r"must be a rate_k dataset; it lacks 'verdict'"):
         document.write_report(tmp_path / "bad.pdf",
                               lambda doc: spec.study_sections("rate_k")(doc, ds.drop_vars("verdict")))
+
+
+def test_residual_page_carries_its_key(tmp_path, monkeypatch):
+    """A figure page with residual panels ends its caption with the residual key, once. Positive control: a page
+    without residual panels keeps its caption as declared."""
+    captions = []
+    original = document.ReportDocument.figure
+    monkeypatch.setattr(document.ReportDocument, "figure", lambda self, t, r, c, **k: (
+        captions.append(k["caption"]), original(self, t, r, c, **k))[1])
+    ds = synthetic().assign(resid=lambda d: d["y"] * 0.0)
+    _build(tmp_path, [spec.residual_page("r", "Residuals.", ("resid", "rate fit", "k_min")),
+                      FigurePage("y", (Panel("y"),), caption="Plain.")], ds)
+    assert captions == ["Residuals. " + spec.RESIDUAL_KEY, "Plain."]
