@@ -24,8 +24,7 @@ C2_TABLE = Table((("setting", "facet"),) + rate_columns("d_") + (("d1 = E m1/Z (
 
 _RATE = (
     TitlePage(texts=(P["intro"], P["design"]), then=(C1_TABLE, C2_TABLE, Text(P["rule"]),
-                                           Failures(reasons=("verdict_reason", "d_verdict_reason"),
-                                                    verdicts=("verdict", "d_verdict")))),
+                                           Failures(verdicts=("verdict", "d_verdict")))),
     rate_page("Finite-k gap on real data: Monte Carlo against the exact curve", "gap", "fit", P["gap_caption"],
               reference="gap_exact", reference_band="gap_exact_mcse", label="Monte Carlo gap ± 2 MCSE",
               reference_label="exact gap", title="{facet}: slope {slope±slope_se}; max |z| vs exact {gap_zmax:.2f}"),

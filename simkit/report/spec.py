@@ -339,10 +339,11 @@ class ClaimTable:
 
 @dataclasses.dataclass(frozen=True)
 class Failures:
-    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with their ``reasons``."""
+    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with their ``reasons`` (by default
+    ``<verdict>_reason`` of each of ``verdicts``)."""
 
     dim: str = "setting"
-    reasons: tuple[str, ...] = ("verdict_reason",)
+    reasons: tuple[str, ...] | None = None
     verdicts: tuple[str, ...] = ("verdict",)
 
 
@@ -516,7 +517,8 @@ def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures, study=None) -> N
     if not bad:
         doc.text("All settings pass; no task raised an error.", size=SMALL, weight="bold")
         return
-    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in f.reasons  # noqa: E731
+    reasons = f.reasons or tuple(v + "_reason" for v in f.verdicts)
+    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in reasons  # noqa: E731
                                  if r in ds and str(_at(ds, r, f.dim, i)))
     doc.heading("Failures and task errors")
     doc.table(["setting", "verdict: why", "task errors (variable cell_error)"],

@@ -129,9 +129,8 @@ SCALED_TABLE = Table((("τ", "facet:g"), ("E[S]", "scaled_sens_cv"), ("S·τ", "
 
 _HEAD = "{setting}: π {pi}, d = {dim}, κ_M = {kappa_m:g} — "
 PAGES = (
-    TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]), Failures(
-        reasons=("verdict_kl_reason", "verdict_ce_reason", "verdict_c1_reason"),
-        verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
+    TitlePage(texts=(P["claim"], P["method"]), then=(CHECKS, Text(P["rule"]),
+                                                     Failures(verdicts=("verdict_kl", "verdict_ce", "verdict_c1")))),
     View(lambda ds: [ds.isel(setting=i) for i in range(ds.sizes["setting"])], (
         Table(CE_TABLE, dim="tau", verdict=None, heading=_HEAD + "cross-entropy and bias", size=7.0),
         Table(KL_TABLE, dim="tau", verdict=None, heading=_HEAD + "KL(Q(x,·) ‖ π) against 2/τ", size=7.0))),
