@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import COLORS, ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, View, fill, fin, prose, protocol_block
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, fill, fin, prose
 
 P = prose("hard_regime")
 
@@ -93,17 +93,11 @@ def _base(ds: xr.Dataset) -> xr.Dataset:
     return ds.isel(cell=list(map(str, ds["cell"].values)).index(ds.attrs["base"]))
 
 
-def derive(ds: xr.Dataset) -> xr.Dataset:
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
-    return ds.assign_attrs(quick_note=" — QUICK DESIGN (not confirmatory)" if quick else "")
-
-
-_DESIGN = ("k_max {k_max}, {n_blocks} blocks of 256 anchors, pilot {pilot_blocks} blocks, k_min factor {k_min_factor}; "
-           "seed {seed}")
+_DESIGN = (" · design: k_max {k_max}, {n_blocks} blocks of 256 anchors, pilot {pilot_blocks} blocks, k_min factor "
+           "{k_min_factor} · {analysis}")
 SENSITIVITY = View(_bases, (View(_base, (Text(P["sensitivity"], heading="Sensitivity of the rate verdict: {sensitivity}"),
                                          KMF)), BLOCKS, View(_base, (PILOT,))))
 PAGES = (
-    Text(P["claim"], heading="Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20){quick_note}", size=9.0),
-    lambda doc, ds: protocol_block(doc, ds, fill(_DESIGN, ds)),
+    TitlePage(texts=(P["claim"],), note=_DESIGN),
     View(lambda ds: ds if _hard(ds) is None else None, (Text("The dataset has no 'hard' cell."),)),
     View(_hard, (_verdict_table, CURVES)), Text(P["exploratory"], size=8), SENSITIVITY)

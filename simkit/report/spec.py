@@ -35,7 +35,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
            "rate_columns", "rate_page", "constant_page", "residual_page", "VMF_SETTING", "verdict_heading", "gather",
            "family_curves",
-           "scalar", "stack", "panel_title", "fin", "require", "fill", "protocol_block", "config", "prose", "sections",
+           "scalar", "stack", "panel_title", "fin", "require", "fill", "config", "prose", "sections",
            "study_sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
@@ -180,17 +180,6 @@ def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
     if missing:
         raise ValueError(f"'ds' must be a {study} dataset; it lacks {', '.join(map(repr, missing))} "
                          f"(open the output of 'simkit run {study}')")
-
-
-def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
-    """The pre-registered protocol of a confirmatory study (path, SHA-256, commit), its design and runtime."""
-    a = ds.attrs
-    doc.key_values([
-        ("protocol", str(a.get("protocol_path", "?"))), ("protocol SHA-256", str(a.get("protocol_sha256", "?"))),
-        ("protocol commit", str(a.get("protocol_commit", "?"))), ("dataset commit", str(a.get("git_commit", "?"))),
-        ("analysis", str(a.get("analysis", "?"))), ("design", design),
-        ("wall time", f"{float(a.get('wall_time_s', float('nan'))):.0f} s"),
-    ], key_width=1.2, value_width=4.0, value_family="monospace")
 
 
 def _meta(ds: xr.Dataset, name: str):
