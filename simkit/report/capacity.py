@@ -38,10 +38,8 @@ def _conclusion(ds: xr.Dataset) -> str:
 
 
 def derive(ds: xr.Dataset) -> xr.Dataset:
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
     reasons = " ".join(str(scalar(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(scalar(ds, f"{f}_reason")))
-    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if quick else "",
-                           reasons=" " + reasons if reasons else "")
+    return ds.assign_attrs(reasons=" " + reasons if reasons else "")
 
 
 def _rows(ds: xr.Dataset) -> xr.Dataset:
@@ -49,5 +47,5 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
     return rows.assign(conclusion=xr.DataArray(_conclusion(ds)))
 
 
-PAGES = (TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]))),
+PAGES = (TitlePage(texts=(P["claim"],), ademp=True), View(_rows, (RULE, Text(P["rule"]))),
          View(lambda ds: family_curves(ds, FAMILIES), (CURVES,)), POINTS)

@@ -48,10 +48,6 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
                                               if str(scalar(ds, n))))
 
 
-def derive(ds: xr.Dataset) -> xr.Dataset:
-    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if "quick" in str(ds.attrs.get("analysis", "")) else "")
-
-
 POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "tau_train:.4g"),
     ("E[G] (cv, nats)", "gap_cv"), ("E[G] (plain)", "gap"), ("sd G", "gap_sd:.4f"),
     ("eval MCSE", "gap_eval_mcse:.4f"), ("conv.", "converged:.2f"), ("iter.", "iterations:.0f"),
@@ -59,5 +55,5 @@ POINTS = Table((("point", "facet"), ("params", "n_params:.0f"), ("τ of φ̂", "
 
 
 PAGES = (
-    TitlePage(texts=(P["claim"],), ademp=True, note="{note}"), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
+    TitlePage(texts=(P["claim"],), ademp=True), View(_rows, (RULE, Text(P["rule"]), SECONDARY)),
     View(lambda ds: family_curves(ds, FAMILIES), (CURVES,)), POINTS)
