@@ -95,8 +95,8 @@ def _base(ds: xr.Dataset) -> xr.Dataset:
 
 _DESIGN = (" · design: k_max {k_max}, {n_blocks} blocks of 256 anchors, pilot {pilot_blocks} blocks, k_min factor "
            "{k_min_factor} · {analysis}")
-SENSITIVITY = View(_bases, (View(_base, (Text(P["sensitivity"], heading="Sensitivity of the rate verdict: {sensitivity}"),
-                                         KMF)), BLOCKS, View(_base, (PILOT,))))
+_HEADING = "Sensitivity of the rate verdict: {sensitivity}"
+SENSITIVITY = View(_bases, (View(_base, (Text(P["sensitivity"], heading=_HEADING), KMF)), BLOCKS, View(_base, (PILOT,))))
 PAGES = (
     TitlePage(texts=(P["claim"],), note=_DESIGN),
     View(lambda ds: ds if _hard(ds) is None else None, (Text("The dataset has no 'hard' cell."),)),
