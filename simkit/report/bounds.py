@@ -8,18 +8,13 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, prose
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, cells, prose
 
 P = prose("bounds")
 
 
 def _cases(ds: xr.Dataset) -> xr.Dataset:
-    """(setting, n) stacked into ``case`` with a readable label, for the figure and the table."""
-    out = ds.stack(case=("setting", "n"))
-    labels = [f"{s}, n = {int(n)}" for s, n in out["case"].values]
-    out = out.drop_vars(["case", "setting", "n"]).assign_coords(case=("case", labels))
-    out["case"].attrs.update(long_name="setting and training tuples n", units="1")
-    return out.transpose("case", ...)
+    return cells(ds, "case", "setting", "n")
 
 
 CASES = Table((("setting, n", "facet"), ("bound_max growth\nper doubling", "growth_max:.3f"),
@@ -41,9 +36,7 @@ def _c4_rows(ds: xr.Dataset) -> xr.Dataset:
     k = ds["k"].values
     pick = [g for g, kk in enumerate(k) if kk in (1, 16, 256) or g == k.size - 1]
     sub = ds[[v for v in ds.data_vars if v.startswith("c4_") and "k" in ds[v].dims]].isel(k=pick)
-    out = sub.stack(row=("setting", "k"))
-    labels = [f"{s}, k = {int(kk)}" for s, kk in out["row"].values]
-    return out.drop_vars(["row", "setting", "k"]).assign_coords(row=("row", labels)).transpose("row", ...)
+    return cells(sub, "row", "setting", "k")
 
 
 C4_TABLE = Table((("setting, k", "facet"), ("E |Δℓ|", "c4_dl"), ("E B_avg", "c4_bound_avg"),

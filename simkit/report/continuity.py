@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, cells, prose
 
 P = prose("continuity")
 
@@ -94,15 +94,10 @@ def derive(ds: xr.Dataset) -> xr.Dataset:
                             ff_all=1 - (1 - alpha) ** (ds.sizes["setting"] * ds.sizes["eps"]))
 
 
-def _cells(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with (setting, ε) stacked into one dimension ``cell``: one table row per cell."""
-    labels = [f"{s}, ε = {e:g}" for s in ds["setting"].values for e in ds["eps"].values]
-    return ds.stack(cell=("setting", "eps")).reset_index("cell").assign_coords(cell=labels)
-
-
+FAILURES = Failures(dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
+                    verdicts=("verdict", "control_verdict", "secondary_verdict"))
 PAGES = (
     TitlePage(texts=(P["claim"], P["bounds"], P["method"]), note="{note}"),
-    View(_cells, (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), Failures(
-        dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
-        verdicts=("verdict", "control_verdict", "secondary_verdict")))),
+    View(lambda ds: cells(ds, "cell", "setting", "eps", "ε"),
+         (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), FAILURES)),
     GROWTH, BOUNDS, NEGATIVES, RATIOS, VALIDITY)

@@ -34,7 +34,7 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
            "rate_columns", "rate_page", "constant_page", "residual_page", "VMF_SETTING", "verdict_heading", "gather",
-           "family_curves",
+           "cells", "family_curves",
            "scalar", "stack", "panel_title", "fin", "require", "fill", "config", "prose", "sections",
            "study_sections", "t_crit", "UNRESOLVED"]
 
@@ -153,6 +153,14 @@ def stack(ds: xr.Dataset, names: dict[str, str], dim: str, name: str, attrs: dic
         return xr.concat([ds[v + suffix] if v + suffix in ds else ds[v] * np.nan for v in names.values()],
                          dim=dim, coords="minimal", compat="override").assign_coords({dim: list(names)})
     return ds.assign({name: cat("").assign_attrs(attrs), name + "_mcse": cat("_mcse")})
+
+
+def cells(ds: xr.Dataset, dim: str, first: str, second: str, name: str = "") -> xr.Dataset:
+    """``ds`` with (``first``, ``second``) stacked into ``dim``, both kept as variables along it: one table row or
+    facet per pair, labelled "<first>, <name or second> = <second>"."""
+    out = ds.stack({dim: (first, second)}).reset_index(dim)
+    labels = [f"{a}, {name or second} = {fin(b, 'g')}" for a, b in zip(out[first].values, out[second].values)]
+    return out.assign_coords({dim: labels}).transpose(dim, ...)
 
 
 def family_curves(ds: xr.Dataset, families: dict[str, str]) -> xr.Dataset:

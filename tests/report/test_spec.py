@@ -454,3 +454,13 @@ def test_residual_page_carries_its_key(tmp_path, monkeypatch):
     _build(tmp_path, [spec.residual_page("r", "Residuals.", ("resid", "rate fit", "k_min")),
                       FigurePage("y", (Panel("y"),), caption="Plain.")], ds)
     assert captions == ["Residuals. " + spec.RESIDUAL_KEY, "Plain."]
+
+
+def test_cells_stack_two_dimensions():
+    """``cells`` gives one row per (setting, k) in order, labelled, both kept as variables, values unchanged."""
+    ds = synthetic()
+    out = spec.cells(ds, "row", "setting", "k")
+    assert out["row"].values.tolist()[:2] == ["a, k = 1", "a, k = 2"] and out["row"].values[9] == "b, k = 2"
+    assert out["setting"].values.tolist() == ["a"] * 8 + ["b"] * 8 and out["k"].values[9] == 2.0
+    np.testing.assert_array_equal(out["y"].values, ds["y"].values.ravel())
+    assert spec.cells(ds, "row", "setting", "k", "κ")["row"].values[0] == "a, κ = 1"
