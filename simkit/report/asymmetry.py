@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
-                                verdict_heading)
+from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, constant_page, prose,
+                                rate_columns, rate_page, residual_page, verdict_heading)
 
 P = prose("asymmetry")
 
@@ -46,42 +46,20 @@ DESIGN = Table((("setting", "facet"), ("kernel M", _kernel_text), ("π", _pi_tex
 
 def _results(var: str, claim: str, const: str, exact: str, what: str) -> Table:
     """The rate results of one analysis (``var`` = gap for C1, d for C2), its verdict ``verdict_<claim>``."""
-    heading = verdict_heading(what, f"verdict_{claim}")
-
     sign = lambda ds, i: {1.0: "+", -1.0: "−", 0.0: "changes"}.get(float(ds[f"{var}_sign"].values[i]), "n/a")  # noqa
-    return Table((("setting", "facet"), ("k_min", f"{{{var}_k_min}}"), ("sign", sign),
-        ("slope ± SE", f"{{{var}_slope±{var}_slope_se}}"),
-        ("CI 95%\nCI of the verdict", f"[{{{var}_slope_ci_low:.4f}}, {{{var}_slope_ci_high:.4f}}]\n"
-                                      f"[{{{var}_slope_verdict_low:.4f}}, {{{var}_slope_verdict_high:.4f}}]"),
-        ("p-value of slope = −1/2", f"{{{var}_slope_p_half:.2g}}"),
+    return Table((("setting", "facet"), ("sign", sign)) + rate_columns(var + "_") + (
         (f"{const} estimate ± MCSE", f"{{{const}_estimate±{const}_estimate_mcse}}"),
         (f"{exact} ± MCSE", f"{{{const}_exact±{const}_exact_mcse}}"),
-        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}")), heading=heading,
-        verdict=f"verdict_{claim}")
+        (f"z of {const}" + ("" if claim == "c1" else " (diag.)"), f"{{{const}_z:+.2f}}")),
+        heading=verdict_heading(what, f"verdict_{claim}"), verdict=f"verdict_{claim}")
 
 
 def _rate_pages(var: str, claim: str, name: str, long: str, const: str, const2: str, exact: str) -> tuple:
-    k = dict(fit_range=f"{var}_k_min", reason=f"verdict_{claim}_reason")
-    kv = "k_gap" if var == "gap" else "k_d"
-    constant = dict(band=f"{kv}_mcse", hline=f"{const}_exact", hline_band=f"{const}_exact_mcse",
-                    fit=(f"{const}_estimate", f"{const2}_estimate"), label=f"k·{name} ± 2 MCSE",
-                    fit_label=f"fit {const} + {const2}/k (k ≥ k_min)", hline_label=f"{exact} ± 2 MCSE", **k)
-    return (
-        FigurePage(
-            f"{claim.upper()} for non-reversible kernels: |{long}| on log–log axes",
-            (Panel(var, band=f"{var}_mcse", absolute=True, fit=f"fit_{var}_abs", slopes=(-1.0, -0.5), logy=True,
-                   title=f"{{facet}}: slope {{{var}_slope±{var}_slope_se}}", label=f"{name} > 0, ± 2 MCSE",
-                   fit_label="WLS fit (log k and 1/k)", **k),),
-            caption=P[f"{var}_caption"],
-            subtitle="slope of the WLS fit ± jackknife SE in each panel title"),
-        FigurePage(
-            f"k · {name} approaches the {exact} ({claim.upper()})",
-            (Panel(kv, title=f"{{facet}}: {const} {{{const}_estimate±{const}_estimate_mcse}}", **constant),
-             Panel(kv, zoom=True, title=f"k ≥ {{{var}_k_min}}: {exact} {{{const}_exact±{const}_exact_mcse}}",
-                   **constant)),
-            caption=P[f"k{var}_caption"],
-            subtitle=f"estimated {const} ± jackknife MCSE in each top panel title"),
-    )
+    k = dict(prefix=var + "_", reason=f"verdict_{claim}_reason")
+    return (rate_page(f"{claim.upper()} for non-reversible kernels: |{long}| on log–log axes", var, f"fit_{var}_abs",
+                      P[f"{var}_caption"], absolute=True, label=f"{name} > 0, ± 2 MCSE", **k),
+            constant_page(f"k · {name} approaches the {exact} ({claim.upper()})", f"k_{var}", f"k·{name}",
+                          (const, const2), P[f"k{var}_caption"], exact.split()[0], **k))
 
 
 PAGES = (
@@ -92,14 +70,11 @@ PAGES = (
     ClaimTable(),
     *_rate_pages("gap", "c1", "gap_k", "gap_k = R_k − log k − CE", "c1", "c2", "exact c1"),
     *_rate_pages("d", "c2", "D_k", "D_k = R_k − E CE(M_k, Q_k)", "d1", "d2", "predicted d1"),
-    FigurePage(
-        "Residuals of the rate fits",
-        (Panel("resid_gap_rate", kind="residual", fit_range="gap_k_min", title="{facet}: C1 rate fit"),
-         Panel("resid_d_rate", kind="residual", fit_range="d_k_min", title="{facet}: C2 rate fit")),
-        caption=P["residual_caption"] + " " + RESIDUAL_KEY),
+    residual_page("Residuals of the rate fits", P["residual_caption"], ("resid_gap_rate", "C1 rate fit", "gap_k_min"),
+                  ("resid_d_rate", "C2 rate fit", "d_k_min")),
     FigurePage(
         "The positive kernels are not π-reversible: two exchangeability statistics",
-        tuple(Panel(v, kind="forest", x="setting", band=f"{v}_mcse", reference=f"{v}_exact", level=0.0, title=t,
+        tuple(Panel(v, kind="forest", x="setting", reference=f"{v}_exact", level=0.0, title=t,
                     ylabel=t, label="Monte Carlo ± 2 MCSE", reference_label="exact value",
                     level_label="0: reversible kernel")
               for v, t in (("asym_cross", "E[x₁x⁺₂ − x₂x⁺₁]"), ("asym_shift", "E[x⁺₁ − x₁]"))),

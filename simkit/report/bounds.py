@@ -8,18 +8,13 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, prose
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, View, cells, prose
 
 P = prose("bounds")
 
 
 def _cases(ds: xr.Dataset) -> xr.Dataset:
-    """(setting, n) stacked into ``case`` with a readable label, for the figure and the table."""
-    out = ds.stack(case=("setting", "n"))
-    labels = [f"{s}, n = {int(n)}" for s, n in out["case"].values]
-    out = out.drop_vars(["case", "setting", "n"]).assign_coords(case=("case", labels))
-    out["case"].attrs.update(long_name="setting and training tuples n", units="1")
-    return out.transpose("case", ...)
+    return cells(ds, "case", "setting", "n")
 
 
 CASES = Table((("setting, n", "facet"), ("bound_max growth\nper doubling", "growth_max:.3f"),
@@ -30,7 +25,7 @@ CASES = Table((("setting, n", "facet"), ("bound_max growth\nper doubling", "grow
 
 FIGURE = FigurePage(
     "Two bounds on E[G] and the realised gap against k (log axes)",
-    (Panel("gap", band="gap_mcse", also=("bound_averaging", "bound_max", "trivial_bound_k"),
+    (Panel("gap", also=("bound_averaging", "bound_max", "trivial_bound_k"),
            also_labels=("averaging bound (paper)", "max/Lipschitz bound (earlier)", "trivial bound 4/τ"),
            absolute=True, logy=True, label="|E[G]| ± 2 MCSE (hollow: E[G] < 0)", title="{facet}"),),
     caption=P["gap_caption"],
@@ -41,9 +36,7 @@ def _c4_rows(ds: xr.Dataset) -> xr.Dataset:
     k = ds["k"].values
     pick = [g for g, kk in enumerate(k) if kk in (1, 16, 256) or g == k.size - 1]
     sub = ds[[v for v in ds.data_vars if v.startswith("c4_") and "k" in ds[v].dims]].isel(k=pick)
-    out = sub.stack(row=("setting", "k"))
-    labels = [f"{s}, k = {int(kk)}" for s, kk in out["row"].values]
-    return out.drop_vars(["row", "setting", "k"]).assign_coords(row=("row", labels)).transpose("row", ...)
+    return cells(sub, "row", "setting", "k")
 
 
 C4_TABLE = Table((("setting, k", "facet"), ("E |Δℓ|", "c4_dl"), ("E B_avg", "c4_bound_avg"),
@@ -54,7 +47,7 @@ C4_TABLE = Table((("setting, k", "facet"), ("E |Δℓ|", "c4_dl"), ("E B_avg", "
 
 C4_FIGURE = FigurePage(
     "C4: E|Δℓ| and its two bounds against k",
-    (Panel("c4_dl", band="c4_dl_mcse", also=("c4_bound_avg", "c4_bound_max"), also_labels=("E B_avg", "E B_max"),
+    (Panel("c4_dl", also=("c4_bound_avg", "c4_bound_max"), also_labels=("E B_avg", "E B_max"),
            logy=True, label="E |Δℓ| ± 2 MCSE"),),
     caption=P["c4_caption"])
 

@@ -1,31 +1,24 @@
 """Report of the confirmatory C6 capacity study (``capacity``): protocol, the three rules, E[G] against d
-along lines of constant complexity, every design point."""
+along lines of constant complexity, every design point; prose in ``pages/capacity.md``."""
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
-from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, gather, scalar
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, family_curves, gather, prose, scalar
 
-C6_TEXT = ("Claim C6 (dimension). For embeddings into S^(d−1) the bounds carry no explicit dependence on d; their "
-           "complexity term is √(P/n) (P the class dimension; docs/theory.md §19). Tested prediction "
-           "(the protocol named below): along a line of constant √(P/n), E[G] grows with d more slowly than a ln d "
-           "factor, for a fixed class (9-parameter Fourier lift) and a class whose dimension grows with d (Wx/|Wx|, "
-           "P = d(d+1)/2 − 1, n = 8P); the same class at a fixed n (complexity growing) must fail the rule.")
+P = prose("capacity")
+
 FAMILIES = {"fixed class: Fourier lift, P = 9, n fixed": "fourier_",
             "growing class: Wx/|Wx|, n = ratio · P(d)": "linear_",
             "positive control: Wx/|Wx|, n fixed": "control_"}
 RULE = Table((("class", "facet"), ("b = slope of log2 E[G] on log2 d", "b±b_se"), ("b0 (ln d)", "b0:.4f"),
     ("t", "ni_t:.2f"), ("p (one-sided)", "ni_p:.3g"), ("slope on log2 C", "beta±beta_se")), dim="row",
     heading="Verdict (protocol section 7): {conclusion}")
-RULE_TEXT = ("Each class: reject H0 b ≥ b0 (E[G] grows at least like a ln d factor on its grid) when p = P(T ≤ t) < 0.01, "
-             "t = (b − b0) / SE_jackknife(b) on n_blocks − 1 df. The positive control behaves when the rule does NOT "
-             "reject. The slope on log2 C is descriptive (2 for a regular model's gap P/n).")
 CURVES = FigurePage("E[G] against d", (
-    Panel("gap_cv", x="d", band="gap_cv_mcse", logy=True, title="{facet}", label="E[G] ± 2 MCSE"),),
-    caption="Mean over blocks of G_cv ± 2 MCSE, log–log axes. The fixed and growing classes hold √(P/n) fixed while "
-            "d grows; the control holds n fixed, so √(P/n) grows like d.", facet="family")
+    Panel("gap_cv", x="d", fit="fit", logy=True, title="{facet}", fit_label="fit 2^(a + b log2 d)",
+          label="E[G] ± 2 MCSE"),),
+    caption=P["curves_caption"], facet="family")
 POINTS = Table((("point", "facet"), ("P", "n_params:.0f"), ("n", "n:.0f"), ("√(P/n)", "complexity:.4f"),
     ("E[G] (cv, nats)", "gap_cv"), ("n E[G] / P", "scaled_gap:.3f"), ("E[G] (plain)", "gap"),
     ("sd G", "gap_sd:.4f"), ("conv.", "converged:.2f"), ("blocks", "n_finished:.0f")), dim="point",
@@ -45,10 +38,8 @@ def _conclusion(ds: xr.Dataset) -> str:
 
 
 def derive(ds: xr.Dataset) -> xr.Dataset:
-    quick = "quick" in str(ds.attrs.get("analysis", ""))
     reasons = " ".join(str(scalar(ds, f"{f}_reason")) for f in ("fourier", "linear", "control") if str(scalar(ds, f"{f}_reason")))
-    return ds.assign_attrs(note=" · QUICK DESIGN (not confirmatory)" if quick else "",
-                           reasons=" " + reasons if reasons else "")
+    return ds.assign_attrs(reasons=" " + reasons if reasons else "")
 
 
 def _rows(ds: xr.Dataset) -> xr.Dataset:
@@ -56,15 +47,5 @@ def _rows(ds: xr.Dataset) -> xr.Dataset:
     return rows.assign(conclusion=xr.DataArray(_conclusion(ds)))
 
 
-def _curves(ds: xr.Dataset) -> xr.Dataset:
-    fams = ds["family"].values.astype(str)
-    parts = [ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == f)).swap_dims(point="d")
-             .reset_coords(drop=True) for f in ("fourier", "linear", "control")]
-    curves = xr.concat(parts, dim="family", join="outer").assign_coords(family=list(FAMILIES))
-    curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
-    curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
-    return curves
-
-
-PAGES = (TitlePage(texts=(C6_TEXT,), ademp=True, note="{note}"), View(_rows, (RULE, Text(RULE_TEXT + "{reasons}"))),
-         View(_curves, (CURVES,)), POINTS)
+PAGES = (TitlePage(texts=(P["claim"],), ademp=True), View(_rows, (RULE, Text(P["rule"]))),
+         View(lambda ds: family_curves(ds, FAMILIES), (CURVES,)), POINTS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose
+from simkit.report.spec import Failures, FigurePage, Panel, Table, Text, TitlePage, View, cells, prose
 
 P = prose("continuity")
 
@@ -40,14 +40,14 @@ GROWTH = FigurePage("Growth of E B_avg per doubling of k against the pre-registe
 _CELL = "{setting}, ε = {facet}"
 BOUNDS = FigurePage(
     "Loss differences and their bounds against k",
-    (Panel("dl", band="dl_mcse", also=("bound_score", "bound_avg", "bound_max"), logy=True,
+    (Panel("dl", also=("bound_score", "bound_avg", "bound_max"), logy=True,
            title=_CELL + ": slopes avg {slope_avg:.1e}, max {slope_max:.3f}", label="E |Δℓ| ± 2 MCSE",
            also_labels=("E B_score (1)", "E B_avg (AVG)", "E B_max (MAX)"), ylabel="nats"),),
     caption=P["bounds_caption"],
     subtitle="averaging bound B_avg flat in k, max bound B_max growing", facet=("setting", "eps"))
 NEGATIVES = FigurePage(
     "The negatives' term: softmax average against maximum",
-    (Panel("neg_avg", band="neg_avg_mcse", also=("neg_max",), hline="neg_plain", hline_band="neg_plain_mcse",
+    (Panel("neg_avg", also=("neg_max",), hline="neg_plain",
            title=_CELL + ": max/avg {negmax_negavg_end±negmax_negavg_mcse_end}", ylabel="‖φ(x⁻) − ψ(x⁻)‖",
            label="softmax average over the first k negatives ± 2 MCSE",
            also_labels=("maximum over the first k negatives",), hline_label="unweighted mean ± 2 MCSE"),),
@@ -55,7 +55,7 @@ NEGATIVES = FigurePage(
 
 
 RATIOS = FigurePage("Ratios of means", tuple(
-    Panel(v, series="eps", band=v + "_mcse", logy=True, title="{facet}: " + t, ylabel="ratio")
+    Panel(v, series="eps", logy=True, title="{facet}: " + t, ylabel="ratio")
     for v, t in (("ratio_max_avg", "E B_max / E B_avg"), ("ratio_avg_dl", "E B_avg / E |Δℓ|"),
                  ("ratio_score_dl", "E B_score / E |Δℓ|"))),
     caption=P["ratios_caption"])
@@ -90,20 +90,14 @@ def derive(ds: xr.Dataset) -> xr.Dataset:
         for i, s in enumerate(ds["setting"].values)) if "family" in ds and "perturbation" in ds else ""
     alpha = float(ds.attrs.get("alpha", np.nan))
     note = "" if "protocol_path" in ds.attrs else " · not the pre-registered design: exploratory"
-    return out.assign_attrs(settings_text=settings, eps_text=", ".join(f"{e:g}" for e in ds["eps"].values),
-                            bump_factor=float(ds.attrs.get("bump_gain", 4)), note=note,
+    return out.assign_attrs(settings_text=settings, bump_factor=float(ds.attrs.get("bump_gain", 4)), note=note,
                             ff_all=1 - (1 - alpha) ** (ds.sizes["setting"] * ds.sizes["eps"]))
 
 
-def _cells(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with (setting, ε) stacked into one dimension ``cell``: one table row per cell."""
-    labels = [f"{s}, ε = {e:g}" for s in ds["setting"].values for e in ds["eps"].values]
-    return ds.stack(cell=("setting", "eps")).reset_index("cell").assign_coords(cell=labels)
-
-
+FAILURES = Failures(dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
+                    verdicts=("verdict", "control_verdict", "secondary_verdict"))
 PAGES = (
     TitlePage(texts=(P["claim"], P["bounds"], P["method"]), note="{note}"),
-    View(_cells, (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), Failures(
-        dim="cell", reasons=("verdict_reason", "control_reason", "secondary_reason"),
-        verdicts=("verdict", "control_verdict", "secondary_verdict")))),
+    View(lambda ds: cells(ds, "cell", "setting", "eps", "ε"),
+         (CONFIRMATORY, EXPLORATORY, Text(P["exploratory"]), FAILURES)),
     GROWTH, BOUNDS, NEGATIVES, RATIOS, VALIDITY)

@@ -9,45 +9,29 @@ import xarray as xr
 
 from simkit.report.document import format_pm
 from simkit.report.spec import (ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, View, prose,
-                                verdict_heading)
+                                rate_columns, rate_page, verdict_heading)
 
 P = prose("digits")
 
 
-def _count(var: str, what: str):
-    return verdict_heading(what, var, "settings" if var == "verdict" else "same-digit settings")
-
-
-def _ci(p: str) -> str:
-    return f"[{{{p}slope_ci_low:.4f}}, {{{p}slope_ci_high:.4f}}]\n[{{{p}slope_verdict_low:.4f}}, {{{p}slope_verdict_high:.4f}}]"
-
-
-C1_TABLE = Table((("setting", "facet"), ("τ", "tau"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
-    ("CI 95%\nCI of the verdict", _ci("")), ("p(slope = −1/2)", "slope_p_half:.2g"),
-    ("c1 predicted ± MCSE", "c1_exact"), ("c1 fitted ± MCSE", "c1_estimate"), ("z", "c1_z:+.2f"),
-    ("CE ± MCSE", "ce")), heading=_count("verdict", "C1 — the gap rate and c1"), size=8.0)
-C2_TABLE = Table((("setting", "facet"), ("k_min", "d_k_min"), ("D_k slope ± SE", "d_slope±d_slope_se"),
-    ("CI 95%\nCI of the verdict", _ci("d_")), ("p(slope = −1/2)", "d_slope_p_half:.2g"),
-    ("d1 = E m1/Z (exact)", "d1_exact:.4f"), ("d1 fitted ± MCSE", "d1_estimate"), ("top-1", "top1"),
-    ("recall@10", "recall10")), heading=_count("d_verdict", "C2 — D_k and retrieval"), verdict="d_verdict",
+C1_TABLE = Table((("setting", "facet"), ("τ", "tau")) + rate_columns() + (("c1 predicted ± MCSE", "c1_exact"),
+    ("c1 fitted ± MCSE", "c1_estimate"), ("z", "c1_z:+.2f"), ("CE ± MCSE", "ce")),
+    heading=verdict_heading("C1 — the gap rate and c1"), size=8.0)
+C2_TABLE = Table((("setting", "facet"),) + rate_columns("d_") + (("d1 = E m1/Z (exact)", "d1_exact:.4f"),
+    ("d1 fitted ± MCSE", "d1_estimate"), ("top-1", "top1"), ("recall@10", "recall10")),
+    heading=verdict_heading("C2 — D_k and retrieval", "d_verdict", "same-digit settings"), verdict="d_verdict",
     size=8.0)
 
-_TITLE = "{facet}: slope {slope±slope_se}; max |z| vs exact {gap_zmax:.2f}"
 _RATE = (
     TitlePage(texts=(P["intro"], P["design"]), then=(C1_TABLE, C2_TABLE, Text(P["rule"]),
-                                           Failures(reasons=("verdict_reason", "d_verdict_reason"),
-                                                    verdicts=("verdict", "d_verdict")))),
-    FigurePage(
-        "Finite-k gap on real data: Monte Carlo against the exact curve",
-        (Panel("gap", band="gap_mcse", fit="fit", fit_range="k_min", reference="gap_exact",
-               reference_band="gap_exact_mcse", slopes=(-1.0, -0.5), logy=True, title=_TITLE,
-               label="Monte Carlo gap ± 2 MCSE", fit_label="WLS fit", reference_label="exact gap"),),
-        caption=P["gap_caption"],
-        subtitle="slope ± jackknife SE and max |z| against the exact curve in each panel title"),
+                                           Failures(verdicts=("verdict", "d_verdict")))),
+    rate_page("Finite-k gap on real data: Monte Carlo against the exact curve", "gap", "fit", P["gap_caption"],
+              reference="gap_exact", reference_band="gap_exact_mcse", label="Monte Carlo gap ± 2 MCSE",
+              reference_label="exact gap", title="{facet}: slope {slope±slope_se}; max |z| vs exact {gap_zmax:.2f}"),
     FigurePage(
         "k · gap_k approaches the predicted c1",
-        (Panel("k_gap", band="k_gap_mcse", hline="c1_exact", hline_band="c1_exact_mcse", fit_range="k_min",
-               fit=("c1_estimate", "c2_estimate"), reference="k_gap_exact", label="k·gap_k ± 2 MCSE",
+        (Panel("k_gap", hline="c1_exact", fit_range="k_min", fit=("c1_estimate", "c2_estimate"),
+               reference="k_gap_exact", label="k·gap_k ± 2 MCSE",
                title="{facet}: c1 predicted {c1_exact±c1_exact_mcse}, fitted {c1_estimate±c1_estimate_mcse}",
                fit_label="fit c1 + c2/k", reference_label="k × exact gap", hline_label="predicted c1 (± 2 MCSE)"),),
         caption=P["kgap_caption"],
@@ -56,7 +40,7 @@ _RATE = (
 
 D_PAGE = FigurePage(
     "C2: InfoNCE risk minus the cross-entropy of same-digit retrieval",
-    (Panel("d", band="d_mcse", also=("d_plain", "d1_over_k"), fit="d_fit", fit_range="d_k_min", reference="d_exact",
+    (Panel("d", also=("d_plain", "d1_over_k"), fit="d_fit", fit_range="d_k_min", reference="d_exact",
            reference_band="d_exact_mcse", slopes=(-0.5,), logy=True, label="D_k (control variate) ± 2 MCSE",
            title="{facet}: slope {d_slope±d_slope_se}; max |z| vs exact {d_zmax:.2f}", fit_label="WLS fit",
            reference_label="exact D_k", reason="d_verdict_reason"),
@@ -80,7 +64,7 @@ def derive(ds: xr.Dataset) -> xr.Dataset:
 
 
 C3_PAGE = FigurePage("C3: train/test gap of the trained MLP against n and k", (
-    Panel("c3_gap", x="n_train", series="k_train", band="c3_gap_mcse", logy=True, ylabel="G = R_test − R̂_train (nats)",
+    Panel("c3_gap", x="n_train", series="k_train", logy=True, ylabel="G = R_test − R̂_train (nats)",
           title="{facet}: slope of log G on log n {c3_slopes}"),),
     caption=P["c3_caption"])
 C3_TABLE = Table((("setting", "setting"), ("n", "n_train"), ("k", "k_train"), ("R̂_{n,k} train", "c3_risk_train"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose
+from simkit.report.spec import ClaimTable, FigurePage, Panel, Table, Text, TitlePage, format_pm, prose, rate_columns
 
 P = prose("encoders")
 
@@ -23,8 +23,7 @@ def _reasons(*names: str):
     return text
 
 
-C1 = Table((("setting", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
-    ("p(slope = −1/2)", "slope_p_half:.2g"),
+C1 = Table((("setting", "facet"),) + rate_columns() + (
     ("c1 fitted ± MCSE\nc1 exact", "{c1_estimate±c1_estimate_mcse}\n{c1_exact:.4f}"),
     ("c2 fitted ± MCSE\nc2 exact", "{c2_estimate±c2_estimate_mcse}\n{c2_exact:.4f}"),
     ("p: curve\np: dgap", "{curve_p:.2g}\n{dgap_p:.2g}")), heading="C1 at φ̂ (C7: the -rot settings)", size=7.5)
@@ -37,13 +36,13 @@ C2 = Table((("setting", "facet"), ("D_k slope ± SE", "d2_slope±d2_slope_se"), 
 
 CURVES = FigurePage(
     "gap_k and D_k at the trained encoder: Monte Carlo (±2 MCSE) against exact",
-    (Panel("gap", band="gap_mcse", fit="fit_gap", fit_range="k_min", reference="gap_exact", logy=True,
-           title="{facet}: slope {slope±slope_se}", label="Monte Carlo ± 2 MCSE", fit_label="WLS fit",
+    (Panel("gap", fit="fit_gap", fit_range="k_min", reference="gap_exact", logy=True,
+           title="{facet}: slope {slope±slope_se}", label="Monte Carlo ± 2 MCSE", fit_label="WLS fit (log k and 1/k)",
            reference_label="exact at φ̂"),
-     Panel("k_gap", band="k_gap_mcse", hline="c1_exact", fit=("c1_estimate", "c2_estimate"), fit_range="k_min",
+     Panel("k_gap", hline="c1_exact", fit=("c1_estimate", "c2_estimate"), fit_range="k_min",
            reference="k_gap_exact", title="{facet}: c1 {c1_estimate±c1_estimate_mcse}", label="Monte Carlo ± 2 MCSE",
            fit_label="fit c1 + c2/k", reference_label="exact at φ̂", hline_label="exact c1"),
-     Panel("k_d2", band="k_d2_mcse", title="{facet}: D_k slope {d2_slope±d2_slope_se}", reason="d2_verdict_reason",
+     Panel("k_d2", title="{facet}: D_k slope {d2_slope±d2_slope_se}", reason="d2_verdict_reason",
            label="Monte Carlo ± 2 MCSE")),
     caption=P["curves_caption"])
 
@@ -61,9 +60,9 @@ def derive(ds: xr.Dataset) -> xr.Dataset:
 
 
 TRAINING = FigurePage("Along training: risk, exact CE, and retrieval at a database of k_ret points", tuple(
-    Panel(v, x="ckpt", series="setting", band=b, logx=False, title=t, ylabel=t)
-    for v, b, t in (("train_risk", None, "training risk (nats)"), ("ce_ckpt", None, "exact CE(M, Q) (nats)"),
-                    ("ret_top1", "ret_top1_mcse", "top-1 agreement"), ("ret_ce", "ret_ce_mcse", "CE(M̂, Q̂) (nats)"))),
+    Panel(v, x="ckpt", series="setting", logx=False, title=t, ylabel=t)
+    for v, t in (("train_risk", "training risk (nats)"), ("ce_ckpt", "exact CE(M, Q) (nats)"),
+                 ("ret_top1", "top-1 agreement"), ("ret_ce", "CE(M̂, Q̂) (nats)"))),
     caption=P["training_caption"], facet=None, per_page=2)
 
 

@@ -62,8 +62,8 @@ def _sweep(ds: xr.Dataset, s: str) -> xr.Dataset:
                       neg_gap_id=(-sub["gap_id"]).assign_attrs(long_name="−gap_k(identity), exact", units="1"))
 
 
-_G = dict(band="gap_cv_mcse", label="E[G] ± 2 MCSE")
-_E = Panel("excess_cv", band="excess_cv_mcse", reference="neg_gap_id", reference_label="−gap_k(identity), exact",
+_G = dict(label="E[G] ± 2 MCSE")
+_E = Panel("excess_cv", reference="neg_gap_id", reference_label="−gap_k(identity), exact",
            title="excess E = CE(φ̂) − (R̂ − log k)", label="E[E] ± 2 MCSE")
 _B = dict(also=("bound_complexity",), also_labels=("complexity term 2 Rad_n of the bound",), logy=True,
           title="E[G] against the Theorem-1 bound", **_G)
@@ -79,7 +79,7 @@ SWEEPS = {
         subtitle="verdict {n_verdict}", facet=None),
     "k": FigurePage("C3: G against k (linear family, d = 3)", (
         Panel("gap_cv", x="k", title="E[G]", **_G),
-        Panel("paired", x="k", band="paired_mcse", level=0.0, level_label="no change",
+        Panel("paired", x="k", level=0.0, level_label="no change",
               title="paired change from k_trend_min; trend {k_trend±k_trend_se} per doubling", label="± 2 MCSE"),
         replace(_E, x="k"),
         Panel("gap_cv", x="k", **_B)),
@@ -92,11 +92,11 @@ SWEEPS = {
         caption=P["tau_caption"], subtitle="verdict {tau_verdict}", facet=None),
     "d": FigurePage("C6: G against the embedding dimension d (Fourier lift, 9 parameters)", (
         Panel("gap_cv", x="d", title="E[G]", **_G),
-        Panel("paired", x="d", band="paired_mcse", level=0.0, level_label="no change",
+        Panel("paired", x="d", level=0.0, level_label="no change",
               title="paired change from d_min; trend {d_trend±d_trend_se} per doubling", label="± 2 MCSE"),
-        Panel("risk_excess", x="d", band="risk_excess_mcse", title="R_k(φ̂) − R_k(identity)"),
-        Panel("score_change", x="d", band="score_change_mcse", title="score change against the largest d, same W"),
-        Panel("eff_dim", x="d", band="eff_dim_mcse", title="effective dimension of φ̂(x)")),
+        Panel("risk_excess", x="d", title="R_k(φ̂) − R_k(identity)"),
+        Panel("score_change", x="d", title="score change against the largest d, same W"),
+        Panel("eff_dim", x="d", title="effective dimension of φ̂(x)")),
         caption=P["d_caption"],
         subtitle="no-trend verdict {d_verdict}; ±10% equivalence {d_equiv_verdict} (p = {d_equiv_p:.2g})", facet=None),
 }
@@ -106,7 +106,7 @@ NI_TABLE = Table((("claim", "claim"), ("sweep", "{facet}: {what}"), ("τ", "tau_
     ("p (H0 growth ≥ δ)", "ni_p:.3g"), ("why not passed", "verdict_reason")), dim="ni",
     heading="Pre-registered: G does not grow with k (protocols/generalisation.md)")
 NI_FIGURE = FigurePage("E[G] against k for the pre-registered sweeps (± 2 MCSE)", (
-    Panel("gap_cv", title="{facet}: {verdict}; b = {b±b_se}", label="E[G] ± 2 MCSE", band="gap_cv_mcse", fit="ni_fit",
+    Panel("gap_cv", title="{facet}: {verdict}; b = {b±b_se}", label="E[G] ± 2 MCSE", fit="ni_fit",
           fit_label="fitted log2–log2 line (slope b)", logy=True),),
     caption=P["ni_caption"], facet="ni", per_page=4)
 POINTS = Table((("point", "facet"), ("family", "family"), ("n", "n:.0f"), ("k", "k:.0f"), ("τ", "tau:.3g"),

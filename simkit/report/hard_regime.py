@@ -8,13 +8,15 @@ import numpy as np
 import xarray as xr
 
 from simkit.report.document import COLORS, ReportDocument
-from simkit.report.spec import FigurePage, Panel, Table, Text, config, fill, fin, prose, protocol_block, render
+from simkit.report.spec import FigurePage, Panel, Table, Text, TitlePage, View, fill, fin, prose
 
 P = prose("hard_regime")
 
 
-def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
-    one, alpha = ds.isel(cell=i), float(ds.attrs.get("alpha", np.nan))
+def _verdict_table(doc: ReportDocument, one: xr.Dataset) -> None:
+    """The confirmatory cell's estimates, tests and the verdicts of its two rules."""
+    alpha = float(one.attrs.get("alpha", np.nan))
+    doc.heading("Confirmatory verdicts (protocols/hard_regime.md §5; protocols/hard_regime_maxt.md §2)")
     rows = [[fill(q, one), fill(v, one)] for q, v in (
         ("k_min (16 × expansion scale {expansion_scale:.4g})", "{k_min:.0f}"),
         ("independent blocks (anchors each)", "{n_units:.0f} ({block_size:.0f})"),
@@ -45,19 +47,15 @@ def _verdict_table(doc: ReportDocument, ds: xr.Dataset, i: int) -> None:
             doc.text(f"Reason ({rule} rule): {one[name].values}", weight="bold")
 
 
-def _curves(ds: xr.Dataset) -> FigurePage:
-    c1 = float(ds["c1_exact"])
-    k = dict(fit_range="k_min", logx=True)
-    return FigurePage(
-        "Expansion scale 50: gap_k and k·gap_k against the exact curve",
-        (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", logy=True, title="slope {slope±slope_se}",
-               label="Monte Carlo ± 2 MCSE", fit_label="WLS rate fit", reference_label="exact curve", **k),
-         Panel("k_gap", band="k_gap_mcse", hline="c1_exact", reference=("c1_exact", "c2_exact"),
-               title=f"c1 {{c1_estimate±c1_estimate_mcse}} (exact {c1:g})", label="Monte Carlo ± 2 MCSE",
-               reference_label="c1 + c2/k", hline_label="exact c1", **k),
-         Panel("resid_rate", kind="residual", title="rate-fit residuals", **k)),
-        caption=P["curves_caption"],
-        facet=None)
+CURVES = FigurePage(
+    "Expansion scale 50: gap_k and k·gap_k against the exact curve",
+    (Panel("gap", fit="fit_gap", reference="gap_exact", logy=True, title="slope {slope±slope_se}", fit_range="k_min",
+           label="Monte Carlo ± 2 MCSE", fit_label="WLS rate fit", reference_label="exact curve"),
+     Panel("k_gap", hline="c1_exact", reference=("c1_exact", "c2_exact"), fit_range="k_min",
+           title="c1 {c1_estimate±c1_estimate_mcse} (exact {c1_exact:g})", label="Monte Carlo ± 2 MCSE",
+           reference_label="c1 + c2/k", hline_label="exact c1 ± 2 MCSE"),
+     Panel("resid_rate", kind="residual", title="rate-fit residuals", fit_range="k_min")),
+    caption=P["curves_caption"], facet=None)
 
 
 KMF = Table((("k_min factor f", "facet:g"), ("k_min", "kmf_k_min:.0f"), ("slope ± SE", "kmf_slope±kmf_slope_se"),
@@ -73,38 +71,33 @@ PILOT = Table((("pilot blocks of 256 anchors (0: Taylor coefficients 1, 1, −1/
     ("reason", "pilot_reason")), dim="pilot", verdict="pilot_verdict")
 
 
-def _sensitivity(doc: ReportDocument, ds: xr.Dataset, base: str) -> None:
-    bases = [str(b) for b in ds["base"].values]
-    one = ds.isel(cell=bases.index(base))
-    title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard"
-             else f"rate_k setting {base} (k_max {fin(one['k_max'], '.0f')}; exploratory)")
-    cand = sorted((j for j, b in enumerate(bases) if b == base), key=lambda j: float(ds["block_size"].values[j]))
-    render(doc, one, (Text(P["sensitivity"], heading=f"Sensitivity of the rate verdict: {title}"), KMF))
-    render(doc, ds.isel(cell=cand), (BLOCKS,))
-    render(doc, one, (PILOT,))
+def _hard(ds: xr.Dataset) -> xr.Dataset | None:
+    """The confirmatory cell on its own k grid (k ≤ its k_max); None without one."""
+    cells = list(map(str, ds["cell"].values))
+    i = cells.index("hard") if "hard" in cells else None
+    return None if i is None else ds.isel(cell=i, k=slice(0, int(np.log2(float(ds["k_max"].values[i]))) + 1))
 
 
-def _pages(doc: ReportDocument, ds: xr.Dataset) -> None:
-    """The study's pages (all but provenance), from the dataset alone."""
-    quick, cfg = "quick" in str(ds.attrs.get("analysis", "")), config(ds)
-    doc.heading("Claim C1 at expansion scale 50 (τ = 0.02, k ≤ 2^20)" + (" — QUICK DESIGN (not confirmatory)" if quick else ""))
-    doc.text(P["claim"])
-    protocol_block(doc, ds, f"k_max {cfg.get('k_max', '?')}, {cfg.get('n_blocks', '?')} blocks of 256 anchors, pilot "
-                            f"{cfg.get('pilot_blocks', '?')} blocks, k_min factor {cfg.get('k_min_factor', '?')}; seed "
-                            f"{ds.attrs.get('seed', '?')}")
-    cells = [str(c) for c in ds["cell"].values]
-    if "hard" not in cells:
-        doc.text("The dataset has no 'hard' cell.", weight="bold")
-        return
-    i = cells.index("hard")
-    doc.heading("Confirmatory verdicts (protocols/hard_regime.md §5; protocols/hard_regime_maxt.md §2)")
-    _verdict_table(doc, ds, i)
-    n_k = int(np.log2(float(ds["k_max"].values[i]))) + 1
-    render(doc, ds.isel({"cell": i, "k": slice(0, n_k)}), (_curves(ds.isel(cell=i)),))
-    doc.new_page()
-    doc.text(P["exploratory"], size=8)
+def _bases(ds: xr.Dataset) -> list[xr.Dataset]:
+    """Per setting the cells that vary its analysis (by block size), with the setting's own cell named ``base``."""
+    out, cells = [], list(map(str, ds["cell"].values))
     for base in dict.fromkeys(map(str, ds["base"].values)):
-        _sensitivity(doc, ds, base)
+        cand = sorted(np.flatnonzero(ds["base"].values == base), key=lambda j: float(ds["block_size"].values[j]))
+        title = ("hard regime (confirmatory cell; these tables are exploratory)" if base == "hard" else
+                 f"rate_k setting {base} (k_max {fin(ds['k_max'].values[cells.index(base)], '.0f')}; exploratory)")
+        out.append(ds.isel(cell=cand).assign_attrs(base=base, sensitivity=title))
+    return out
 
 
-PAGES = (_pages,)
+def _base(ds: xr.Dataset) -> xr.Dataset:
+    return ds.isel(cell=list(map(str, ds["cell"].values)).index(ds.attrs["base"]))
+
+
+_DESIGN = (" · design: k_max {k_max}, {n_blocks} blocks of 256 anchors, pilot {pilot_blocks} blocks, k_min factor "
+           "{k_min_factor} · {analysis}")
+_HEADING = "Sensitivity of the rate verdict: {sensitivity}"
+SENSITIVITY = View(_bases, (View(_base, (Text(P["sensitivity"], heading=_HEADING), KMF)), BLOCKS, View(_base, (PILOT,))))
+PAGES = (
+    TitlePage(texts=(P["claim"],), note=_DESIGN),
+    View(lambda ds: ds if _hard(ds) is None else None, (Text("The dataset has no 'hard' cell."),)),
+    View(_hard, (_verdict_table, CURVES)), Text(P["exploratory"], size=8), SENSITIVITY)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from simkit.report.spec import (RESIDUAL_KEY, ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
-                                verdict_heading)
+from simkit.report.spec import ClaimTable, Failures, FigurePage, Panel, Table, Text, TitlePage, prose, verdict_heading
 
 P = prose("in_batch")
 RESULTS = Table((("case", "facet"), ("k_min", "k_min"), ("slope ± SE", "slope±slope_se"),
@@ -23,16 +22,15 @@ PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(RESULTS, Text(P["rule"]), ClaimTable(), Failures(dim="case"))),
     FigurePage(
         "The finite-batch gap: its rate, k · gap against the scheme's derived c1, and the fit's residuals",
-        (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", slopes=(-1.0, -0.5), logy=True,
-               title="{facet}: slope {slope±slope_se}", label="gap ± 2 MCSE", fit_label="WLS fit (log k, 1/k)",
+        (Panel("gap", fit="fit_gap", reference="gap_exact", slopes=(-1.0, -0.5), logy=True,
+               title="{facet}: slope {slope±slope_se}", label="gap ± 2 MCSE", fit_label="WLS fit (log k and 1/k)",
                reference_label="exact gap (lattice)", ylabel="gap (nats)", **_K),
-         Panel("k_gap", band="k_gap_mcse", hline="c1_batch_exact", fit=("c1_batch_estimate", "c2_batch_estimate"),
+         Panel("k_gap", hline="c1_batch_exact", fit=("c1_batch_estimate", "c2_batch_estimate"),
                title="c1 {c1_batch_estimate±c1_batch_estimate_mcse}", label="k·gap ± 2 MCSE",
                fit_label="fit c1 + c2/k", hline_label="derived c1 (§16)", ylabel="k · gap (nats)", **_K),
          Panel("resid_rate", kind="residual", title="residuals of the rate fit", ylabel="residual / MCSE", **_K)),
-        caption=P["figure_caption"] + " " + RESIDUAL_KEY, facet="case"),
+        caption=P["figure_caption"], facet="case"),
 )
-
 
 
 def derive(ds: xr.Dataset) -> xr.Dataset:

@@ -60,7 +60,7 @@ PAGES = (
         caption=P["shift_caption"], per_page=(2, 3)),
     _crossover_table,
     FigurePage("The empirical crossover: sampling error (order 1/n) against the k-bias (order 1/k²)", (
-        Panel("emp_excess", x="n", series="k_emp", band="emp_excess_mcse", series_hline="emp_bias_shown", logy=True,
+        Panel("emp_excess", x="n", series="k_emp", series_hline="emp_bias_shown", logy=True,
               title="{facet}", ylabel="excess CE (nats)"),), caption=P["crossover_caption"], per_page=(2, 3)),
 )
 

@@ -36,12 +36,11 @@ PAGES = (
         subtitle="k* and ρ in each panel title"),
     FigurePage(
         "The Monte Carlo curve against the exact curve",
-        (Panel("k_gap_ratio", band="k_gap_ratio_mcse", reference="ratio_exact_k", marks=("onset_k", "expansion_scale"),
+        (Panel("k_gap_ratio", reference="ratio_exact_k", marks=("onset_k", "expansion_scale"),
                mark_labels=("onset k*", "expansion scale ρ"), title="{facet}: curve p {curve_p:.2g}",
                label="Monte Carlo k·gap_k / c1 ± 2 MCSE", reference_label="exact"),),
         caption=P["mc_caption"]),
 )
-
 
 
 def _answer(ps: list[str]) -> str:

@@ -23,15 +23,15 @@ EXPONENTS = Table((("loss class", "name"), ("R̂_n at k = 1", "c_first"), ("R̂_
     verdict="role_verdict", heading="Exponents, tests and verdict: {verdict}")
 
 K_PAGE = FigurePage("Rademacher complexity against k, and its sensitivity to the optimiser's restarts", (
-    Panel("complexity", band="complexity_mcse", also=("complexity_first",), fit="complexity_fit", fit_range="k_fit_min",
+    Panel("complexity", also=("complexity_first",), fit="complexity_fit", fit_range="k_fit_min",
           logy=True, title="{name}: b = {slope±slope_se}", ylabel="R̂_n (nats)", label="R̂_n, best of all starts ± 2 MCSE",
           fit_label="fit c·k^b"),
-    Panel("shortfall", series="restart", band="shortfall_mcse", ylabel="shortfall (nats)", title="{name}: shortfall of the best of r starts"),
+    Panel("shortfall", series="restart", ylabel="shortfall (nats)", title="{name}: shortfall of the best of r starts"),
     Panel("slope_by_restart", x="restart", band="slope_by_restart_se", logx=False, title="{name}: b with r starts", ylabel="exponent b",
           label="b ± 2 jackknife SE")),
     caption=P["k_caption"], facet="loss")
 N_PAGE = FigurePage("InfoNCE: R̂_n against n, and the share of suprema each start raises", (
-    Panel("complexity_n", x="n", series="kn", band="complexity_n_mcse", logy=True, ylabel="R̂_n (nats)",
+    Panel("complexity_n", x="n", series="kn", logy=True, ylabel="R̂_n (nats)",
           title="R̂_n against n; n-exponents {n_exponents}"),
     Panel("share_improved", series="restart", ylabel="share", title="share of suprema raised by start r")),
     caption=P["n_caption"], facet=None)

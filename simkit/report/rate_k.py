@@ -10,51 +10,32 @@ from types import SimpleNamespace
 import xarray as xr
 
 from simkit.report.document import study_report
-from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, prose,
-                                study_sections, verdict_heading)
+from simkit.report.spec import (VMF_SETTING, Failures, FigurePage, Panel, Table, Text, TitlePage, constant_page, prose,
+                                rate_columns, rate_page, residual_page, study_sections, verdict_heading)
 
 P = prose("rate_k")
-RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
-    ("τ", "tau"), ("k_min", "k_min"), ("slope ± jackknife SE", "slope±slope_se"),
-    ("CI 95%\nCI of the verdict", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]\n"
-                                  "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
-    ("p-value of slope = −1/2", "slope_p_half:.2g"),
+RESULTS = Table(VMF_SETTING + rate_columns() + (
     ("c1 estimate ± MCSE\nc1 exact ± MCSE", "{c1_estimate±c1_estimate_mcse}\n{c1_exact±c1_exact_mcse}"),
     ("t of c1", "c1_z:+.2f"),
     ("c2 estimate ± MCSE\nc2 exact ± MCSE", "{c2_estimate±c2_estimate_mcse}\n{c2_exact±c2_exact_mcse}"),
     ("t of c2", "c2_t:+.2f"), ("p: MC curve vs exact\np: dgap vs exact", "{curve_p:.2g}\n{dgap_p:.2g}")),
     heading=verdict_heading("Regression results and verdicts"), size=8.0)
 
-_K = dict(fit_range="k_min")
-_KGAP = dict(band="k_gap_mcse", hline="c1_exact", hline_band="c1_exact_mcse", fit=("c1_estimate", "c2_estimate"),
-             label="k·gap_k ± 2 MCSE", fit_label="fit c1 + c2/k (k ≥ k_min)", hline_label="exact c1 ± 2 MCSE", **_K)
 PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(RESULTS, Text(P["rule"]), Failures())),
-    FigurePage(
-        "Finite-k gap on log–log axes: the rate is 1/k",
-        (Panel("gap", band="gap_mcse", fit="fit_gap", reference="gap_exact", slopes=(-1.0, -0.5), logy=True,
-               title="{facet}: slope {slope±slope_se}", label="gap_k ± 2 MCSE", fit_label="WLS fit (log k and 1/k)",
-               reference_label="exact gap (uniform π)", **_K),),
-        caption=P["gap_caption"], subtitle="slope of the WLS fit ± jackknife SE in each panel title"),
-    FigurePage(
-        "k · gap_k approaches the predicted constant c1",
-        (Panel("k_gap", reference="k_gap_exact", title="{facet}: c1 {c1_estimate±c1_estimate_mcse}",
-               reference_label="k · exact gap_k", **_KGAP),
-         Panel("k_gap", reference=("c1_exact", "c2_exact"), zoom=True,
-               title="k ≥ {k_min}: exact c1 {c1_exact±c1_exact_mcse}", reference_label="exact c1 + c2/k", **_KGAP)),
-        caption=P["kgap_caption"], subtitle="estimated c1 ± jackknife MCSE in each top panel title"),
-    FigurePage(
-        "Residuals of the two fits",
-        (Panel("resid_rate", kind="residual", title="{facet}: rate fit", **_K),
-         Panel("resid_c1", kind="residual", title="{facet}: c1 fit", **_K)),
-        caption=P["residual_caption"] + " " + RESIDUAL_KEY),
+    rate_page("Finite-k gap on log–log axes: the rate is 1/k", "gap", "fit_gap", P["gap_caption"],
+              reference="gap_exact", label="gap_k ± 2 MCSE", reference_label="exact gap (uniform π)"),
+    constant_page("k · gap_k approaches the predicted constant c1", "k_gap", "k·gap_k", ("c1", "c2"), P["kgap_caption"],
+                  top=dict(reference="k_gap_exact", reference_label="k · exact gap_k"),
+                  zoom=dict(reference=("c1_exact", "c2_exact"), reference_label="exact c1 + c2/k")),
+    residual_page("Residuals of the two fits", P["residual_caption"], ("resid_rate", "rate fit", "k_min"),
+                  ("resid_c1", "c1 fit", "k_min")),
     FigurePage(
         "Variance reduction by the control variates",
         (Panel("gap_mcse", also=("gap_plain_mcse",), logy=True, label="with control variates (gap_mcse)"),
          Panel("cv_gain", logy=True, label="(plain / control-variate MCSE)²")),
         caption=P["cv_caption"]),
 )
-
 
 
 def derive(ds: xr.Dataset) -> xr.Dataset:

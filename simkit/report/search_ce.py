@@ -8,8 +8,9 @@ import math
 import numpy as np
 import xarray as xr
 
-from simkit.report.spec import (RESIDUAL_KEY, Failures, FigurePage, Panel, Table, Text, TitlePage, config, format_pm,
-                                prose, render, verdict_heading)
+from simkit.report.spec import (VMF_SETTING, Failures, FigurePage, Panel, Table, Text, TitlePage, config,
+                                constant_page, format_pm, prose, rate_columns, rate_page, render, residual_page,
+                                verdict_heading)
 
 P = prose("search_ce")
 
@@ -26,12 +27,9 @@ def _curve_p(ds: xr.Dataset, i: int) -> str:
     return f"{p:.3g}" if math.isfinite(p) else "not tested\n(no exact curve)"
 
 
-RESULTS = Table((("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"),
-    ("τ", "tau"), ("k_min", "k_min"), ("sign of D_k (k ≥ k_min)", _sign), ("slope ± SE", "slope±slope_se"),
-    ("CI 95%\nCI of the verdict", "[{slope_ci_low:.4f}, {slope_ci_high:.4f}]\n"
-                                  "[{slope_verdict_low:.4f}, {slope_verdict_high:.4f}]"),
-    ("p-value of slope = −1/2", "slope_p_half:.2g"), ("d1 estimate ± MCSE", "d1_estimate"),
-    ("d1 predicted ± MCSE", "d1_exact"), ("z of d1", "d1_z:+.2f"), ("p of D_k vs exact", _curve_p)),
+RESULTS = Table(VMF_SETTING + (("sign of D_k (k ≥ k_min)", _sign),) + rate_columns() + (
+    ("d1 estimate ± MCSE", "d1_estimate"), ("d1 predicted ± MCSE", "d1_exact"), ("z of d1", "d1_z:+.2f"),
+    ("p of D_k vs exact", _curve_p)),
     heading=verdict_heading("Regression results and verdicts"))
 
 
@@ -57,35 +55,20 @@ def _pm(value: float, se: float) -> str:
     return f"{value:.4f} ± 0 (no variation)" if math.isfinite(value) and se == 0 else format_pm(value, se)
 
 
-_K = dict(fit_range="k_min")
-_KD = dict(band="k_d_mcse", hline="d1_exact", hline_band="d1_exact_mcse", fit=("d1_estimate", "d2_estimate"), label="k·D_k",
-           fit_label="fit d1 + d2/k", hline_label="derived d1 ± 2 MCSE", reference="k_d_exact",
-           reference_label="k × exact D_k", **_K)
 PAGES = (
     TitlePage(texts=(P["claim"], P["method"]), then=(RESULTS, Text(P["rule"]), _retrieval, Failures())),
-    FigurePage(
-        "|D_k| = |R_k − E CE(M_k, Q_k)| on log–log axes: the rate is 1/k",
-        (Panel("d", band="d_mcse", absolute=True, fit="fit_d_abs", slopes=(-1.0, -0.5), logy=True,
-               title="{facet}: slope {slope±slope_se}", label="D_k > 0, ± 2 MCSE", fit_label="WLS fit (log k and 1/k)",
-               reference="d_exact", reference_label="exact D_k", **_K),),
-        caption=P["d_caption"],
-        subtitle="slope of the WLS fit ± jackknife SE in each panel title"),
-    FigurePage(
-        "k · D_k approaches the derived constant d1 = E[m1/Z] − E Cov_M(m, s)",
-        (Panel("k_d", also=("k_pos_term", "k_snis_term"), title="{facet}: d1 {d1_estimate±d1_estimate_mcse}", **_KD),
-         Panel("k_d", zoom=True, title="k ≥ {k_min}: derived d1 {d1_exact±d1_exact_mcse}", **_KD)),
-        caption=P["kd_caption"],
-        subtitle="estimated d1 ± jackknife MCSE in each top panel title"),
+    rate_page("|D_k| = |R_k − E CE(M_k, Q_k)| on log–log axes: the rate is 1/k", "d", "fit_d_abs", P["d_caption"],
+              absolute=True, label="D_k > 0, ± 2 MCSE", reference="d_exact", reference_label="exact D_k"),
+    constant_page("k · D_k approaches the derived constant d1 = E[m1/Z] − E Cov_M(m, s)", "k_d", "k·D_k", ("d1", "d2"),
+                  P["kd_caption"], "derived", reference="k_d_exact", reference_label="k × exact D_k",
+                  top=dict(also=("k_pos_term", "k_snis_term"))),
     FigurePage(
         "Retrieval quality: softmax search against ideal search on the same database",
-        (Panel("top1", band="top1_mcse", ylim=(-0.02, 1.05), label="block mean ± 2 MCSE"),
-         Panel("recall", band="recall_mcse", ylim=(-0.02, 1.05), label="block mean ± 2 MCSE")),
+        (Panel("top1", ylim=(-0.02, 1.05), label="block mean ± 2 MCSE"),
+         Panel("recall", ylim=(-0.02, 1.05), label="block mean ± 2 MCSE")),
         caption=P["retrieval_caption"]),
-    FigurePage(
-        "Residuals of the two fits",
-        (Panel("resid_rate", kind="residual", title="{facet}: rate fit", **_K),
-         Panel("resid_d1", kind="residual", title="{facet}: d1 fit", **_K)),
-        caption=P["residual_caption"] + " " + RESIDUAL_KEY),
+    residual_page("Residuals of the two fits", P["residual_caption"], ("resid_rate", "rate fit", "k_min"),
+                  ("resid_d1", "d1 fit", "k_min")),
     FigurePage(
         "Variance reduction: conditional mean of the positive's score and control variates",
         (Panel("d_mcse", also=("d_rb_mcse", "d_plain_mcse"), logy=True, label="control variates (d_mcse)"),

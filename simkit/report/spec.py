@@ -3,9 +3,10 @@
 Templates (titles, cells, text) name dataset variables in braces: ``{a±b}`` is a value with its MCSE
 (:func:`format_pm`), ``{a}`` / ``{a:fmt}`` a value, ``{facet}`` the facet's label; a variable over the
 facet dimension is read at the current facet; a name that is no variable is looked up in the attributes,
-the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``, ``level``
-and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's module is its declarations
-``PAGES`` (with ``derive`` and ``REQUIRES``, :func:`study_sections`); its prose is ``pages/<study>.md`` (:func:`prose`).
+the run's configuration, and derived generically: ``n_<dim>``, ``<coord>_min`` / ``<coord>_max``,
+``<coord>_values``, ``level`` and ``t_crit``. Axis labels come from each variable's ``long_name``. A study's
+module is its declarations ``PAGES`` (with ``derive`` and ``REQUIRES``, :func:`study_sections`); its prose is
+``pages/<study>.md`` (:func:`prose`).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from simkit.report.document import (COLORS, SETTINGS_PER_PAGE, SMALL, TITLE, Rep
                                     _log_axes, format_pm, label, residual_panel, wrap_text)
 
 __all__ = ["Panel", "FigurePage", "Table", "ClaimTable", "TitlePage", "View", "Failures", "Text", "render", "label",
-           "RESIDUAL_KEY", "verdict_heading", "gather", "scalar", "stack", "panel_title", "fin", "require", "fill",
-           "protocol_block", "config", "prose", "sections", "study_sections", "t_crit", "UNRESOLVED"]
+           "rate_columns", "rate_page", "constant_page", "residual_page", "VMF_SETTING", "verdict_heading", "gather",
+           "cells", "family_curves",
+           "scalar", "stack", "panel_title", "fin", "require", "fill", "config", "prose", "sections",
+           "study_sections", "t_crit", "UNRESOLVED"]
 
 Source = str | Callable[[xr.Dataset], str]
 
@@ -54,7 +57,7 @@ def prose(study: str) -> dict[str, str]:
     return out
 
 
-#: the key of a residual page (:class:`Panel` ``kind="residual"``), shared by the studies' captions
+#: the key of a residual page (:class:`Panel` ``kind="residual"``), ending its caption
 RESIDUAL_KEY = prose("common")["residual_key"]
 
 
@@ -152,6 +155,33 @@ def stack(ds: xr.Dataset, names: dict[str, str], dim: str, name: str, attrs: dic
     return ds.assign({name: cat("").assign_attrs(attrs), name + "_mcse": cat("_mcse")})
 
 
+def cells(ds: xr.Dataset, dim: str, first: str, second: str, name: str = "") -> xr.Dataset:
+    """``ds`` with (``first``, ``second``) stacked into ``dim``, both kept as variables along it: one table row or
+    facet per pair, labelled "<first>, <name or second> = <second>"."""
+    out = ds.stack({dim: (first, second)}).reset_index(dim)
+    labels = [f"{a}, {name or second} = {fin(b, 'g')}" for a, b in zip(out[first].values, out[second].values)]
+    return out.assign_coords({dim: labels}).transpose(dim, ...)
+
+
+def family_curves(ds: xr.Dataset, families: dict[str, str]) -> xr.Dataset:
+    """E[G] (``gap_cv`` ± MCSE) against d of each family of a design over ``point`` present in ``ds``, one row
+    per ``label: prefix`` of ``families`` (as for :func:`gather`; the family is the prefix without its "_"),
+    with ``fit``: the line 2^(a + b log2 d) of the family's slope ``<prefix>b`` through the mean of log2 E[G],
+    over the family's own d."""
+    fams = ds["family"].values.astype(str)
+    rows = {lab: p for lab, p in families.items() if p.rstrip("_") in fams}
+    curves = xr.concat([ds[["gap_cv", "gap_cv_mcse", "d"]].isel(point=np.flatnonzero(fams == p.rstrip("_")))
+                        .swap_dims(point="d").reset_coords(drop=True) for p in rows.values()], dim="family",
+                       join="outer").assign_coords(family=list(rows))
+    lx, lg = np.log2(curves["d"].astype(float)), np.log2(curves["gap_cv"].where(curves["gap_cv"] > 0))
+    b = xr.DataArray([scalar(ds, p + "b") for p in rows.values()], dims="family")
+    fit = 2 ** (lg.mean("d") + b * (lx - lx.where(lg.notnull()).mean("d")))
+    curves["fit"] = fit.where(curves["gap_cv"].notnull())
+    curves["gap_cv"].attrs = {"long_name": "E[G], control variate, in nats", "units": "1"}
+    curves["d"].attrs = {"long_name": "embedding dimension d", "units": "1"}
+    return curves
+
+
 def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
     """Raise ValueError naming the variables a study's report needs and ``ds`` lacks."""
     missing = [v for v in names if v not in ds.variables]
@@ -160,21 +190,9 @@ def require(ds: xr.Dataset, names: Sequence[str], study: str) -> None:
                          f"(open the output of 'simkit run {study}')")
 
 
-def protocol_block(doc: ReportDocument, ds: xr.Dataset, design: str) -> None:
-    """The pre-registered protocol of a confirmatory study (path, SHA-256, commit), its design and runtime."""
-    a = ds.attrs
-    doc.key_values([
-        ("protocol", str(a.get("protocol_path", "?"))), ("protocol SHA-256", str(a.get("protocol_sha256", "?"))),
-        ("protocol commit", str(a.get("protocol_commit", "?"))), ("dataset commit", str(a.get("git_commit", "?"))),
-        ("analysis", str(a.get("analysis", "?"))), ("design", design),
-        ("wall time", f"{float(a.get('wall_time_s', float('nan'))):.0f} s"),
-    ], key_width=1.2, value_width=4.0, value_family="monospace")
-
-
-
 def _meta(ds: xr.Dataset, name: str):
     """An attribute, a configuration key, ``n_<dim>`` (a dimension's size), ``<coord>_min`` / ``<coord>_max``,
-    ``level`` (1 − alpha) or ``t_crit`` (:func:`t_crit`) named ``name``; NaN if none."""
+    ``<coord>_values`` (listed), ``level`` (1 − alpha) or ``t_crit`` (:func:`t_crit`) named ``name``; NaN if none."""
     cfg, coord, _, end = config(ds), *name.rpartition("_")
     if name in ds.attrs or name in cfg:
         return ds.attrs[name] if name in ds.attrs else cfg[name]
@@ -182,6 +200,8 @@ def _meta(ds: xr.Dataset, name: str):
         return 1 - float(ds.attrs["alpha"]) if name == "level" else t_crit(ds)
     if end in ("min", "max") and coord in ds.coords and ds[coord].ndim == 1:
         return getattr(ds[coord].values, end)()
+    if end == "values" and coord in ds.coords and ds[coord].ndim == 1:
+        return ", ".join(fin(v, "g") for v in ds[coord].values)
     return ds.sizes[name[2:]] if name.startswith("n_") and name[2:] in ds.sizes else np.nan
 
 
@@ -232,9 +252,10 @@ def fill(template: Source, ds: xr.Dataset, facet: str | None = None, i: int | No
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
-    """``var`` against ``x`` for one facet: ``band`` its MCSE (±2 MCSE band and bars); ``reference`` and
-    ``fit`` a variable over ``x`` or coefficients ``(a0, a1, ...)`` of ``a0 + a1/x + ...`` (drawn over the fit
-    range ``x >= fit_range``, shaded; ``zoom`` shows only it); ``hline`` a scalar (``hline_band`` its MCSE);
+    """``var`` against ``x`` for one facet: ``band`` its MCSE (±2 MCSE band and bars; ``<var>_mcse`` when the
+    dataset has it); ``reference`` and ``fit`` a variable over ``x`` or coefficients ``(a0, a1, ...)`` of
+    ``a0 + a1/x + ...`` (drawn over the fit range ``x >= fit_range``, shaded; ``zoom`` shows only it); ``hline``
+    a scalar (``hline_band`` its MCSE, by default ``<hline>_mcse`` likewise);
     ``slopes`` reference power laws through the first fitted point; ``also`` further variables as lines;
     ``kind="residual"`` standardised residuals, ``kind="qq"`` a −log10 QQ plot of the p-values ``var``
     against Uniform(0, 1) (``level`` the rejection threshold), ``kind="forest"`` one row per value of ``x``
@@ -281,7 +302,8 @@ class Panel:
 class FigurePage:
     """Panels in rows, one column per facet value (``per_page`` a page), or in rows of ``per_page`` when
     ``facet`` is None; a pair of dimensions ``(rows, columns)`` lays out the first panel on their grid;
-    ``per_page=(rows, columns)`` lays out the first panel once per facet value on pages of that grid."""
+    ``per_page=(rows, columns)`` lays out the first panel once per facet value on pages of that grid. The
+    caption of a page with residual panels ends with their key."""
 
     title: Source
     panels: tuple[Panel, ...]
@@ -314,19 +336,20 @@ class ClaimTable:
 
 @dataclasses.dataclass(frozen=True)
 class Failures:
-    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with their ``reasons``."""
+    """The values of ``dim`` whose verdict is not "pass" or whose tasks raised, with their ``reasons`` (by default
+    ``<verdict>_reason`` of each of ``verdicts``)."""
 
     dim: str = "setting"
-    reasons: tuple[str, ...] = ("verdict_reason",)
+    reasons: tuple[str, ...] | None = None
     verdicts: tuple[str, ...] = ("verdict",)
 
 
 @dataclasses.dataclass(frozen=True)
 class Text:
-    """A paragraph (template or callable of the dataset); ``heading`` puts a heading above it."""
+    """A paragraph (template or callable of the dataset); ``heading`` (a template) puts a heading above it."""
 
     text: Source
-    heading: str = ""
+    heading: Source = ""
     size: float = SMALL
 
 
@@ -351,6 +374,53 @@ class TitlePage:
 
 
 # ------------------------------------------------------------------------------------------------
+# declarations shared by the studies of a rate in k (C1, C2)
+
+def rate_columns(prefix: str = "") -> tuple:
+    """Table columns of a rate fit whose summaries are named ``<prefix>slope`` etc.: the fit range's first k,
+    the slope ± jackknife SE, its 95% interval over the verdict's interval, the p-value of slope = −1/2."""
+    s = prefix + "slope"
+    return ((("k_min", f"{prefix}k_min"), ("slope ± jackknife SE", f"{s}±{s}_se"), ("CI 95%\nCI of the verdict",
+            f"[{{{s}_ci_low:.4f}}, {{{s}_ci_high:.4f}}]\n[{{{s}_verdict_low:.4f}}, {{{s}_verdict_high:.4f}}]"),
+             ("p of slope = −1/2", f"{s}_p_half:.2g")))
+
+
+def rate_page(page: str, var: str, fit: str, caption: Source, prefix: str = "", **kw) -> FigurePage:
+    """``var`` on log–log axes (± 2 MCSE) with the WLS fit of log ``var`` on log k and 1/k over the fit range
+    ``k ≥ <prefix>k_min`` and reference slopes −1 and −1/2; each panel title gives the fitted slope."""
+    s = prefix + "slope"
+    return FigurePage(page, (Panel(var, fit=fit, fit_range=prefix + "k_min", slopes=(-1.0, -0.5), logy=True, **{
+        "title": f"{{facet}}: slope {{{s}±{s}_se}}", "fit_label": "WLS fit (log k and 1/k)", **kw}),),
+        caption=caption, subtitle="slope of the WLS fit ± jackknife SE in each panel title")
+
+
+def constant_page(page: str, var: str, name: str, const: tuple[str, str], caption: Source, exact: str = "exact",
+                  prefix: str = "", top: dict | None = None, zoom: dict | None = None, **kw) -> FigurePage:
+    """``var`` = k·``name`` approaching the constant ``const[0]`` (``<const>_exact`` ± 2 MCSE, the ``exact``
+    one), with the fit ``const[0] + const[1]/k`` over ``k ≥ <prefix>k_min``: over every k (``top``: further
+    fields of that panel) and over the fit range alone (``zoom``)."""
+    c, c2 = const
+    common = dict(hline=f"{c}_exact", fit=(f"{c}_estimate", f"{c2}_estimate"), fit_range=prefix + "k_min",
+                  label=f"{name} ± 2 MCSE", fit_label=f"fit {c} + {c2}/k (k ≥ k_min)",
+                  hline_label=f"{exact} {c} ± 2 MCSE")
+    return FigurePage(page, (
+        Panel(var, **{**common, "title": f"{{facet}}: {c} {{{c}_estimate±{c}_estimate_mcse}}", **kw, **(top or {})}),
+        Panel(var, zoom=True, **{**common, "title": f"k ≥ {{{prefix}k_min}}: {exact} {c} {{{c}_exact±{c}_exact_mcse}}",
+                                 **kw, **(zoom or {})})),
+        caption=caption, subtitle=f"estimated {c} ± jackknife MCSE in each top panel title")
+
+
+def residual_page(page: str, caption: Source, *fits: tuple[str, str, str]) -> FigurePage:
+    """The standardised residuals of each fit ``(variable, what, first k of its fit range)``."""
+    return FigurePage(page, tuple(Panel(v, kind="residual", fit_range=k, title=f"{{facet}}: {what}")
+                                   for v, what, k in fits), caption=caption)
+
+
+#: the columns describing a setting of a vMF model (rate_k, search_ce)
+VMF_SETTING = (("setting", "facet"), ("π", "{pi}\nκ_π = {kappa_pi}"), ("d", "dim"), ("κ_M", "kappa_m"), ("τ", "tau"))
+
+
+# ------------------------------------------------------------------------------------------------
 # the renderer
 
 def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) -> None:
@@ -372,7 +442,7 @@ def render(doc: ReportDocument, ds: xr.Dataset, items: Sequence, *, study=None) 
 
 def _text(doc: ReportDocument, ds: xr.Dataset, t: Text, study=None) -> None:
     if t.heading:
-        doc.heading(t.heading)
+        doc.heading(fill(t.heading, ds))
     doc.text(fill(t.text, ds), size=t.size)
 
 
@@ -444,7 +514,8 @@ def _failures(doc: ReportDocument, ds: xr.Dataset, f: Failures, study=None) -> N
     if not bad:
         doc.text("All settings pass; no task raised an error.", size=SMALL, weight="bold")
         return
-    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in f.reasons  # noqa: E731
+    reasons = f.reasons or tuple(v + "_reason" for v in f.verdicts)
+    reason = lambda i: "; ".join(str(_at(ds, r, f.dim, i)) for r in reasons  # noqa: E731
                                  if r in ds and str(_at(ds, r, f.dim, i)))
     doc.heading("Failures and task errors")
     doc.table(["setting", "verdict: why", "task errors (variable cell_error)"],
@@ -489,6 +560,8 @@ def _no_data(ax: Axes, ds: xr.Dataset, facet: str | None, i: int | None, reason:
 
 def draw_panel(ax: Axes, ds: xr.Dataset, p: Panel, facet: str | None = None, i: int | None = None) -> set:
     """Draw one panel; return the legend entries it used, as ``(role, label)`` pairs."""
+    p = dataclasses.replace(p, **{f: f"{v}_mcse" for f, v in (("band", p.var), ("hline_band", p.hline))
+                                  if v and getattr(p, f) is None and f"{v}_mcse" in ds.variables})
     y = np.asarray(_at(ds, p.var, facet, i), dtype=float)
     used: set = set()
     title = fill(p.title, ds, facet, i)
@@ -719,7 +792,8 @@ def _finish(doc: ReportDocument, fig, ly: float, used: dict) -> None:
 
 
 def _figure_pages(doc: ReportDocument, ds: xr.Dataset, page: FigurePage, study=None) -> None:
-    head = dict(caption=fill(page.caption, ds), subtitle=fill(page.subtitle, ds))
+    key = [RESIDUAL_KEY] if any(p.kind == "residual" for p in page.panels) else []  # what a residual page's marks mean
+    head = dict(caption=" ".join([fill(page.caption, ds)] + key), subtitle=fill(page.subtitle, ds))
     for title, nrows, ncols, cells in _layouts(ds, page):
         fig, axes, ly = doc.figure(title, nrows, ncols, **head)
         used: dict = {}

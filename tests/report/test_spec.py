@@ -48,17 +48,19 @@ def _axes():
 
 
 def test_panel_draws_the_mcse_band():
+    """The band is ``y_mcse``, named or by default. Positive control: no band without an MCSE variable."""
     ds = synthetic()
-    ax = _axes()
-    spec.draw_panel(ax, ds, Panel("y", band="y_mcse"), "setting", 1)
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 1
-    verts = bands[0].get_paths()[0].vertices
-    # the band spans y ± 2 MCSE at every k: from 0.8 y to 1.2 y
     y = ds["y"].values[1]
-    assert np.isclose(verts[:, 1].max(), 1.2 * y.max()) and np.isclose(verts[:, 1].min(), 0.8 * y.min())
+    for panel in (Panel("y", band="y_mcse"), Panel("y")):
+        ax = _axes()
+        spec.draw_panel(ax, ds, panel, "setting", 1)
+        bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        assert len(bands) == 1
+        verts = bands[0].get_paths()[0].vertices
+        # the band spans y ± 2 MCSE at every k: from 0.8 y to 1.2 y
+        assert np.isclose(verts[:, 1].max(), 1.2 * y.max()) and np.isclose(verts[:, 1].min(), 0.8 * y.min())
     ax = _axes()
-    spec.draw_panel(ax, ds, Panel("y"), "setting", 1)  # positive control: no band without an MCSE variable
+    spec.draw_panel(ax, ds.drop_vars("y_mcse"), Panel("y"), "setting", 1)
     assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
 
 
@@ -396,6 +398,7 @@ def test_generic_quantities_of_templates():
     assert fill("{level:g} {t_crit:.4f} {k_min} {k_max} {block_max}", ds) == (
         f"0.99 {st.t.isf(0.005, 19):.4f} 1 128 19")
     assert fill("{k_max}", ds.assign_attrs(k_max=64)) == "64"  # a stated value wins
+    assert fill("{{k_values}}", ds) == "{1, 2, 4, 8, 16, 32, 64, 128}"  # a coordinate listed
     spec.UNRESOLVED.clear()
     assert fill("{level} {t_crit} {y_max}", synthetic()) == "n/a n/a n/a"
     assert spec.UNRESOLVED == {"level", "t_crit", "y_max"}
@@ -438,3 +441,26 @@ def test_study_sections_are_found_by_the_study_name(tmp_path):
     with pytest.raises(ValueError, match=r"must be a rate_k dataset; it lacks 'verdict'"):
         document.write_report(tmp_path / "bad.pdf",
                               lambda doc: spec.study_sections("rate_k")(doc, ds.drop_vars("verdict")))
+
+
+def test_residual_page_carries_its_key(tmp_path, monkeypatch):
+    """A figure page with residual panels ends its caption with the residual key, once. Positive control: a page
+    without residual panels keeps its caption as declared."""
+    captions = []
+    original = document.ReportDocument.figure
+    monkeypatch.setattr(document.ReportDocument, "figure", lambda self, t, r, c, **k: (
+        captions.append(k["caption"]), original(self, t, r, c, **k))[1])
+    ds = synthetic().assign(resid=lambda d: d["y"] * 0.0)
+    _build(tmp_path, [spec.residual_page("r", "Residuals.", ("resid", "rate fit", "k_min")),
+                      FigurePage("y", (Panel("y"),), caption="Plain.")], ds)
+    assert captions == ["Residuals. " + spec.RESIDUAL_KEY, "Plain."]
+
+
+def test_cells_stack_two_dimensions():
+    """``cells`` gives one row per (setting, k) in order, labelled, both kept as variables, values unchanged."""
+    ds = synthetic()
+    out = spec.cells(ds, "row", "setting", "k")
+    assert out["row"].values.tolist()[:2] == ["a, k = 1", "a, k = 2"] and out["row"].values[9] == "b, k = 2"
+    assert out["setting"].values.tolist() == ["a"] * 8 + ["b"] * 8 and out["k"].values[9] == 2.0
+    np.testing.assert_array_equal(out["y"].values, ds["y"].values.ravel())
+    assert spec.cells(ds, "row", "setting", "k", "κ")["row"].values[0] == "a, κ = 1"
