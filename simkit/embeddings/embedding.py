@@ -189,6 +189,10 @@ class Embedding(Frozen):
         raise NotImplementedError
 
     def _normalise(self, h: NDArray) -> NDArray:
+        return h / self._norm(h)
+
+    def _norm(self, h: NDArray) -> NDArray:
+        """``|h|`` per row (keepdims), after the domain guard of :meth:`_normalise` (raises where h vanishes)."""
         norm = np.sqrt(np.sum(h * h, axis=-1, keepdims=True))
         floor = NORM_FLOOR * self._h_bound()
         if norm.size and np.min(norm) <= floor:
@@ -197,7 +201,7 @@ class Embedding(Frozen):
                 f"'x' contains a point (row {i}) where the embedding's raw output h(x) vanishes "
                 f"(|h| = {float(norm.flat[i]):.3g} <= {NORM_FLOOR:g} x its bound {self._h_bound():.3g}); "
                 f"phi = h/|h| is undefined there. Perturb the parameters or the point")
-        return h / norm
+        return norm
 
     # the jitted routines take (family, theta, p, d, m)
     def _jit_args(self) -> tuple[int, NDArray, int, int, int, float]:

@@ -139,12 +139,16 @@ class FourierEmbedding(Embedding):
     def _hidden(self, x):
         th = (x @ self.W.T) @ self.A.T
         c, s = np.cos(th), np.sin(th)
-        return np.concatenate([c, s], axis=1) / np.sqrt(self.m), (c, s)
+        h = np.concatenate([c, s], axis=1)
+        h /= np.sqrt(self.m)  # in place: the arithmetic of (c, s) / sqrt(m) without a second array
+        return h, (c, s)
 
     def _backward(self, x, cache, g_h):
         c, s = cache
         m = self.m
-        g_th = (g_h[:, m:] * c - g_h[:, :m] * s) / np.sqrt(m)
+        g_th = g_h[:, m:] * c  # (g_h[:, m:] c - g_h[:, :m] s) / sqrt(m), in place
+        g_th -= g_h[:, :m] * s
+        g_th /= np.sqrt(m)
         return ((g_th @ self.A).T @ x).reshape(-1)
 
     def _jit_args(self):
@@ -163,8 +167,10 @@ def lifted_value_and_grad(phi: Embedding, sample: TrainingSample, tau: float, we
     n, k, p = sample.n, sample.k, sample.p
     wt = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
     pts = np.concatenate([sample.x, sample.x_pos, sample.negatives.reshape(-1, p)])
-    h, cache = phi._hidden(pts)
-    f = phi._normalise(h)  # raises where phi is undefined
+    h, cache = phi._hidden(pts)  # a new array (no family keeps it in its cache): normalised in place below
+    norm = phi._norm(h)  # raises where phi is undefined
+    f = h
+    f /= norm  # h / |h|: the arithmetic of phi._normalise, h itself is not needed again
     u, v, w = f[:n], f[n:2 * n], f[2 * n:]
     s0 = np.sum(u * v, axis=1) / tau
     sj = u @ w.T / tau if sample.shared else np.einsum("nd,nkd->nk", u, w.reshape(n, k, -1)) / tau
@@ -177,16 +183,23 @@ def lifted_value_and_grad(phi: Embedding, sample: TrainingSample, tau: float, we
     pn = prob[:, 1:] * wt[:, None]
     a0 = -prob[:, 1:].sum(axis=1) * wt
     scale = 1.0 / (tau * n)
+    # g = (dl/du, dl/dv, dl/dw) stacked like pts, each block written in place (same products, no copies)
+    g = np.empty(f.shape)
+    g_u, g_v, g_w = g[:n], g[n:2 * n], g[2 * n:]
     if sample.shared:
-        g_u = (a0[:, None] * v + pn @ w) * scale
-        g_w = pn.T @ u * scale
+        np.multiply(a0[:, None] * v + pn @ w, scale, out=g_u)
+        np.multiply(pn.T @ u, scale, out=g_w)
     else:
-        g_u = (a0[:, None] * v + np.einsum("nk,nkd->nd", pn, w.reshape(n, k, -1))) * scale
-        g_w = (pn[:, :, None] * u[:, None, :]).reshape(n * k, -1) * scale
-    g = np.concatenate([g_u, a0[:, None] * u * scale, g_w])
-    norm = np.sqrt(np.sum(h * h, axis=1, keepdims=True))
-    g_h = (g - np.sum(f * g, axis=1, keepdims=True) * f) / norm
-    return losses, phi._backward(pts, cache, g_h)
+        np.multiply(a0[:, None] * v + np.einsum("nk,nkd->nd", pn, w.reshape(n, k, -1)), scale, out=g_u)
+        np.multiply(pn[:, :, None], u[:, None, :], out=g_w.reshape(n, k, -1))
+        g_w *= scale
+    np.multiply(a0[:, None] * u, scale, out=g_v)
+    # g_h = (g - (f.g) f) / |h|: the tangential part, back through the normalisation, in place
+    fg = f * g
+    np.multiply(np.sum(fg, axis=1, keepdims=True), f, out=fg)
+    g -= fg
+    g /= norm
+    return losses, phi._backward(pts, cache, g)
 
 
 class LiftedRisk(EmpiricalRisk):

@@ -95,7 +95,7 @@ def _scores(phi: LinearEmbedding, risk: ScaledRisk, eps: float, mode: str):
         raise ValueError(f"'phi' must be a LinearEmbedding on R^{sample.p}, got {phi!r}")
     if mode not in MODES:
         raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
-    u, v, w = _unit(phi, sample.x), _unit(phi, sample.x_pos), _unit(phi, risk._neg)
+    u, v, w = risk._units(phi)
     c0, cj = risk._c0, risk._cj
     s0 = c0 * np.sum(u * v, axis=1) / tau
     if mode == "scale":
@@ -161,6 +161,20 @@ class ScaledRisk:
         ru = profile(sample.x)
         self._c0 = ru * profile(sample.x_pos)
         self._cj = ru[:, None] * profile(self._neg)
+        self._memo: list = []
+
+    def _units(self, phi: LinearEmbedding) -> tuple[NDArray, NDArray, NDArray]:
+        """``(u(x), u(x+), u(y_j))`` of ``phi`` on the sample, read-only. The last two W's are remembered (by
+        their exact bytes): :func:`norm_block` evaluates the same phi_hat on the same tuples in both modes."""
+        key = (phi.W.shape, phi.W.tobytes())
+        for known, units in self._memo:
+            if known == key:
+                return units
+        units = (_unit(phi, self.sample.x), _unit(phi, self.sample.x_pos), _unit(phi, self._neg))
+        for a in units:
+            a.setflags(write=False)
+        self._memo = [(key, units), *self._memo[:1]]
+        return units
 
     def scores(self, phi: LinearEmbedding, eps: float = 0.0, mode: str = "scale") -> NDArray[np.float64]:
         """Scores (n, k + 1), positive in column 0, with the negatives' norms multiplied by e^eps."""
