@@ -25,7 +25,7 @@ import numpy as np
 from simkit import VMFKernel, exact
 from simkit.stats.analysis import (RATE_FIELDS, TRUTH_FIELDS_MAX_T, combine_verdicts, fit_rate, mean_mcse, rate_verdict,
                              setting_pvalues, truth_rng, truth_verdict, worst_slope)
-from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, RATE_SETTINGS, build_pi, vmf_cells
 from simkit.exact.curve import (anchor_moments, constants_from_moments, gap_curve, needs_monte_carlo, pool_moments,
                                 second_order_constant)
 from simkit.estimators.infonce import GapEstimator, k_grid
@@ -209,18 +209,7 @@ class RateK(Study):
     }
 
     def cells(self, cfg):
-        out = []
-        for name in cfg["settings"].split(","):
-            family, d, kp, km, tau = SETTINGS[name]
-            out.append({
-                "setting": name,
-                "pi": family,
-                "dim": int(cfg["dim"] if cfg["dim"] is not None else d),
-                "kappa_pi": float(cfg["kappa_pi"] if cfg["kappa_pi"] is not None and family != "uniform" else kp),
-                "kappa_m": float(cfg["kappa_m"] if cfg["kappa_m"] is not None else km),
-                "tau": float(cfg["tau"] if cfg["tau"] is not None else tau),
-            })
-        return out
+        return vmf_cells(SETTINGS, cfg)
 
     def _estimator(self, cell, cfg) -> GapEstimator:
         return GapEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["k_max"])

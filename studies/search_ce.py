@@ -37,7 +37,7 @@ from simkit.stats.analysis import (RATE_FIELDS, combine_verdicts, mean_mcse, rat
                                    worst_slope)
 from simkit.stats.truth_tests import bonferroni_t_test, max_t_test
 from simkit.exact.search_curve import search_d_curve
-from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi
+from simkit.distributions.designs import MIXTURE_SEED, MIXTURE_WEIGHTS, SEARCH_SETTINGS, build_pi, vmf_cells
 from simkit.estimators.infonce import k_grid
 from simkit.claims.protocol import protocol_attrs
 from simkit.runner import Check, Param, Study, Var
@@ -294,18 +294,7 @@ class SearchCE(Study):
                              f"got {cfg['rank_anchors']}")
 
     def cells(self, cfg):
-        out = []
-        for name in cfg["settings"].split(","):
-            family, d, kp, km, tau = SETTINGS[name]
-            out.append({
-                "setting": name,
-                "pi": family,
-                "dim": int(cfg["dim"] if cfg["dim"] is not None else d),
-                "kappa_pi": float(cfg["kappa_pi"] if cfg["kappa_pi"] is not None and family != "uniform" else kp),
-                "kappa_m": float(cfg["kappa_m"] if cfg["kappa_m"] is not None else km),
-                "tau": float(cfg["tau"] if cfg["tau"] is not None else tau),
-            })
-        return out
+        return vmf_cells(SETTINGS, cfg)
 
     def _estimator(self, cell, cfg) -> SearchEstimator:
         return SearchEstimator(build_pi(cell), VMFKernel(cell["kappa_m"]), cell["tau"], cfg["k_max"], n_top=N_TOP)

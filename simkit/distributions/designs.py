@@ -19,7 +19,7 @@ from simkit.distributions.kernels import RotatedVMFKernel, VMFKernel
 from simkit.distributions.sphere import Uniform, VMFMixture, VonMisesFisher
 
 __all__ = ["MIXTURE_SEED", "MIXTURE_WEIGHTS", "RATE_SETTINGS", "SEARCH_SETTINGS", "ASYMMETRY_SETTINGS",
-           "build_pi", "build_kernel", "mixture_means"]
+           "build_pi", "build_kernel", "mixture_means", "vmf_cells"]
 
 #: the mixture's means are drawn uniformly on the sphere from this seed (a fixed part of the design)
 MIXTURE_SEED = 7
@@ -58,6 +58,23 @@ ASYMMETRY_SETTINGS = {
     "vmf-uniform-d3": {"kernel": "vmf", "angle": math.nan, "kappa_m": 10.0, "t": math.nan, "pi": "uniform",
                        "dim": 3, "kappa_pi": 0.0, "tau": 0.1, "search_anchors": 256},
 }
+
+
+def vmf_cells(catalogue: dict, cfg: dict) -> list[dict]:
+    """The cells of the settings ``cfg["settings"]`` (comma-separated names of ``catalogue``, laid out as
+    :data:`RATE_SETTINGS`), each with ``setting``, ``pi``, ``dim``, ``kappa_pi``, ``kappa_m`` and ``tau``;
+    a value of ``cfg`` under those names that is not None overrides the catalogue's in every setting
+    (``kappa_pi`` not for uniform π)."""
+    def pick(name, own):
+        return own if cfg.get(name) is None else cfg[name]
+
+    out = []
+    for name in cfg["settings"].split(","):
+        family, d, kp, km, tau = catalogue[name]
+        out.append({"setting": name, "pi": family, "dim": int(pick("dim", d)),
+                    "kappa_pi": float(kp if family == "uniform" else pick("kappa_pi", kp)),
+                    "kappa_m": float(pick("kappa_m", km)), "tau": float(pick("tau", tau))})
+    return out
 
 
 def mixture_means(dim: int) -> np.ndarray:
