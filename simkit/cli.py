@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--scheduler", type=str, default=None, help="address of a Dask distributed scheduler")
     v.add_argument("--from-data", type=str, default=None, metavar="DIR",
                    help="run nothing: the claim table of the datasets DIR/<study>.nc already there (e.g. data)")
+    v.add_argument("--calibration", type=str, default=None, metavar="DIR",
+                   help="calibrations DIR/<study>.nc shown beside the stated rates (default DIR/calibration of "
+                        "--from-data, else data/calibration)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
     c = sub.add_parser("calibrate", help="run a study at many seeds: empirical false-failure rate of every check "
                        "(data/calibration/STUDY.nc, reports/calibration.pdf)")
@@ -263,13 +266,17 @@ def _validate(args) -> int:
             from simkit.runner import study_names
             from simkit.claims.validate import check_from_data
             check_from_data(args.from_data, study_names())
+        calibration = Path(args.calibration if args.calibration is not None else
+                           Path(args.from_data) / "calibration" if args.from_data is not None else "data/calibration")
+        if args.calibration is not None and not calibration.is_dir():
+            raise ValueError(f"'--calibration' must be a directory, got {args.calibration!r}")
         executor = _connect(args.scheduler)
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
     try:
         ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
-                            progress=not args.no_progress, from_data=args.from_data)
+                            progress=not args.no_progress, from_data=args.from_data, calibration=calibration)
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
@@ -282,7 +289,8 @@ def _validate(args) -> int:
     finally:
         if executor is not None:
             executor.close()
-    print(f"simkit: wrote {out} and {report}")
+    print(f"simkit: wrote {out} and {report}" + ("" if any(calibration.glob("*.nc")) else
+                                                 f" (no calibration in {calibration}: empirical rates not shown)"))
     from simkit.claims.validate import empirical_text
     print(f"{'claim':<19}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
     for i, c in enumerate(ds["claim"].values):

@@ -327,7 +327,7 @@ def check_from_data(from_data: str | os.PathLike, names: list[str]) -> None:
 def run_validation(*, full: bool = False, seed: int | None = None, out: str | os.PathLike = "data/validation.nc",
                    report: str | os.PathLike | None = "reports/validation.pdf", scheduler=None,
                    progress: bool = True, studies: list[str] | None = None,
-                   calibration: str | os.PathLike = "data/calibration",
+                   calibration: str | os.PathLike | None = None,
                    from_data: str | os.PathLike | None = None) -> xr.Dataset:
     """Run every registered study (quick designs unless ``full``) and write the validation dataset/report.
 
@@ -336,11 +336,14 @@ def run_validation(*, full: bool = False, seed: int | None = None, out: str | os
     ``<from_data>/<study>.nc`` already there (e.g. the committed default runs in ``data/``, whose
     pre-registered rows are confirmatory); a missing file raises ValueError naming it.
     Where ``<calibration>/<study>.nc`` exists (``simkit calibrate``), each check's empirical
-    false-failure rate is shown beside its stated one.
+    false-failure rate is shown beside its stated one; ``calibration`` defaults to
+    ``<from_data>/calibration`` with ``from_data``, else ``data/calibration``.
     """
     from simkit.claims.calibrate import calibration_rates, protocol_hashes
     from simkit.runner import read_dataset
     out = Path(out)
+    if calibration is None:
+        calibration = Path(from_data) / "calibration" if from_data is not None else Path("data") / "calibration"
     names = study_names() if studies is None else studies
     configs = {}
     for name in names:  # validate every configuration before running anything

@@ -265,7 +265,7 @@ def norm_verdicts(primary, null, ignored, errors: str) -> dict:
     elif primary.passed:
         out["norm_conclusion"] = "confirmed"
     else:
-        out["norm_conclusion"] = "not confirmed (growth of the sensitivity as tau falls not shown)"
+        out["norm_conclusion"] = f"not confirmed ({primary.reason or 'the primary rule did not pass'})"
     return out
 
 

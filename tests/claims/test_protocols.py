@@ -166,3 +166,27 @@ def test_cli_from_data_without_the_datasets_exits_2_and_writes_nothing(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'--from-data' must hold a dataset of every study" in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.deterministic(reason="which calibration files a validation reads; no random draw")
+def test_validate_from_data_reads_the_calibrations_beside_the_data(tmp_path, monkeypatch):
+    """With --from-data DIR the calibrations come from DIR/calibration, whatever the working directory;
+    an explicit empty directory shows none."""
+    from simkit.claims.validate import run_validation
+    monkeypatch.chdir(tmp_path)  # no data/calibration here
+    t = run_validation(studies=["rate_k"], from_data=ROOT / "data", out=tmp_path / "v.nc", report=None, progress=False)
+    assert json.loads(t.attrs["calibration_datasets"]) == {"rate_k": "rate_k_full.nc"}
+    (tmp_path / "none").mkdir()
+    t = run_validation(studies=["rate_k"], from_data=ROOT / "data", out=tmp_path / "w.nc", report=None, progress=False,
+                       calibration=tmp_path / "none")
+    assert json.loads(t.attrs["calibration_datasets"]) == {}
+
+
+@pytest.mark.deterministic(reason="argument check; nothing runs")
+def test_cli_calibration_that_is_no_directory_exits_2_and_writes_nothing(tmp_path, capsys):
+    from simkit.cli import main
+    assert main(["validate", "--from-data", str(ROOT / "data"), "--calibration", str(tmp_path / "missing"),
+                 "--out", str(tmp_path / "v.nc"), "--report", str(tmp_path / "v.pdf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'--calibration' must be a directory" in err[0]
+    assert list(tmp_path.iterdir()) == []

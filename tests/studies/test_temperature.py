@@ -592,8 +592,11 @@ def test_growth_rule_passes_growth_and_rejects_controls():
     assert norm_verdicts(ok, bad, zero, "")["norm_conclusion"] == "confirmed"
     v = norm_verdicts(ok, ok, zero, "")
     assert v["norm_null_verdict"] == "fail" and v["norm_conclusion"].startswith("not confirmed (inconclusive")
-    v = norm_verdicts(bad, bad, zero, "")
-    assert v["norm_verdict"] == "fail" and v["norm_conclusion"].startswith("not confirmed (growth")
+    v = norm_verdicts(bad, bad, zero, "")  # growth shown, E[S] > 0 at tau_min not: the conclusion names that part
+    assert v["norm_verdict"] == "fail" and v["norm_conclusion"] == f"not confirmed ({noisy.reason})"
+    assert "tau_min" in v["norm_conclusion"]
+    v = norm_verdicts(flat, bad, zero, "")  # no growth: the conclusion says that instead
+    assert v["norm_conclusion"] == f"not confirmed ({flat.reason})" and "tau_min" not in flat.reason
     assert norm_verdicts(ok, bad, zero, "tau = 1: boom")["norm_verdict"] == "error"
 
 
