@@ -229,17 +229,20 @@ CHECKS = (
                            f"{100 * DELTA:g}% per doubling of k (OLS slope of log2 E B_avg on log2 k, jackknife SE) at "
                            f"{ALPHA_NI:g}; intersection-union (all cells must reject); estimate: the largest growth; "
                            f"stated rate: P(fail | flat in every cell) with the run's SEs",
-          bg.primary_check, partial(bg.primary_rate, delta=DELTA, alpha=ALPHA_NI), protocol=PROTOCOL_PATH),
+          bg.primary_check, partial(bg.primary_rate, delta=DELTA, alpha=ALPHA_NI), protocol=PROTOCOL_PATH,
+          label="pre-registered primary: growth of E B_avg per doubling of k"),
     Check("C4", lambda ds: f"pre-registered positive control (protocols/continuity.md 7.3, sha256 {recorded_sha(ds)}…): the same "
                            f"rule on E max_j |dw_j| (every cell) and on E B_max (bump cells) must NOT show growth < "
                            f"{100 * DELTA:g}% per doubling; estimate: the smallest control growth; stated rate: "
                            f"1 - (1 - {ALPHA_NI:g})^n over the n control tests (at the margin)",
-          bg.control_check, partial(bg.control_rate, alpha=ALPHA_NI), protocol=PROTOCOL_PATH),
+          bg.control_check, partial(bg.control_rate, alpha=ALPHA_NI), protocol=PROTOCOL_PATH,
+          label="pre-registered positive control: growth of E max_j |dw_j| and E B_max"),
     Check("C4", lambda ds: f"pre-registered secondary (protocols/continuity.md 8, sha256 {recorded_sha(ds)}…): S1 E B_max and S2 "
                            f"E B_max / E B_avg grow with k (one-sided t of OLS slope > 0 at {ALPHA_NI:g}) in all "
                            f"{_n_cells(ds)} cells; estimate: the smallest S2 slope; tests that must reject: their "
                            f"miss rate is 1 - power and is not stated",
-          bg.secondary_check, None, protocol=PROTOCOL_PATH),
+          bg.secondary_check, None, protocol=PROTOCOL_PATH,
+          label="pre-registered secondary: growth of E B_max and E B_max / E B_avg"),
     Check("C4", lambda ds: f"exploratory (pre-protocol rule, unchanged): per (setting, eps), {_n_cells(ds)} cells: WLS "
                            f"slope of log E B_avg on log k = 0 not rejected (two-sided, {ALPHA:g}); WLS slope of log "
                            f"E B_max > 0 detected (one-sided, {ALPHA:g})",

@@ -221,7 +221,8 @@ def _bound_eval(ds):
 BOUND_CHECK = Check("C3", lambda ds: (f"pre-registered bound check (protocols/generalisation.md, sha256 {recorded_sha(ds)}…): "
                                       f"E[G] + z_(1-{ALPHA:g}) MCSE <= the Theorem-1 complexity term 2 Rad_n bound "
                                       f"(simkit.exact.bounds, linear class Theta_{ISO_MIN:g}) at every fully specified point"),
-                    _bound_eval, None, protocol=PROTOCOL_PATH)
+                    _bound_eval, None, protocol=PROTOCOL_PATH,
+                    label="pre-registered bound check: E[G] below the Theorem-1 bound (ratio)")
 
 
 class Generalisation(Study):

@@ -122,13 +122,14 @@ def _cells_text(ds: xr.Dataset) -> str:
 CHECKS = (
     Check("C5", lambda ds: f"deterministic check: every exact per-anchor KL(Q(x,.)||pi) (sampled anchors and the "
                            f"largest over x) <= 2/tau, {_cells_text(ds)}; estimate: the largest exact KL / (2/tau)",
-          kl_exact_check, None),
+          kl_exact_check, None, label="deterministic check: exact KL / (2/tau)"),
     Check("C5", lambda ds: f"max over anchors of KL(Q(x,.)||pi) / (2/tau), {_cells_text(ds)}; Monte Carlo: "
                            f"KL_hat - {ds.attrs['z_kl']:.2f} MCSE <= 2/tau for both estimators (a proven "
                            f"inequality: no false-failure rate is stated)",
-          kl_mc_check, None),
+          kl_mc_check, None, label="Monte Carlo KL / (2/tau), largest over anchors"),
     Check("C5", lambda ds: f"CE Monte Carlo (block mean of l_inf) against exact CE at every tau: |z| <= "
-                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", ce_check, ALPHA, lambda ds: ce_pvalues(ds, ALPHA)),
+                           f"{ds.attrs['z_ce']:.2f} (Bonferroni t)", ce_check, ALPHA, lambda ds: ce_pvalues(ds, ALPHA),
+          label="CE Monte Carlo against exact CE, largest |z| over tau"),
     Check("C5", "small tau inflates the bias: E[Z2/Z^2] nondecreasing as tau decreases; |c1(tau_min)| > max |c1| "
                 "over tau >= 1/kappa_M (estimate: the smallest ratio of the two over settings; a test that must "
                 "reject: its level is a false-pass rate, its miss rate is 1 - power and is not stated)", c1_check, None),

@@ -204,7 +204,8 @@ def combine_checks(checks: list[dict]) -> xr.Dataset:
         mcse.append(float(first["estimate_mcse"]))
         rates = [float(r["false_fail_rate"]) for r in live if np.isfinite(float(r["false_fail_rate"]))]
         # deterministic checks (no rate) add nothing; NaN only when every assessed check is deterministic
-        ffr.append(float(1.0 - np.prod([1.0 - f for f in rates])) if rates else np.nan)
+        # 1 - prod(1 - f) in log space: a rate of 1e-56 must not round to 0
+        ffr.append(float(-np.expm1(np.sum(np.log1p(-np.asarray(rates))))) if rates else np.nan)
         studies.append(", ".join(sorted({r["study"] for r in rows})))
         detail.append("; ".join([f"{r['study']} {check_label(r)}: {NOT_ASSESSED}: {by_id[id(r)][1]}"
                                  for r in rows if by_id[id(r)][0] == NOT_ASSESSED]

@@ -121,3 +121,12 @@ def test_a_check_its_own_rule_calls_not_assessed_says_so():
     given = _row(false_fail_rate=0.0, verdict=NOT_ASSESSED, detail="b = 0.1 -> not assessed (control 'error': no conclusion)")
     t = combine_checks([given, _row(false_fail_rate=1e-3, verdict="pass")])
     assert "not assessed by its own rule (control 'error': no conclusion)" in str(t["statistic"].sel(claim="C4").values)
+
+
+def test_a_row_rate_is_the_union_bound_and_a_tiny_rate_does_not_round_to_zero():
+    """1 - (1 - a)(1 - b) for two checks of a row, computed here directly; a rate of 2.7e-56 stays 2.7e-56
+    (1 - (1 - 2.7e-56) is 0 in floating point)."""
+    t = combine_checks([_row(false_fail_rate=0.01, verdict="pass"), _row(false_fail_rate=0.02, verdict="pass")])
+    assert float(t["false_fail_rate"].sel(claim="C4")) == pytest.approx(1 - 0.99 * 0.98, rel=1e-12)
+    t = combine_checks([_row(false_fail_rate=2.7e-56, verdict="pass")])
+    assert float(t["false_fail_rate"].sel(claim="C4")) == pytest.approx(2.7e-56, rel=1e-12)
