@@ -184,6 +184,7 @@ CURVE_CHECK = Check(
     false_fail_rate=lambda ds: 1.0 - (1.0 - ALPHA) ** ds.sizes["setting"],
     pvalues=lambda ds: {f"{s}:curve": (float(ds["curve_p"].values[i]), ALPHA) for i, s in enumerate(ds["setting"].values)},
     protocol=PROTOCOL_PATH,
+    label="gap curve against the exact curve: max |t| of the setting with the smallest p",
 )
 
 
