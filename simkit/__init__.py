@@ -33,7 +33,7 @@ from simkit.distributions import (BrownianKernel, Discrete, GeodesicRandomWalk, 
                                   RotatedVMFKernel, SphereDistribution, Uniform, VMFKernel, VMFMixture,
                                   VonMisesFisher)
 
-__version__ = "0.1.0"
+from simkit.version import __version__  # noqa: E402
 
 __all__ = [
     "Uniform",

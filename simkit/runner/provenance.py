@@ -9,13 +9,16 @@ import platform
 import subprocess
 from pathlib import Path
 
+from simkit.version import __version__
+
 __all__ = ["git_commit", "changed_files", "diff_sha256", "versions", "platform_text", "OUTPUT_DIRS"]
 
 #: repository directories holding outputs, not source (ignored by the "-dirty" mark of git_commit)
 OUTPUT_DIRS = ("data", "reports", "benchmarks/results")
 
-#: packages whose versions every dataset records
-PACKAGES = ("simkit", "numpy", "scipy", "numba", "statsmodels", "xarray", "h5netcdf", "netCDF4", "matplotlib")
+#: packages whose versions every dataset records, besides simkit's own (``simkit.__version__``, the code that ran:
+#: the distribution is named simkit-infonce, and a checkout on ``PYTHONPATH`` has no distribution at all)
+PACKAGES = ("numpy", "scipy", "numba", "statsmodels", "xarray", "h5netcdf", "netCDF4", "matplotlib")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:
@@ -56,8 +59,8 @@ def git_commit() -> str:
 
 
 def versions() -> dict[str, str]:
-    """Python's and every recorded package's version ("not installed" where absent)."""
-    out = {"python": platform.python_version()}
+    """Python's, simkit's (the imported code's) and every recorded package's version ("not installed" where absent)."""
+    out = {"python": platform.python_version(), "simkit": __version__}
     for pkg in PACKAGES:
         try:
             out[pkg] = md.version(pkg)
