@@ -461,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    if args.command in ("run", "validate", "calibrate"):  # commands that run tasks in this process
+        from simkit.runner import tune_malloc
+        tune_malloc()  # glibc's thresholds as on Dask workers: fewer mmap/munmap calls, the same numbers
     if args.command == "run":
         return _run(args)
     if args.command == "report":

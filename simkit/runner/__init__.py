@@ -12,6 +12,7 @@ memory check of a design), :mod:`~simkit.runner.provenance`, :mod:`~simkit.runne
 
 from __future__ import annotations
 
+from simkit.runner._malloc import tune_malloc
 from simkit.runner.executors import DependencyFailed, Executor, ExecutorLost, InProcessExecutor, SummaryFailed
 from simkit.runner.memory import InsufficientMemory, PeakMemory, available_memory, check_memory
 from simkit.runner.params import Param, level_grid, resolve_config
@@ -35,5 +36,5 @@ __all__ = [
     "OutputBusy", "WriteFailed", "RunLock", "check_writable", "CheckpointMismatch", "InsufficientMemory", "PeakMemory",
     "available_memory", "check_memory", "check_dataset", "estimate_vars", "verdict_vars", "block_means", "cell_grid", "BLOCK_MCSE", "Verdict",
     "verdict", "cell_errors", "not_finite", "outcome", "check_result", "cell_detail", "claim_summary", "estimate_table", "dataset_config", "recorded_sha", "scalar", "one_pvalue",
-    "TASK_FAILED", "settings_check", "rate_vars",
+    "TASK_FAILED", "settings_check", "rate_vars", "tune_malloc",
 ]
