@@ -229,6 +229,9 @@ class Calibration(Study):
                  scratch: str | os.PathLike | None = None, quick: bool = False):
         self.target = target
         self.target_cfg = {k: v for k, v in target_cfg.items() if k != "seed"}
+        #: the seed of the calibrated dataset (its study's default when not given): the protocols its run
+        #: records may depend on it (a study may record its protocol only at the protocol's own seed)
+        self.target_seed = int(target_cfg.get("seed", target.default_seed))
         self.seeds = [int(s) for s in seeds]
         self.alternative = alternative
         self.names = None if names is None else tuple(names)
@@ -322,9 +325,13 @@ class Calibration(Study):
         return calibration_dataset(names, stat, reject, stated, kind, claims, index, raw["seed"].values,
                                    raw["raw_target_errors"].values[:, 0], raw["cell_error"], raw["cell_key"], done)
 
+    def target_protocols(self) -> dict[str, str]:
+        """The protocol hashes the calibrated dataset records (its configuration at its own seed)."""
+        return target_protocols(self.target, {**self.target_cfg, "seed": self.target_seed})
+
     def attrs(self, cfg):
         return {"target_study": self.target.name, "target_config": canonical(self.target_cfg),
-                "target_protocols": canonical(target_protocols(self.target, self.target_cfg)),
+                "target_protocols": canonical(self.target_protocols()),
                 "first_seed": int(cfg["seed"]), "n_seeds": len(self.seeds),
                 "seeds": _seed_text(self.seeds),
                 "alternative": "" if self.alternative is None else self.alternative.name,
@@ -596,6 +603,9 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
         if _meta_config(ds) != _meta_config(d0):
             raise ValueError(f"'combine': '{p}' and '{p0}' are calibrations of different designs "
                              f"(configuration without the seed differs)")
+        if ds.attrs.get("target_protocols") != d0.attrs.get("target_protocols"):
+            raise ValueError(f"'combine': '{p}' and '{p0}' are calibrations under different protocols "
+                             f"(target_protocols differ)")
         if not np.array_equal(ds["check"].values, d0["check"].values) or not all(
                 np.array_equal(ds[v].values, d0[v].values) for v in _CHECK_VARS):
             raise ValueError(f"'combine': '{p}' and '{p0}' have different check rows")
@@ -642,6 +652,10 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
         "n_errors": int(sum(int(ds.attrs.get("n_errors", 0)) for _, ds in dss)),
         "errors": canonical([e for _, ds in dss for e in json.loads(str(ds.attrs.get("errors", "[]")))]),
         "config": canonical({**json.loads(str(first.attrs["config"])), "seed": int(seeds[0])}),
+        # the parts agree on it; where they recorded none (a study that records its protocol only at the
+        # dataset's own seed, computed at no seed), the protocols of the calibrated dataset's configuration
+        "target_protocols": canonical(json.loads(str(d0.attrs.get("target_protocols", "{}")))
+                                      or meta.target_protocols()),
         "overlap_seeds": _seed_text(overlap) if overlap else "",
         "overlap_max_relative_difference": float(worst),
         "combined_from": canonical([{"file": p.name, "seeds": _seed_text(ds["seed"].values),

@@ -642,3 +642,33 @@ def test_cli_combine_and_its_bad_input(tmp_path, capsys, monkeypatch):
     assert main(["calibrate", "tiny-t", "--combine", str(tmp_path / "a.nc"), str(tmp_path / "b.nc"),
                  "--out", str(out), "--report", str(rep)]) == 0
     assert read_dataset(out).sizes["seed"] == 4 and rep.exists()
+
+
+@pytest.mark.deterministic(reason="attributes of a calibration; nothing runs")
+def test_a_calibration_records_the_protocols_of_the_dataset_it_calibrates():
+    """continuity records its protocol only at the protocol's own seed; its calibration (seedless target
+    configuration) still records the protocol's hash, computed here from the file, as the dataset does."""
+    import hashlib
+    from simkit.runner import get_study, resolve_config
+    root = Path(__file__).resolve().parents[2]
+    study = get_study("continuity")
+    cfg = resolve_config(study)
+    sha = hashlib.sha256((root / "protocols" / "continuity.md").read_bytes()).hexdigest()
+    assert study.attrs(cfg)["protocol_sha256"] == sha
+    assert "protocol_sha256" not in study.attrs({**cfg, "seed": 1})  # another seed: not the registered run
+    for given in (cfg, {k: v for k, v in cfg.items() if k != "seed"}):
+        cal = Calibration(study, given, [1, 2])
+        assert json.loads(cal.attrs({"seed": 1})["target_protocols"]) == {"protocol_sha256": sha}
+
+
+@pytest.mark.deterministic(reason="refusal on constructed inputs")
+def test_combine_refuses_parts_under_different_protocols(tmp_path):
+    calibrate(STUDY, seeds=2, first_seed=1, out=tmp_path / "a.nc", progress=False)
+    calibrate(STUDY, seeds=2, first_seed=3, out=tmp_path / "b.nc", progress=False)
+    from simkit.runner import write_dataset
+    other = read_dataset(tmp_path / "b.nc")
+    other.attrs["target_protocols"] = json.dumps({"protocol_sha256": "0" * 64})
+    write_dataset(other, tmp_path / "other.nc")
+    assert combine(STUDY, [tmp_path / "a.nc", tmp_path / "b.nc"], write=False).sizes["seed"] == 4
+    with pytest.raises(ValueError, match="different protocols"):
+        combine(STUDY, [tmp_path / "a.nc", tmp_path / "other.nc"], write=False)
