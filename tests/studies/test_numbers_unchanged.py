@@ -35,6 +35,22 @@ STUDIES = sorted(p.stem for p in REFERENCE.glob("*.nc"))
 #: summary the code cites is now the project's own docs/theory.md.
 TEXT_EDITS = {"THEORY.md": "docs/theory.md"}
 
+#: the norms clauses' catch-all conclusion, which now quotes the failing part of the rule: the reference's
+#: own ``<prefix>_verdict_reason`` (temperature's ``norm_`` and ``scaled_`` rules)
+OLD_CONCLUSION = "not confirmed (growth of the sensitivity as tau falls not shown)"
+
+
+def _edit_conclusions(ref: xr.Dataset) -> xr.Dataset:
+    """``ref`` with every ``<prefix>_conclusion`` that reads :data:`OLD_CONCLUSION` rewritten from its
+    ``<prefix>_verdict_reason`` as the library now words it (numbers untouched)."""
+    out = ref.copy()
+    for name in ref.data_vars:
+        prefix = name.removesuffix("_conclusion")
+        reason = f"{prefix}_verdict_reason"
+        if name.endswith("_conclusion") and str(ref[name].values) == OLD_CONCLUSION and reason in ref:
+            out[name] = ref[name].copy(data=np.array(f"not confirmed ({ref[reason].values})"))
+    return out
+
 
 #: studies whose floats are compared to 1e-6 of each variable's scale instead of bit for bit: the
 #: similarity-search kernel's last bits (1e-16 relative, up to 1e-11 in derived fits) depend on which specialisations of
@@ -111,6 +127,15 @@ def test_quick_design_reproduces_its_reference(name, tmp_path):
     cfg = resolve_config(study, quick=True, seed=None)
     res = run_study(study, cfg, tmp_path / f"{name}.nc", progress=False)
     assert res.completed
-    ref = read_dataset(REFERENCE / f"{name}.nc")
+    ref = _edit_conclusions(read_dataset(REFERENCE / f"{name}.nc"))
     new = read_dataset(tmp_path / f"{name}.nc")
     assert _differences(new, ref, LAST_BITS.get(name, 0.0)) == []
+
+
+def test_conclusion_edit_touches_only_the_old_catch_all():
+    """The rewrite of the old conclusion text changes that string alone (positive control: it does change it)."""
+    ref = xr.Dataset({"scaled_conclusion": ((), OLD_CONCLUSION), "scaled_verdict_reason": ((), "b not shown"),
+                      "norm_conclusion": ((), "confirmed"), "norm_verdict_reason": ((), ""), "x": ("k", [1.0])})
+    out = _edit_conclusions(ref)
+    assert str(out["scaled_conclusion"].values) == "not confirmed (b not shown)"
+    assert str(out["norm_conclusion"].values) == "confirmed" and out["x"].identical(ref["x"])
