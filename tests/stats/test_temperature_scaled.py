@@ -120,7 +120,9 @@ def test_summary_and_verdicts():
     vi = scaled_verdicts(flat, ok, ign, "")  # a control passed: inconclusive, not refuted
     assert vi["scaled_null_verdict"] == "fail" and vi["scaled_conclusion"].startswith("not confirmed (inconclusive")
     few = scaled_growth_rule(TAUS, np.ones((2, 3)), b0=B0, alpha=0.01)
-    assert scaled_verdicts(few, null, ign, "")["scaled_conclusion"].startswith("not confirmed (growth")
+    # too few blocks: the conclusion names that reason
+    assert scaled_verdicts(few, null, ign, "")["scaled_conclusion"] == f"not confirmed ({few.reason})"
+    assert "fewer than 3" in few.reason
     ve = scaled_verdicts(ok, null, ign, "tau = 1: boom")
     assert ve["scaled_verdict"] == "error" and ve["scaled_conclusion"] == "not confirmed (task errors)"
 
