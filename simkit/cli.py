@@ -17,6 +17,7 @@ naming the argument and exits with status 2, leaving no output file behind.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -266,9 +267,7 @@ def _validate(args) -> int:
             from simkit.runner import study_names
             from simkit.claims.validate import check_from_data
             check_from_data(args.from_data, study_names())
-        calibration = Path(args.calibration if args.calibration is not None else
-                           Path(args.from_data) / "calibration" if args.from_data is not None else "data/calibration")
-        if args.calibration is not None and not calibration.is_dir():
+        if args.calibration is not None and not Path(args.calibration).is_dir():
             raise ValueError(f"'--calibration' must be a directory, got {args.calibration!r}")
         executor = _connect(args.scheduler)
     except ValueError as exc:
@@ -276,7 +275,7 @@ def _validate(args) -> int:
         return 2
     try:
         ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
-                            progress=not args.no_progress, from_data=args.from_data, calibration=calibration)
+                            progress=not args.no_progress, from_data=args.from_data, calibration=args.calibration)
     except KeyboardInterrupt:
         print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
         return 130
@@ -289,8 +288,9 @@ def _validate(args) -> int:
     finally:
         if executor is not None:
             executor.close()
-    print(f"simkit: wrote {out} and {report}" + ("" if any(calibration.glob("*.nc")) else
-                                                 f" (no calibration in {calibration}: empirical rates not shown)"))
+    used = json.loads(str(ds.attrs.get("calibration_datasets", "{}")))
+    print(f"simkit: wrote {out} and {report}" + ("" if used else " (no calibration of these studies found: "
+                                                 "empirical rates not shown)"))
     from simkit.claims.validate import empirical_text
     print(f"{'claim':<19}{'verdict':<17}{'estimate ± MCSE':<26}{'false-fail':<12}{'empirical (95% CI)':<22}statistic")
     for i, c in enumerate(ds["claim"].values):

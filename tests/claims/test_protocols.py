@@ -190,3 +190,22 @@ def test_cli_calibration_that_is_no_directory_exits_2_and_writes_nothing(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'--calibration' must be a directory" in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.deterministic(reason="which calibration files a validation reads; no random draw")
+def test_cli_validate_says_when_no_calibration_was_found(tmp_path, capsys, monkeypatch):
+    """The closing line names the absence of calibrations (an empty --calibration), and not their presence."""
+    import simkit.claims.validate as validate
+    import simkit.runner as runner
+    from simkit.cli import main
+    monkeypatch.setattr(validate, "study_names", lambda: ["rate_k"])  # one study: fast
+    monkeypatch.setattr(runner, "study_names", lambda: ["rate_k"])
+    (tmp_path / "none").mkdir()
+    common = ["validate", "--from-data", str(ROOT / "data"), "--no-progress"]
+    main(common + ["--out", str(tmp_path / "a.nc"), "--report", str(tmp_path / "a.pdf")])
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("simkit: wrote")]
+    assert wrote == [f"simkit: wrote {tmp_path / 'a.nc'} and {tmp_path / 'a.pdf'}"]
+    main(common + ["--calibration", str(tmp_path / "none"), "--out", str(tmp_path / "b.nc"), "--report",
+                   str(tmp_path / "b.pdf")])
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("simkit: wrote")]
+    assert len(wrote) == 1 and wrote[0].endswith("(no calibration of these studies found: empirical rates not shown)")
