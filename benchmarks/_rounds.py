@@ -158,7 +158,40 @@ def positive_int(text: str) -> int:
     return v
 
 
-def check_rounds(rounds: int, allow_fewer: bool = False, flag: str = "--smoke") -> None:
+QUICK_ROUNDS = 3
+
+
+def parser(doc: str, results: str | None, *, rounds: int = 16,
+           quick: str = "a smoke test: 3 rounds, nothing written unless --out is given") -> argparse.ArgumentParser:
+    """The options every benchmark here shares: ``--quick`` (alias ``--smoke``), ``--rounds`` and, when the
+    script writes one results file, ``--out`` (default ``benchmarks/results/<results>``, none with ``--quick``).
+
+    The description is the first paragraph of ``doc`` (the script's docstring); :func:`parse` completes the
+    defaults. A script adds its own options to the returned parser.
+    """
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0].strip())
+    ap.add_argument("--quick", "--smoke", action="store_true", help=quick)
+    ap.add_argument("--rounds", type=positive_int, default=None,
+                    help=f"interleaved rounds (>= {MIN_ROUNDS}; default {rounds}, {QUICK_ROUNDS} with --quick)")
+    if results is not None:
+        ap.add_argument("--out", type=Path, default=None,
+                        help=f"results file (default benchmarks/results/{results}; none with --quick)")
+    ap.set_defaults(_default_rounds=rounds, _results=results)
+    return ap
+
+
+def parse(ap: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse, fill ``rounds`` and ``out`` from :func:`parser`'s defaults, refuse too few rounds (exit 2)."""
+    args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = QUICK_ROUNDS if args.quick else args._default_rounds
+    check_rounds(args.rounds, args.quick)
+    if args._results is not None and args.out is None and not args.quick:
+        args.out = ROOT / "benchmarks" / "results" / args._results
+    return args
+
+
+def check_rounds(rounds: int, allow_fewer: bool = False, flag: str = "--quick") -> None:
     """Refuse fewer than :data:`MIN_ROUNDS` rounds unless asked (smoke tests, the script's option ``flag``);
     one line, exit 2."""
     if rounds < 1 or (rounds < MIN_ROUNDS and not allow_fewer):

@@ -3,7 +3,7 @@
 Run from the repository root, preferably on a quiet machine::
 
     python benchmarks/bench_coldstart.py                     # 15 rounds each, results/coldstart.json
-    python benchmarks/bench_coldstart.py --rounds 2 --smoke --which rate_k --out /tmp/coldstart.json   # a smoke test
+    python benchmarks/bench_coldstart.py --rounds 2 --quick --which rate_k --out /tmp/coldstart.json   # a smoke test
 
 Commands, each a fresh ``python -m simkit`` process (interpreter start and imports included, as a
 user sees it): ``run rate_k --quick`` and ``diagnose`` on a 10,000-row file (d = 64, 100 labelled
@@ -19,7 +19,6 @@ end is below it. Results in the layout of benchmarks/_rounds.py.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -83,14 +82,10 @@ def bench(which: str, rounds: int, work: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=15)
+    ap = _rounds.parser(__doc__, "coldstart.json", rounds=15)
     ap.add_argument("--which", choices=["rate_k", "diagnose", "both"], default="both")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "coldstart.json")
     ap.add_argument("--note", default="", help="conditions to record with the results (e.g. 'machine loaded')")
-    ap.add_argument("--smoke", action="store_true", help="allow fewer than 15 rounds (a trial run)")
-    args = ap.parse_args(argv)
-    _rounds.check_rounds(args.rounds, args.smoke)
+    args = _rounds.parse(ap, argv)
     meta = {**_rounds.meta_start(), "note": args.note}
     from profile_compile import diagnose_file
     cases = []
@@ -102,7 +97,8 @@ def main(argv=None) -> int:
             cases.append(r)
             print(f"{r['command']}: cold {_rounds.fmt(r['cold_s'], ' s', 1)}, warm {_rounds.fmt(r['warm_s'], ' s', 1)} "
                   f"(medians [95% CI]); cold/warm {_rounds.fmt(r['ratios']['cold/warm'])} over {r['rounds']} rounds")
-    _rounds.write(args.out, _rounds.document("coldstart", meta, cases))
+    if args.out is not None:
+        _rounds.write(args.out, _rounds.document("coldstart", meta, cases))
     return 0
 
 

@@ -100,16 +100,12 @@ def one_case(name: str, scale: int, rounds: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="N / 20, 3 rounds, nothing written")
-    ap.add_argument("--rounds", type=int, default=15)
+    ap = _rounds.parser(__doc__, "diagnose.json", rounds=15, quick="N / 20, 3 rounds, nothing written unless --out")
     ap.add_argument("--scale", type=int, default=20, help="N / scale rows (1: the full sizes and their targets)")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # child process: one case
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "diagnose.json"))
-    args = ap.parse_args(argv)
+    args = _rounds.parse(ap, argv)
     if args.quick:
-        args.scale, args.rounds = 20, 3
-    _rounds.check_rounds(args.rounds, args.quick, "--quick")
+        args.scale = 20
     if args.scale < 1:
         ap.error(f"argument --scale: must be >= 1, got {args.scale}")
     if args.case is not None:
@@ -131,7 +127,7 @@ def main(argv=None) -> int:
               flush=True)
     meta.update(numpy=np.__version__)
     doc = _rounds.document("diagnose", meta, cases)
-    if not args.quick:
+    if args.out is not None:
         _rounds.write(args.out, doc)
     return 0
 

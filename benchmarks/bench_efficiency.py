@@ -25,7 +25,6 @@ benchmarks/results/efficiency.json, layout of benchmarks/_rounds.py); ``--quick`
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
@@ -157,19 +156,10 @@ def part_b(quick: bool, rounds: int) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: smaller runs, 3 rounds, nothing written unless --out is given")
+    ap = _rounds.parser(__doc__, "efficiency.json",
+                        quick="smoke test: smaller runs, 3 rounds, nothing written unless --out is given")
     ap.add_argument("--part", choices=("a", "b", "both"), default="both")
-    ap.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per case (>= 15)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default benchmarks/results/efficiency.json; none with --quick)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.rounds = 3
-    _rounds.check_rounds(args.rounds, args.quick, "--quick")
-    out_path = args.out if args.out is not None else (None if args.quick else
-                                                      ROOT / "benchmarks" / "results" / "efficiency.json")
+    args = _rounds.parse(ap, argv)
     meta = _rounds.meta_start()
     print(f"machine: {platform.platform()}, {meta['cpus']} CPUs; load average {tuple(meta['load_average_start'])}")
     cases = []
@@ -180,8 +170,8 @@ def main(argv=None):
     doc = _rounds.document("statistical efficiency of the C1 gap estimator and its block size", meta, cases,
                            quick=args.quick)
     print(f"load average at the end: {tuple(doc['meta']['load_average_end'])}")
-    if out_path is not None:
-        _rounds.write(out_path, doc)
+    if args.out is not None:
+        _rounds.write(args.out, doc)
     return 0
 
 

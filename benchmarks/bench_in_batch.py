@@ -19,7 +19,6 @@ Run: ``python benchmarks/bench_in_batch.py [--rounds 21] [--anchors 2048] [--neg
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -39,15 +38,11 @@ def _unit(v):
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--anchors", type=int, default=2048)
-    ap.add_argument("--negatives", type=int, default=1 << 14)
+    ap = _rounds.parser(__doc__, "in_batch.json", rounds=21)
+    ap.add_argument("--anchors", type=_rounds.positive_int, default=2048)
+    ap.add_argument("--negatives", type=_rounds.positive_int, default=1 << 14)
     ap.add_argument("--dims", default="3,32")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "in_batch.json"))
-    ap.add_argument("--smoke", action="store_true", help="allow fewer than 15 rounds (a trial run)")
-    args = ap.parse_args(argv)
-    _rounds.check_rounds(args.rounds, args.smoke)
+    args = _rounds.parse(ap, argv)
     meta = _rounds.meta_start()
     rng = np.random.default_rng(0)
     tau, n, k = 0.1, args.anchors, args.negatives
@@ -81,7 +76,8 @@ def main(argv=None) -> dict:
         print(f"d = {d}: pair/iid throughput ratio {_rounds.fmt(r, digits=3)} over {args.rounds} rounds; "
               f"iid {n * k / np.median(ti_) / 1e6:.0f} M/s, pair {n * k / np.median(tp_) / 1e6:.0f} M negatives/s")
     doc = _rounds.document("in_batch", meta, cases)
-    _rounds.write(args.out, doc)
+    if args.out is not None:
+        _rounds.write(args.out, doc)
     return doc
 
 

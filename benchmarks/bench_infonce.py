@@ -60,7 +60,6 @@ recorded (threadpoolctl) in the results.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import subprocess
@@ -405,19 +404,15 @@ def _pairs_headline(names):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="n / 4, 3 rounds, nothing written (a smoke test)")
-    ap.add_argument("--rounds", type=int, default=16)
+    ap = _rounds.parser(__doc__, "infonce.json", quick="n / 4, 3 rounds, nothing written unless --out (a smoke test)")
     ap.add_argument("--anchors", type=int, default=1024,
                     help="n at K_max = 1024 (n / 4 at 65536); 1024 keeps 16 rounds near 8 minutes on a loaded 2-core machine")
     ap.add_argument("--settle", type=float, default=0.1, help="seconds of sleep before each timed call")
     ap.add_argument("--limit-repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "infonce.json")
-    args = ap.parse_args(argv)
+    args = _rounds.parse(ap, argv)
     if args.quick:
-        args.rounds, args.anchors = 3, args.anchors // 4
-    _rounds.check_rounds(args.rounds, args.quick, "--quick")
+        args.anchors //= 4
     if args.settle < 0 or args.limit_repeats < 1 or args.anchors < 1:
         ap.error("--settle must be >= 0, --limit-repeats and --anchors >= 1")
     import numba
@@ -537,7 +532,7 @@ def main(argv=None):
                            limits=limits, limits_before_contenders=limits_before,
                            limits_after_contenders=limits_after)
     print(f"load average at end {tuple(doc['meta']['load_average_end'])}")
-    if not args.quick:
+    if args.out is not None:
         _rounds.write(args.out, doc)
     return 0
 

@@ -43,7 +43,6 @@ Run: ``python benchmarks/bench_scaling.py [--rounds R] [--designs quick,blocks]`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -280,17 +279,14 @@ TARGET_FRACTION_OF_CAPACITY = 0.9
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (>= 15)")
+    ap = _rounds.parser(__doc__, None, rounds=15, quick="3 rounds, nothing written (a smoke test)")
     ap.add_argument("--designs", default="quick", help="comma-separated: quick, blocks (default quick)")
     ap.add_argument("--capacity-blocks", type=int, default=8, help="blocks of the capacity calibration")
-    ap.add_argument("--smoke", action="store_true", help="allow fewer than 15 rounds (a trial run)")
     ap.add_argument("--full-tasks", action="store_true", help="only time the full design's tasks in-process")
-    args = ap.parse_args(argv)
+    args = _rounds.parse(ap, argv)
     if args.full_tasks:
         _write("full_design_tasks", full_tasks())
         return 0
-    _rounds.check_rounds(args.rounds, args.smoke)
     wanted = [d.strip() for d in args.designs.split(",") if d.strip()]
     if not wanted or any(d not in ("quick", "blocks") for d in wanted) or args.capacity_blocks < 1:
         ap.error(f"--designs must list quick and/or blocks (got {args.designs!r}); --capacity-blocks >= 1")
@@ -431,7 +427,8 @@ def main(argv=None) -> int:
     pc = out["parallel_capacity_2_workers"]
     print(f"parallel capacity of 2 worker processes: {_rounds.fmt(pc, ' cores')}; load average before "
           f"{meta['load_average_start'][0]:.2f}, after {out['meta']['load_average_end'][0]:.2f}")
-    _write("scaling", out)
+    if not args.quick:
+        _write("scaling", out)
     return 0
 
 

@@ -24,7 +24,6 @@ benchmarks/results/training.json, layout of benchmarks/_rounds.py), ``--quick`` 
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
@@ -81,18 +80,9 @@ def torch_value_and_grad(phi, sample: TrainingSample, tau: float):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: only the headline row, 3 rounds, nothing written unless --out is given")
-    ap.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per row (>= 15)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default benchmarks/results/training.json; none with --quick)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.rounds = 3
-    _rounds.check_rounds(args.rounds, args.quick, "--quick")
-    out_path = args.out if args.out is not None else (None if args.quick else
-                                                      ROOT / "benchmarks" / "results" / "training.json")
+    ap = _rounds.parser(__doc__, "training.json",
+                        quick="smoke test: only the headline row, 3 rounds, nothing written unless --out is given")
+    args = _rounds.parse(ap, argv)
     import numba
     import torch
 
@@ -150,8 +140,8 @@ def main(argv=None):
                            compile_s=compile_s)
     print(f"load average (1, 5, 15 min): start {tuple(meta['load_average_start'])}, "
           f"end {tuple(doc['meta']['load_average_end'])}")
-    if out_path is not None:
-        _rounds.write(out_path, doc)
+    if args.out is not None:
+        _rounds.write(args.out, doc)
     return 0
 
 

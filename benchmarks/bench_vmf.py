@@ -44,7 +44,6 @@ benchmarks/_rounds.py).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -193,19 +192,15 @@ def _row(c: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _rounds.parser(__doc__, "vmf.json", quick="n / 10, 3 rounds, nothing written unless --out (a smoke test)")
     p.add_argument("--n", type=_rounds.positive_int, default=500_000, help="samples per timed call (default 5e5)")
     p.add_argument("--n-d128", type=_rounds.positive_int, default=100_000,
                    help="samples per call at d = 128, simkit and scipy alike (default 1e5; see the docstring)")
-    p.add_argument("--rounds", type=_rounds.positive_int, default=16, help="interleaved rounds per cell (>= 15)")
     p.add_argument("--compile-repeats", type=_rounds.positive_int, default=1, help="cold/warm compile measurements")
     p.add_argument("--no-all-cores", action="store_true", help="skip the all-threads simkit contender")
-    p.add_argument("--quick", action="store_true", help="n / 10, 3 rounds, nothing written (a smoke test)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vmf.json")
-    a = p.parse_args(argv)
+    a = _rounds.parse(p, argv)
     if a.quick:
-        a.n, a.n_d128, a.rounds = a.n // 10, a.n_d128 // 10, 3
-    _rounds.check_rounds(a.rounds, a.quick, "--quick")
+        a.n, a.n_d128 = a.n // 10, a.n_d128 // 10
 
     print("vMF sampling: simkit.VonMisesFisher(mu, kappa).rvs vs scipy.stats.vonmises_fisher(mu, kappa).rvs")
     print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
@@ -229,7 +224,7 @@ def main(argv=None) -> int:
           f"second call {c['cold']['second_call_s'] * 1e3:6.2f} ms, import simkit {c['cold']['import_s']:5.2f} s")
     print(f"  warm cache (same directory again):  first rvs call {c['warm']['first_call_s']:7.2f} s, "
           f"second call {c['warm']['second_call_s'] * 1e3:6.2f} ms, import simkit {c['warm']['import_s']:5.2f} s")
-    if not a.quick:
+    if a.out is not None:
         _rounds.write(a.out, res)
     return 0
 
