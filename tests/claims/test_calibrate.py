@@ -36,6 +36,8 @@ from simkit.cli import main
 from simkit.runner import Check, Param, Study, Var, read_dataset, results_identical, run_study
 from simkit.claims.validate import combine_checks, empirical_text
 
+from _cf import compliance
+
 SEEDS = 60
 T_ALPHA, Z_ALPHA = 0.05, 0.01
 
@@ -450,16 +452,8 @@ CALIBRATION_FILES = (sorted(_CAL_DIR.glob("*.nc")) + sorted(_CAL_DIR.glob("archi
                      + sorted(_CAL_DIR.glob("parts/*.nc")))  # the parts of combined calibrations
 
 
-def _compliance(path: Path):
-    import subprocess
-    import sys
-    checker = Path(sys.executable).parent / "compliance-checker"
-    return subprocess.run([str(checker), "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True,
-                          timeout=300)
-
-
 def test_calibration_dataset_passes_the_cf_checker(calibrated):
-    proc = _compliance(calibrated[1])
+    proc = compliance(calibrated[1])
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
@@ -467,7 +461,7 @@ def test_calibration_dataset_passes_the_cf_checker(calibrated):
 @pytest.mark.deterministic(reason="consistency of committed files (counts equal sums); no tolerance")
 def test_committed_calibration_datasets(path):
     """Every committed data/calibration/<study>.nc: CF-1.11 strict, and its rates are those of its rows."""
-    assert _compliance(path).returncode == 0
+    assert compliance(path).returncode == 0
     ds = read_dataset(path)
     assert int(ds.attrs["n_seeds"]) == ds.sizes["seed"] >= 1
     np.testing.assert_array_equal(ds["n_reject"].values, np.nansum(ds["reject"].values, axis=0).astype(int))

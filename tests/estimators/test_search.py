@@ -19,10 +19,6 @@ states its power.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -41,6 +37,7 @@ from studies.search_ce import ALPHA, SCHEMA, STUDY
 
 from simkit.stats.truth_tests import N_BOOT
 from _false_fail import below_floor, null_pvalues
+from _cf import assert_cf_strict, assert_dimensionless
 from resume_check import assert_resume_identical
 
 FLOOR = 1e-5  # the default suite's level for a test's own null comparisons (ALPHA is the study's)
@@ -507,19 +504,12 @@ def test_quick_dataset_schema_and_retrieval(quick):
 @pytest.mark.slow  # ~1 CPU-minute; the committed data/search_ce.nc is checked in the default suite (test_datasets_cf)
 def test_quick_dataset_cf_compliant(quick_file):
     """The written file passes ``compliance-checker -t cf:1.11 -c strict``."""
-    _, path = quick_file
-    exe = shutil.which("compliance-checker", path=str(Path(sys.executable).parent)) or "compliance-checker"
-    res = subprocess.run([exe, "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert_cf_strict(quick_file[1])
 
 
 def test_quick_dataset_units_dimensionless(quick):
     """Every unit is one udunits reads as dimensionless (nats are '1': 'nat' would read as a pressure)."""
-    import cf_units
-
-    _, ds = quick
-    for name in list(ds.data_vars) + list(ds.coords):
-        assert cf_units.Unit(ds[name].attrs["units"]).is_dimensionless(), (name, ds[name].attrs["units"])
+    assert_dimensionless(quick[1])
 
 
 def test_report_from_quick_dataset(quick, tmp_path):

@@ -22,10 +22,6 @@ states its power.
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -48,6 +44,7 @@ from studies.search_ce import ALPHA as SEARCH_CE_ALPHA
 from studies.search_ce import STUDY as SEARCH_CE
 
 from _false_fail import BOOTSTRAP_RATE, BOOTSTRAP_TESTS, below_floor, null_pvalues
+from _cf import assert_cf_strict, assert_dimensionless
 from resume_check import assert_resume_identical
 
 QUICK_SETTINGS = ["rot-uniform-d3", "rot-vmf-d8", "brown-vmf-d3", "brown-vmf-d8"]
@@ -454,19 +451,12 @@ def test_quick_dataset_schema_claims_and_report(quick, tmp_path):
 @pytest.mark.slow  # the checker takes ~1 CPU-minute on this file; data/asymmetry.nc is checked in the default suite
 def test_quick_dataset_cf_compliant(quick_file):
     """The written file passes ``compliance-checker -t cf:1.11 -c strict``."""
-    _, path = quick_file
-    exe = shutil.which("compliance-checker", path=str(Path(sys.executable).parent)) or "compliance-checker"
-    res = subprocess.run([exe, "-t", "cf:1.11", "-c", "strict", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert_cf_strict(quick_file[1])
 
 
 def test_quick_dataset_units_dimensionless(quick):
     """Every unit is one udunits reads as dimensionless (nats are '1': 'nat' would read as a pressure)."""
-    import cf_units
-
-    _, ds = quick
-    for name in list(ds.data_vars) + list(ds.coords):
-        assert cf_units.Unit(ds[name].attrs["units"]).is_dimensionless(), (name, ds[name].attrs["units"])
+    assert_dimensionless(quick[1])
 
 
 TINY = {"settings": "rot-uniform-d3,brown-vmf-d3", "k_max": 256, "n_blocks": 8, "block_anchors": 64,
