@@ -172,9 +172,36 @@ def _check_clean_tree(study, cfg: dict, allow_dirty: bool) -> None:
                          f"work tree (changed: {shown}); commit first, or pass --allow-dirty for an exploratory run")
 
 
-def _run(args) -> int:
+def _guarded(work, executor, *, interrupted: str | None = None, failed: tuple = ()):
+    """``work()``, with the runner's failures as one line on stderr and an exit status.
+
+    Returns ``(value, None)``, or ``(None, status)``: 2 when the output is busy, its checkpoint belongs to
+    another run or memory is short (nothing run); 1 when a write, the executor, the summary or one of
+    ``failed`` failed (finished tasks kept); 130 on Ctrl-C where ``interrupted`` says what is kept.
+    The executor is closed either way.
+    """
     from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
-                               WriteFailed, check_writable, get_study, resolve_config, run_study)
+                               WriteFailed)
+    try:
+        return work(), None
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        print(f"simkit: {interrupted}", file=sys.stderr)
+        return None, 130
+    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
+        print(f"simkit: error: {exc}", file=sys.stderr)
+        return None, 2
+    except (WriteFailed, ExecutorLost, SummaryFailed, *failed) as exc:
+        print(f"simkit: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return None, 1
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run(args) -> int:
+    from simkit.runner import WriteFailed, check_writable, get_study, resolve_config, run_study
     try:  # every argument is validated before anything runs or is written
         study = get_study(args.study)
         cfg = resolve_config(study, _parse_overrides(args.overrides), quick=args.quick, seed=_parse_seed(args.seed))
@@ -188,17 +215,10 @@ def _run(args) -> int:
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        result = run_study(study, cfg, out, executor=executor, progress=not args.no_progress)
-    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
-        print(f"simkit: error: {exc}", file=sys.stderr)
-        return 2
-    except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
-        print(f"simkit: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if executor is not None:
-            executor.close()
+    result, code = _guarded(lambda: run_study(study, cfg, out, executor=executor, progress=not args.no_progress),
+                            executor)
+    if code is not None:
+        return code
     if not result.completed:
         return 130
     print(f"simkit: wrote {result.path} ({result.n_done}/{result.n_tasks} tasks, {result.wall_time_s:.1f} s)")
@@ -254,8 +274,7 @@ def _report(args) -> int:
 
 
 def _validate(args) -> int:
-    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, SummaryFailed,
-                               WriteFailed, check_writable)
+    from simkit.runner import check_writable
     from simkit.claims.validate import run_validation
     try:
         seed = _parse_seed(args.seed)
@@ -273,21 +292,12 @@ def _validate(args) -> int:
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        ds = run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
-                            progress=not args.no_progress, from_data=args.from_data, calibration=args.calibration)
-    except KeyboardInterrupt:
-        print("simkit: validation interrupted; finished tasks are kept, run again to resume", file=sys.stderr)
-        return 130
-    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
-        print(f"simkit: error: {exc}", file=sys.stderr)
-        return 2
-    except (WriteFailed, ExecutorLost, SummaryFailed) as exc:
-        print(f"simkit: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if executor is not None:
-            executor.close()
+    ds, code = _guarded(lambda: run_validation(full=args.full, seed=seed, out=out, report=report, scheduler=executor,
+                                               progress=not args.no_progress, from_data=args.from_data,
+                                               calibration=args.calibration),
+                        executor, interrupted="validation interrupted; finished tasks are kept, run again to resume")
+    if code is not None:
+        return code
     used = json.loads(str(ds.attrs.get("calibration_datasets", "{}")))
     print(f"simkit: wrote {out} and {report}" + ("" if used else " (no calibration of these studies found: "
                                                  "empirical rates not shown)"))
@@ -349,8 +359,7 @@ def _combine(args) -> int:
 
 def _calibrate(args) -> int:
     from simkit.claims.calibrate import ALTERNATIVES, calibrate
-    from simkit.runner import (CheckpointMismatch, ExecutorLost, InsufficientMemory, OutputBusy, WriteFailed,
-                               check_writable, get_study, resolve_config)
+    from simkit.runner import check_writable, get_study, resolve_config
     if args.combine is not None:
         return _combine(args)
     try:  # every argument is validated before anything runs or is written
@@ -373,23 +382,13 @@ def _calibrate(args) -> int:
     except ValueError as exc:
         print(f"simkit: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        ds = calibrate(study, seeds=seeds, first_seed=first, quick=args.quick, overrides=overrides, out=out,
-                       executor=executor, progress=not args.no_progress, alternative=args.alternative,
-                       keep_checkpoint=args.keep_checkpoint)
-    except KeyboardInterrupt:
-        print("simkit: calibration interrupted; finished seeds are kept, run the same command to resume",
-              file=sys.stderr)
-        return 130
-    except (OutputBusy, CheckpointMismatch, InsufficientMemory) as exc:
-        print(f"simkit: error: {exc}", file=sys.stderr)
-        return 2
-    except (WriteFailed, ExecutorLost, RuntimeError) as exc:
-        print(f"simkit: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
-        return 1
-    finally:
-        if executor is not None:
-            executor.close()
+    ds, code = _guarded(lambda: calibrate(study, seeds=seeds, first_seed=first, quick=args.quick, overrides=overrides,
+                                          out=out, executor=executor, progress=not args.no_progress,
+                                          alternative=args.alternative, keep_checkpoint=args.keep_checkpoint),
+                        executor, failed=(RuntimeError,),
+                        interrupted="calibration interrupted; finished seeds are kept, run the same command to resume")
+    if code is not None:
+        return code
     print(f"simkit: wrote {out} ({ds.sizes['seed']} seeds, {float(ds.attrs['wall_time_s']):.1f} s)")
     return _after_calibration(ds, out, report)
 
