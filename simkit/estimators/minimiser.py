@@ -20,7 +20,7 @@ from scipy.special import logsumexp
 
 from simkit.exact.minimiser import ScoreClass
 
-__all__ = ["Tuples", "sample_tuples", "empirical_risk", "empirical_minimiser"]
+__all__ = ["Tuples", "sample_tuples", "tuple_features", "empirical_risk", "empirical_minimiser"]
 
 #: smallest Hessian eigenvalue of a minimum: the class's curvature at θ_k is of order 1e-4 or more; a
 #: runaway's Hessian shrinks with its gradient (both e^{-θ·margin})
@@ -56,17 +56,23 @@ def sample_tuples(c: ScoreClass, n: int, k: int, rng: np.random.Generator) -> Tu
     return Tuples(anchor, np.concatenate([pos[:, None], neg], axis=1))
 
 
-def empirical_risk(c: ScoreClass, t: Tuples, theta: ArrayLike
+def tuple_features(c: ScoreClass, t: Tuples) -> NDArray[np.float64]:
+    """The features of every tuple's candidates, (P, n, k + 1): ``F[p, x_i, y_ij]`` (free of θ)."""
+    return c.features[:, t.anchor[:, None], t.candidates]
+
+
+def empirical_risk(c: ScoreClass, t: Tuples, theta: ArrayLike, features: NDArray[np.float64] | None = None
                    ) -> tuple[float, NDArray[np.float64], NDArray[np.float64]]:
     """``R̂_{n,k}(θ) − log k``, its gradient (P,) and Hessian (P, P).
 
     ``R̂ = mean_i [−s(x_i, y_i0) + log Σ_j e^{s(x_i, y_ij)}]``; with w the per-tuple softmax over the
-    k + 1 candidates, ``∇R̂ = mean[−F_0 + Σ_j w_j F_j]`` and ``∇²R̂ = mean Cov_w(F)``.
+    k + 1 candidates, ``∇R̂ = mean[−F_0 + Σ_j w_j F_j]`` and ``∇²R̂ = mean Cov_w(F)``. ``features``:
+    :func:`tuple_features` of ``(c, t)`` when the caller evaluates many θ on the same tuples.
     """
     s = c.scores(theta)[t.anchor[:, None], t.candidates]  # (n, k + 1)
     lse = logsumexp(s, axis=1)
     w = np.exp(s - lse[:, None])
-    f = c.features[:, t.anchor[:, None], t.candidates]  # (P, n, k + 1)
+    f = tuple_features(c, t) if features is None else features  # (P, n, k + 1)
     ef = np.einsum("pij,ij->pi", f, w)
     n = s.shape[0]
     val = float(np.mean(lse - s[:, 0])) - math.log(t.k)
@@ -86,9 +92,11 @@ def empirical_minimiser(c: ScoreClass, t: Tuples, theta0: ArrayLike, *, tol: flo
     away, where the gradient and the Hessian both vanish: a point whose Hessian has an eigenvalue below
     1e-8 is not a minimum, ``converged`` is False and θ̂ NaN.
     """
+    f = tuple_features(c, t)
     th = np.atleast_1d(np.asarray(theta0, dtype=float)).copy()
+    here = empirical_risk(c, t, th, f)
     for _ in range(max_iter):
-        val, grad, hess = empirical_risk(c, t, th)
+        val, grad, hess = here  # the line search's last evaluation is the accepted point's
         if not np.all(np.isfinite(grad)) or np.max(np.abs(th)) > 1e6:
             break
         try:
@@ -100,7 +108,11 @@ def empirical_minimiser(c: ScoreClass, t: Tuples, theta0: ArrayLike, *, tol: flo
                 break  # flat to rounding: the iterates ran away (no minimiser), not a minimum
             return th, True
         lam = 1.0
-        while empirical_risk(c, t, th - lam * step)[0] > val + 1e-15 * abs(val) and lam > 1e-10:
+        while True:
+            trial = th - lam * step
+            here = empirical_risk(c, t, trial, f)
+            if not (here[0] > val + 1e-15 * abs(val) and lam > 1e-10):
+                break
             lam *= 0.5
-        th = th - lam * step
+        th = trial
     return np.full(th.shape, np.nan), False

@@ -63,6 +63,51 @@ def test_empirical_minimiser_is_the_minimum():
         assert _risk_loop(c, t, th + np.array(d)) > v0
 
 
+def _newton_recomputing(c, t, theta0, tol=1e-10, max_iter=100):
+    """Damped Newton as first written: the risk recomputed at every iterate, the features gathered at every
+    evaluation (the test's own copy; the library reuses the line search's last evaluation)."""
+    th = np.asarray(theta0, dtype=float).copy()
+    calls = 0
+    for _ in range(max_iter):
+        val, grad, hess = empirical_risk(c, t, th)
+        calls += 1
+        step = np.linalg.solve(hess, grad)
+        if np.max(np.abs(grad)) <= tol or 0.0 <= float(grad @ step) < 1e-24:
+            return th, calls
+        lam = 1.0
+        while True:
+            calls += 1
+            if not (empirical_risk(c, t, th - lam * step)[0] > val + 1e-15 * abs(val) and lam > 1e-10):
+                break
+            lam *= 0.5
+        th = th - lam * step
+    raise AssertionError("no convergence")
+
+
+@pytest.mark.deterministic(reason="bit-identity of two deterministic computations on a fixed sample")
+def test_minimiser_reuse_is_bit_identical(monkeypatch):
+    """Reusing the accepted point's evaluation and gathering the features once change no bit of θ̂ and save
+    one evaluation an iteration; a start far from θ̂ makes the line search halve at least once."""
+    import simkit.estimators.minimiser as em
+
+    c = _problem()
+    for seed, k, start in ((6, 8, [0.0, 0.0]), (9, 3, [40.0, -30.0]), (11, 16, [-5.0, 5.0])):
+        t = sample_tuples(c, 300, k, np.random.default_rng(seed))
+        want, calls_before = _newton_recomputing(c, t, start)
+        seen = []
+        real = em.empirical_risk
+        monkeypatch.setattr(em, "empirical_risk", lambda *a: seen.append(1) or real(*a))
+        got, ok = em.empirical_minimiser(c, t, start)
+        monkeypatch.undo()
+        assert ok and got.tobytes() == want.tobytes(), (seed, got - want)
+        assert len(seen) < calls_before, (len(seen), calls_before)
+    # the second case exercises the line search: its full step is refused at the start
+    t = sample_tuples(c, 300, 3, np.random.default_rng(9))
+    v0, g0, h0 = empirical_risk(c, t, np.array([40.0, -30.0]))
+    step = np.linalg.solve(h0, g0)
+    assert empirical_risk(c, t, np.array([40.0, -30.0]) - step)[0] > v0  # the full step is refused there
+
+
 @pytest.mark.deterministic(reason="a constructed sample with no randomness in the outcome")
 def test_separable_sample_has_no_minimiser():
     """Positives always the anchor itself (x·x = 1, the largest feature), negatives other atoms: the risk
