@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="time only cells whose kind contains this text")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    from simkit.runner import tune_malloc
+    tune_malloc()  # as the command line does: without it a cell's first blocks can run slow (page faults)
     sets = dict(s.split("=", 1) for s in a.set)
     bl = [int(b) for b in a.block_list.split(",")] if a.block_list else None
     out = profile(a.study, sets, a.blocks, a.group.split(",") if a.group else None, bl, a.only)
