@@ -435,12 +435,14 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
             e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
             f = float(ds["false_fail_rate"].values[i])
             an = str(ds["analysis"].values[i]) if "analysis" in ds else "exploratory"
-            rows.append([str(c) + ("\n" + an.split(" (")[1].rstrip(")") if an.startswith("confirmatory") else ""),
+            protocol = an.split(" (")[1].rstrip(")").removeprefix("protocols/").split(", ") \
+                if an.startswith("confirmatory") and " (" in an else []  # one line each: file, hash
+            rows.append(["\n".join([str(c), *protocol]),
                          str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
                          format_pm(e, m) if np.isfinite(e) else "—", f"{f:.1e}" if np.isfinite(f) else "—",
                          empirical_text(ds, i), str(ds["verdict"].values[i])])
         doc.table(["claim", "statement", "statistic tested", "estimate ± MCSE", "false-fail rate",
-                   "empirical false-fail (95% CI)", "verdict"], rows, [0.5, 2.4, 2.9, 1.4, 0.8, 1.1, 0.9])
+                   "empirical false-fail (95% CI)", "verdict"], rows, [1.35, 2.1, 2.8, 1.25, 0.75, 1.1, 0.65])
         if "check_rule_verdict" in ds:
             doc.heading("Checks at this design")
             doc.text(f"A check whose false-failure rate at the design that ran exceeds {MAX_ASSESSED_RATE:g} (stated, "
