@@ -454,7 +454,7 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
         details = [[str(c), str(d)] for c, d in zip(ds["claim"].values, ds["detail"].values) if str(d)]
         if details:
             doc.heading("Details")
-            doc.table(["claim", "what the checks found"], details, [0.5, 9.2])
+            doc.table(["claim", "what the checks found"], details, [1.15, 8.55])
         for name, sds in datasets.items():
             doc.finish_page()  # the study's own pages start on a fresh page
             study = get_study(name)
