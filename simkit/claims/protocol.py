@@ -22,7 +22,7 @@ from pathlib import Path
 
 import xarray as xr
 
-__all__ = ["REPO_ROOT", "protocol_attrs", "protocol_sha256", "analysis_label", "is_confirmatory",
+__all__ = ["REPO_ROOT", "protocol_attrs", "protocol_sha256", "analysis_label", "label_protocol", "is_confirmatory",
            "confirmatory_protocols", "recorded_protocols"]
 
 #: the checkout that holds ``protocols/`` (simkit is installed editable from it)
@@ -94,6 +94,14 @@ def analysis_label(ds: xr.Dataset, protocol: str | None, root: Path | None = Non
     if protocol and str(protocol) in recorded_protocols(ds.attrs) and not _quick(ds) and _dirty(ds):
         return f"exploratory (the {protocol} design run from a modified work tree)"
     return "exploratory"
+
+
+def label_protocol(label: str) -> tuple[str, str] | None:
+    """``(path, "sha256 <first 12 hex>")`` of an :func:`analysis_label` that is confirmatory, else None."""
+    if not str(label).startswith("confirmatory ("):
+        return None
+    path, _, sha = str(label)[len("confirmatory ("):].rstrip(")").partition(", ")
+    return path, sha
 
 
 def confirmatory_protocols(study, cfg: dict) -> list[str]:

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import xarray as xr
 
+from simkit.claims.protocol import label_protocol
+
 __all__ = ["START", "END", "MAX_CELL", "claims_table", "readme_table", "main"]
 
 START = "<!-- claims-table:start (generated: python -m simkit.claims.table data/claims.nc) -->"
@@ -34,10 +36,8 @@ def claims_table(ds: xr.Dataset) -> str:
     lines = ["| claim | what is claimed | statistic ± MCSE (per check) | false-fail rate | verdict | report |",
              "|---|---|---|---|---|---|"]
     for i, c in enumerate(ds["claim"].values):
-        an = str(ds["analysis"].values[i])
-        label = str(c)
-        if an.startswith("confirmatory ("):
-            label += f" ({an.split('(', 1)[1].split(',')[0]})"
+        protocol = label_protocol(str(ds["analysis"].values[i]))
+        label = str(c) + (f" ({protocol[0]})" if protocol else "")
         f = float(ds["false_fail_rate"].values[i])
         rate = f"{f:.2g}" if f == f else "—"
         e, lo, hi = (float(ds[f"empirical_false_fail{k}"].values[i]) if f"empirical_false_fail{k}" in ds else np.nan

@@ -24,6 +24,7 @@ import xarray as xr
 from simkit.stats.analysis import combine_verdicts
 from simkit.runner import canonical, get_study, resolve_config, run_study, study_names, write_dataset
 from simkit.runner.provenance import git_commit, platform_text, versions
+from simkit.claims.protocol import label_protocol
 
 __all__ = ["CLAIMS", "NOT_STUDIED", "NOT_ASSESSED", "MAX_ASSESSED_RATE", "run_validation", "combine_checks", "assess",
            "check_role", "check_label", "one_line", "validation_report", "empirical_text"]
@@ -434,10 +435,9 @@ def validation_report(ds: xr.Dataset, datasets: dict[str, xr.Dataset], path: str
         for i, c in enumerate(ds["claim"].values):
             e, m = float(ds["estimate"].values[i]), float(ds["estimate_mcse"].values[i])
             f = float(ds["false_fail_rate"].values[i])
-            an = str(ds["analysis"].values[i]) if "analysis" in ds else "exploratory"
-            protocol = an.split(" (")[1].rstrip(")").removeprefix("protocols/").split(", ") \
-                if an.startswith("confirmatory") and " (" in an else []  # one line each: file, hash
-            rows.append(["\n".join([str(c), *protocol]),
+            protocol = label_protocol(str(ds["analysis"].values[i])) if "analysis" in ds else None
+            cell = [str(c)] + ([protocol[0].removeprefix("protocols/"), protocol[1]] if protocol else [])
+            rows.append(["\n".join(cell),  # one line each: claim row, protocol file, hash
                          str(ds["claim_text"].values[i]), str(ds["statistic"].values[i]) or "—",
                          format_pm(e, m) if np.isfinite(e) else "—", f"{f:.1e}" if np.isfinite(f) else "—",
                          empirical_text(ds, i), str(ds["verdict"].values[i])])

@@ -209,3 +209,12 @@ def test_cli_validate_says_when_no_calibration_was_found(tmp_path, capsys, monke
                    str(tmp_path / "b.pdf")])
     wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("simkit: wrote")]
     assert len(wrote) == 1 and wrote[0].endswith("(no calibration of these studies found: empirical rates not shown)")
+
+
+@pytest.mark.deterministic(reason="string parsing of fixed labels")
+def test_label_protocol_reads_back_analysis_label():
+    from simkit.claims.protocol import label_protocol
+    assert label_protocol("confirmatory (protocols/onset.md, sha256 58fec7c52e54)") == ("protocols/onset.md",
+                                                                                         "sha256 58fec7c52e54")
+    assert label_protocol("exploratory") is None
+    assert label_protocol("exploratory (the protocols/onset.md design run from a modified work tree)") is None
