@@ -83,6 +83,10 @@ SCHEMA = {
     "stated_rate": _v(SC, "stated rejection rate of this seed", "alpha of the test, or the check's stated "
                       "false-failure rate on this seed's dataset (NaN for a deterministic check)"),
     "target_errors": _v(SE, "failed tasks of the study run", "number of the target run's tasks that raised"),
+    "target_error_message": _v(SE, "errors of the study run's failed tasks", "one entry per failed task, "
+                               "'; '-separated: the cell's index and label, the stage and block, and the exception; "
+                               "'' when none failed; 'not recorded' for a seed of a part written before the "
+                               "messages were kept (its count is in target_errors)"),
     "check_kind": _v(C, "kind of row", "test, verdict, bound-test (a one-sided bound's "
                      "component test), power-test, power-verdict or power-bound-test"),
     "check_claim": _v(C, "claim", "C1..C7 (docs/theory.md section 3)"),
@@ -161,6 +165,15 @@ def check_labels(study: Study) -> list[str]:
     return labels
 
 
+def error_text(errors: Sequence[dict], limit: int = 300) -> str:
+    """One line per failed task of a run (``RunResult.errors``), '; '-joined: the cell's index and
+    label, the stage and block, and the exception (whitespace collapsed, at most ``limit`` characters)."""
+    return "; ".join(
+        f"cell {e['cell_index']} ({canonical(e['cell'])}) {e['stage']}"
+        + (f" {e['block']}" if e["stage"] != "prepare" else "") + ": "
+        + " ".join(str(e["error"]).split())[:limit] for e in errors)
+
+
 def seed_rows(study: Study, ds: xr.Dataset, prefix: str = "") -> list[dict]:
     """Rows of one seed: every component test (``Check.pvalues``) and every check's verdict on ``ds``."""
     rows = []
@@ -222,7 +235,10 @@ class Calibration(Study):
 
     cell_dim = "seed"
     schema = SCHEMA
-    optional_vars = frozenset({"block"})  # the dataset is the summary over seeds, without the raw blocks
+    # the dataset is the summary over seeds, without the raw blocks; calibrations written before the error
+    # messages were kept lack target_error_message
+    optional_vars = frozenset({"block", "target_error_message"})
+    block_text = ("target_error_message",)
 
     def __init__(self, target: Study, target_cfg: dict, seeds: Sequence[int], *,
                  alternative: Alternative | None = None, names: Sequence[str] | None = None,
@@ -268,7 +284,7 @@ class Calibration(Study):
         dims["target_errors"] = ()
         return dims, {"check": np.array(self.names, dtype=str)}
 
-    def _run_target(self, seed: int) -> tuple[xr.Dataset, int]:
+    def _run_target(self, seed: int) -> tuple[xr.Dataset, list[dict]]:
         cfg = {**self.target_cfg, "seed": int(seed)}
         if self.scratch is None:
             with tempfile.TemporaryDirectory(prefix="simkit-calibrate-") as d:
@@ -281,7 +297,7 @@ class Calibration(Study):
         if not res.completed:
             raise KeyboardInterrupt
         self._resumed += int(res.dataset.attrs["resumed_tasks"])
-        return res.dataset, len(res.errors)
+        return res.dataset, res.errors
 
     def nested_resumed(self) -> int:
         return self._resumed
@@ -291,7 +307,7 @@ class Calibration(Study):
 
     def generate(self, cell, cfg, prep, rng):
         seed = int(cell["seed"])
-        ds, n_err = self._run_target(seed)
+        ds, errors = self._run_target(seed)
         rows = seed_rows(self.target, ds)
         if self.alternative is not None:
             alt = _resummarise(self.target, ds, {**self.target_cfg, "seed": seed}, self.alternative)
@@ -305,7 +321,8 @@ class Calibration(Study):
                 "stated": np.array([r["stated"] for r in rows], dtype=float),
                 "kind": np.array([KINDS.index(r["kind"]) for r in rows], dtype=float),
                 "index": np.array([r["index"] for r in rows], dtype=float),
-                "target_errors": np.array(float(n_err)),
+                "target_errors": np.array(float(len(errors))),
+                "target_error_message": np.array(error_text(errors)),
                 # not assembled (block_dims): read back by calibrate() to fix the check dimension
                 "names": np.array(names, dtype=str),
                 "claims": np.array([r["claim"] for r in rows], dtype=str)}
@@ -323,7 +340,8 @@ class Calibration(Study):
         index = raw["raw_index"].values[first, 0, :].astype(int)
         claims = [self.target.checks[j].claim for j in index]
         return calibration_dataset(names, stat, reject, stated, kind, claims, index, raw["seed"].values,
-                                   raw["raw_target_errors"].values[:, 0], raw["cell_error"], raw["cell_key"], done)
+                                   raw["raw_target_errors"].values[:, 0], raw["cell_error"], raw["cell_key"], done,
+                                   target_error_message=raw["raw_target_error_message"].values[:, 0])
 
     def target_protocols(self) -> dict[str, str]:
         """The protocol hashes the calibrated dataset records (its configuration at its own seed)."""
@@ -378,7 +396,7 @@ def _rates(stat: np.ndarray, reject: np.ndarray, stated: np.ndarray, kind: Seque
 
 
 def calibration_dataset(names, stat, reject, stated, kind, claims, index, seeds, target_errors, cell_error,
-                        cell_key, done) -> xr.Dataset:
+                        cell_key, done, *, target_error_message) -> xr.Dataset:
     """The calibration dataset's variables (no global attributes) from the per-seed rows (``seed`` x
     ``check``): ``done`` marks the seeds whose task finished, over which the rates are computed."""
     done = np.asarray(done, dtype=bool)
@@ -388,6 +406,7 @@ def calibration_dataset(names, stat, reject, stated, kind, claims, index, seeds,
     ds = xr.Dataset(
         {"statistic": (SC, stat), "reject": (SC, reject), "stated_rate": (SC, stated),
          "target_errors": (SE, np.asarray(target_errors)),
+         "target_error_message": (SE, np.asarray(target_error_message, dtype=str)),
          "check_kind": (C, np.array(kind, dtype=str)), "check_claim": (C, np.array(claims, dtype=str)),
          "check_index": (C, index.astype(np.int64)), "check_reference": (C, np.array(ref, dtype=str)),
          "n_valid": (C, n_valid), "n_missing": (C, int(done.sum()) - n_valid), "n_reject": (C, n_reject),
@@ -556,6 +575,13 @@ def _seed_difference(a: xr.Dataset, b: xr.Dataset) -> float | None:
     return worst
 
 
+def _error_message(row: xr.Dataset) -> str:
+    """A seed's target_error_message; 'not recorded' where its part predates the variable and a task failed."""
+    if "target_error_message" in row:
+        return str(row["target_error_message"].values)
+    return "not recorded" if float(row["target_errors"].values) > 0 else ""
+
+
 def _seed_text(seeds) -> str:
     seeds = np.asarray(seeds, dtype=np.int64)
     if seeds.size and np.array_equal(seeds, np.arange(seeds[0], seeds[0] + seeds.size)):
@@ -626,12 +652,14 @@ def combine(study: Study | str, parts: Sequence[str | os.PathLike], *, out: str 
             worst = max(worst, diff)
     seeds = np.array(sorted(rows), dtype=np.int64)
     per = {v: np.stack([rows[s][1][v].sel(seed=s).values for s in seeds]) for v in _SEED_VARS}
+    per["target_error_message"] = np.array([_error_message(rows[s][1].sel(seed=s)) for s in seeds], dtype=str)
     done = per["cell_error"] == ""
     kind = [str(x) for x in d0["check_kind"].values]
     res = calibration_dataset(d0["check"].values.astype(str), per["statistic"], per["reject"], per["stated_rate"],
                               kind, d0["check_claim"].values.astype(str), d0["check_index"].values, seeds,
                               per["target_errors"], (("seed",), per["cell_error"]),
-                              (tuple(d0["cell_key"].dims), per["cell_key"]), done)
+                              (tuple(d0["cell_key"].dims), per["cell_key"]), done,
+                              target_error_message=per["target_error_message"])
     meta = Calibration(target, json.loads(str(d0.attrs["target_config"])), seeds.tolist(), quick=_meta_config(d0)["quick"])
     res = apply_schema(res, meta.schema, meta.cell_dim)
     first = min(dss, key=lambda x: int(x[1]["seed"].values.min()))[1]

@@ -55,13 +55,24 @@ def _wall_text(ds: xr.Dataset) -> str:
             f"{ds.attrs.get('resumed_tasks', '?')} of its tasks were resumed from an earlier invocation's checkpoint).")
 
 
+def _error_lines(ds: xr.Dataset, limit: int = 5) -> str:
+    """The recorded errors of the seeds whose study run had failed tasks (the first ``limit`` seeds)."""
+    if "target_error_message" not in ds:
+        return ""
+    failed = [(int(s), str(m).replace("$", r"\$")) for s, m in zip(ds["seed"].values, ds["target_error_message"].values)
+              if str(m)]  # a "$" would start mathtext
+    more = f" ({len(failed) - limit} more seeds in target_error_message)" if len(failed) > limit else ""
+    return "".join(f" Seed {s}: {m}." for s, m in failed[:limit]) + more
+
+
 def calibration_sections(doc: ReportDocument, ds: xr.Dataset) -> None:
     """The section of one calibration dataset: what was run, the rejection table, QQ plots."""
     target, alt = ds.attrs.get("target_study", "?"), str(ds.attrs.get("alternative", ""))
     design = "quick" if json.loads(str(ds.attrs.get("config", "{}"))).get("quick") else "full"
     errs = int(np.nansum(ds["target_errors"].values)) + int(sum(bool(str(e)) for e in ds["cell_error"].values))
     d = _derived(ds).assign_attrs(target_study=target, wall_text=_wall_text(ds), error_text=(
-        f" {errs} task(s) failed; see cell_error and target_errors." if errs else ""), alternative_text=(
+        f" {errs} task(s) failed; see cell_error and target_errors." + _error_lines(ds) if errs else ""),
+        alternative_text=(
         f"'power-' rows: the same checks under the alternative '{alt}' ({ds.attrs.get('alternative_description', '')}) "
         "on the same seeds; their empirical rate is the power." if alt else ""))
     heading = f"Calibration of {target}, {design} design ({ds.attrs.get('claim', '?')}): {ds.sizes['seed']} seeds"

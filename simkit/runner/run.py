@@ -440,6 +440,11 @@ def _assemble(study: Study, cfg: dict, cells: list[dict], preps: dict, blocks: d
         for (ci, b), res in blocks.items():
             arr[ci, b] = np.asarray(res[name], dtype=float).reshape(shape)
         data_vars[f"raw_{name}"] = ((cdim, "block", *dims), arr)
+    for name in study.block_text:
+        text = np.full((n_cells, n_blocks), "", dtype=object)
+        for (ci, b), res in blocks.items():
+            text[ci, b] = str(np.asarray(res.get(name, "")))
+        data_vars[f"raw_{name}"] = ((cdim, "block"), text.astype(str))
     # per-cell prepared constants: union of keys, NaN where a cell has none
     prep_keys = sorted({k for p in preps.values() for k in p})
     for key in prep_keys:

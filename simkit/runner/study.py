@@ -156,6 +156,9 @@ class Study:
     #: (:func:`simkit.runner.run.check_dataset`)
     optional_vars: frozenset[str] = frozenset()
     cell_dim: str = "cell"
+    #: block outputs that are text, one string a block (e.g. the errors of a nested run): assembled as
+    #: ``raw_<name>`` (cell, block), "" where a block has none; not listed in ``block_dims``
+    block_text: tuple[str, ...] = ()
     default_seed: int = 20261130
 
     def check_config(self, cfg: dict) -> None:

@@ -666,3 +666,38 @@ def test_combine_refuses_parts_under_different_protocols(tmp_path):
     assert combine(STUDY, [tmp_path / "a.nc", tmp_path / "b.nc"], write=False).sizes["seed"] == 4
     with pytest.raises(ValueError, match="different protocols"):
         combine(STUDY, [tmp_path / "a.nc", tmp_path / "other.nc"], write=False)
+
+
+class TinyFails(TinyT):
+    """TinyT whose draws raise at seed 2 (every block): a target run with failed tasks."""
+
+    name = "tiny-fails"
+
+    def generate(self, cell, cfg, prep, rng):
+        if cfg["seed"] == 2:
+            raise ValueError("draw refused at $seed$ 2\n  (a test)")
+        return super().generate(cell, cfg, prep, rng)
+
+
+@pytest.mark.deterministic(reason="recorded text of constructed failures; no sampling")
+def test_the_errors_of_a_seeds_study_run_are_recorded_and_reported(tmp_path):
+    """A seed whose study run had failed tasks keeps each task's error (cell, stage, block, exception)
+    beside its count, the report quotes them, and a part written before the messages were kept
+    combines as 'not recorded' where its count is positive."""
+    ds = calibrate(TinyFails(), seeds=3, first_seed=1, out=tmp_path / "a.nc", progress=False)
+    np.testing.assert_array_equal(ds["target_errors"].values, [0, 2, 0])
+    msgs = [str(m) for m in ds["target_error_message"].values]
+    assert msgs[0] == msgs[2] == ""
+    assert msgs[1] == ('cell 0 ({"setting":"normal"}) block 0: ValueError: draw refused at $seed$ 2 (a test); '
+                       'cell 0 ({"setting":"normal"}) block 1: ValueError: draw refused at $seed$ 2 (a test)')
+    assert read_dataset(tmp_path / "a.nc")["target_error_message"].equals(ds["target_error_message"])
+    from simkit.report.calibration import _error_lines
+    assert _error_lines(ds).startswith(r' Seed 2: cell 0 ({"setting":"normal"}) block 0: ValueError: draw refused at \$seed\$')
+    # an older part: no messages, one seed with a failed task
+    calibrate(TinyFails(), seeds=2, first_seed=4, out=tmp_path / "b.nc", progress=False)
+    from simkit.runner import write_dataset
+    old = read_dataset(tmp_path / "b.nc").drop_vars("target_error_message")
+    old["target_errors"].values[1] = 1
+    write_dataset(old, tmp_path / "old.nc")
+    both = combine(TinyFails(), [tmp_path / "a.nc", tmp_path / "old.nc"], write=False)
+    assert [str(m) for m in both["target_error_message"].values] == msgs + ["", "not recorded"]
